@@ -1,0 +1,54 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func lookPath(name string) (string, error) { return exec.LookPath(name) }
+
+// BuildC compiles C source files with the system C compiler (cc) into a binary in
+// a temporary directory and returns its path. flags are passed before the
+// sources, for example "-O2", "-fno-omit-frame-pointer".
+func BuildC(tb testing.TB, name string, flags []string, sources ...string) string {
+	tb.Helper()
+	cc := RequireTool(tb, "cc")
+	out := filepath.Join(tb.TempDir(), name)
+	args := append(append([]string{}, flags...), "-o", out)
+	args = append(args, sources...)
+	run(tb, exec.Command(cc, args...))
+	return out
+}
+
+// BuildGo builds the Go main package in dir into a binary in a temporary
+// directory and returns its path. flags are extra `go build` flags.
+func BuildGo(tb testing.TB, name, dir string, flags ...string) string {
+	tb.Helper()
+	out := filepath.Join(tb.TempDir(), name)
+	args := append([]string{"build", "-o", out}, flags...)
+	args = append(args, ".")
+	cmd := exec.Command(goTool(), args...)
+	cmd.Dir = dir
+	// Fixtures are pure Go so the binary does not depend on the host's cgo setup.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	run(tb, cmd)
+	return out
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+}
+
+func run(tb testing.TB, cmd *exec.Cmd) {
+	tb.Helper()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	}
+}

@@ -1,0 +1,58 @@
+// Package testutil gates privileged tests and builds test workloads from source.
+//
+// Tests that need eBPF, perf events or other processes' memory call
+// RequirePrivileges. Outside CI they skip with a reason; under CI=true a missing
+// capability fails the test, because CI runs as root and a skip there would hide
+// a regression.
+package testutil
+
+import (
+	"os"
+	"testing"
+
+	"github.com/sonde-dev/sonde/internal/caps"
+)
+
+// InCI reports whether the tests run under CI (CI=true), where skips for
+// missing privileges are failures.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// MissingCapabilities returns the names of the capabilities Sonde needs that
+// the calling thread does not have in its effective set.
+func MissingCapabilities() []string {
+	missing, err := caps.Missing(caps.Profiler()...)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return missing
+}
+
+// RequirePrivileges skips tb when the process lacks the capabilities to load
+// eBPF programs and read other processes; under CI=true it fails instead.
+// feature names what the test exercises, for the skip message.
+func RequirePrivileges(tb testing.TB, feature string) {
+	tb.Helper()
+	missing := MissingCapabilities()
+	if len(missing) == 0 {
+		return
+	}
+	if InCI() {
+		tb.Fatalf("%s needs %v, which this CI run lacks (CI=true: a missing capability is a failure)", feature, missing)
+	}
+	tb.Skipf("%s needs %v; run as root to exercise it", feature, missing)
+}
+
+// RequireTool skips tb when an external program (a compiler, an oracle) is not
+// on PATH; under CI=true it fails, since .ci/run installs every tool tests use.
+func RequireTool(tb testing.TB, name string) string {
+	tb.Helper()
+	p, err := lookPath(name)
+	if err == nil {
+		return p
+	}
+	if InCI() {
+		tb.Fatalf("%s is not installed (CI=true: .ci/run must install it): %v", name, err)
+	}
+	tb.Skipf("%s is not installed: %v", name, err)
+	return ""
+}

@@ -1,0 +1,9 @@
+// Package support holds Sonde's eBPF programs: the C sources in ebpf/, the
+// objects compiled from them and the Go bindings bpf2go generates, all
+// committed. The tracer package owns loading them; nothing else should.
+//
+// Regenerate with `make generate` (clang-19, llvm-strip-19); CI checks the
+// committed objects match their sources.
+package support
+
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type sample_record -type task_record -type counter -type record_type -type sample_flags Sonde ebpf/sonde.c -- -I./ebpf

@@ -1,0 +1,157 @@
+package tracer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/sonde-dev/sonde/support"
+)
+
+// RecordType says what a Record holds.
+type RecordType uint32
+
+const (
+	RecordSample = RecordType(support.SondeRecordTypeRECORD_SAMPLE)
+	RecordExec   = RecordType(support.SondeRecordTypeRECORD_EXEC)
+	RecordExit   = RecordType(support.SondeRecordTypeRECORD_EXIT)
+)
+
+// Sample flags, as the eBPF side sets them.
+const (
+	FlagKernelStackErr = uint32(support.SondeSampleFlagsSAMPLE_KERNEL_STACK_ERR)
+	FlagUserStackErr   = uint32(support.SondeSampleFlagsSAMPLE_USER_STACK_ERR)
+	FlagUserTruncated  = uint32(support.SondeSampleFlagsSAMPLE_USER_TRUNCATED)
+	FlagFramePointers  = uint32(support.SondeSampleFlagsSAMPLE_FRAME_POINTERS)
+)
+
+// Record is one decoded ring-buffer record. For RecordExec and RecordExit only
+// PID, Time and Comm are set. Kernel and User alias a buffer that the next
+// ReadInto reuses: copy what must outlive it.
+type Record struct {
+	Type   RecordType
+	PID    uint32
+	TID    uint32
+	CPU    uint32
+	Time   time.Time
+	Comm   string
+	Flags  uint32
+	Kernel []uint64 // kernel PCs, leaf first
+	User   []uint64 // user PCs, leaf first; User[0] is the interrupted PC
+
+	raw   ringbuf.Record
+	stack []uint64
+	comm  [16]byte
+}
+
+// Layout of the C records, checked against the bpf2go types in tests.
+const (
+	offType      = 0
+	offPID       = 4
+	offTID       = 8
+	offCPU       = 12
+	offKtime     = 16
+	offComm      = 24
+	offKernelLen = 40
+	offUserLen   = 42
+	offFlags     = 44
+	offStack     = 48
+
+	taskOffPID   = 4
+	taskOffKtime = 8
+	taskOffComm  = 16
+	taskSize     = 32
+
+	maxFrames = len(support.SondeSampleRecord{}.Stack)
+)
+
+// ErrMalformed is wrapped by decode errors: a record shorter than its header
+// or than the frames it claims.
+var ErrMalformed = errors.New("malformed record")
+
+// ReadInto blocks until a record arrives and decodes it into rec, reusing its
+// buffers. It returns ErrClosed after Close.
+func (t *Tracer) ReadInto(rec *Record) error {
+	if err := t.reader.ReadInto(&rec.raw); err != nil {
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("read ring buffer: %w", err)
+	}
+	return rec.decode(rec.raw.RawSample, t.clock)
+}
+
+func (rec *Record) decode(b []byte, c clock) error {
+	le := binary.LittleEndian
+	if len(b) < 4 {
+		return fmt.Errorf("%w: %d bytes", ErrMalformed, len(b))
+	}
+	rec.Type = RecordType(le.Uint32(b[offType:]))
+	switch rec.Type {
+	case RecordSample:
+		if len(b) < offStack {
+			return fmt.Errorf("%w: sample of %d bytes", ErrMalformed, len(b))
+		}
+		rec.PID = le.Uint32(b[offPID:])
+		rec.TID = le.Uint32(b[offTID:])
+		rec.CPU = le.Uint32(b[offCPU:])
+		rec.Time = c.wall(le.Uint64(b[offKtime:]))
+		rec.setComm(b[offComm : offComm+16])
+		klen := int(le.Uint16(b[offKernelLen:]))
+		ulen := int(le.Uint16(b[offUserLen:]))
+		rec.Flags = le.Uint32(b[offFlags:])
+		if klen+ulen > maxFrames || len(b) < offStack+8*(klen+ulen) {
+			return fmt.Errorf("%w: %d+%d frames in %d bytes", ErrMalformed, klen, ulen, len(b))
+		}
+		if cap(rec.stack) < klen+ulen {
+			rec.stack = make([]uint64, maxFrames)
+		}
+		rec.stack = rec.stack[:klen+ulen]
+		for i := range rec.stack {
+			rec.stack[i] = le.Uint64(b[offStack+8*i:])
+		}
+		rec.Kernel = rec.stack[:klen]
+		rec.User = rec.stack[klen:]
+	case RecordExec, RecordExit:
+		if len(b) < taskSize {
+			return fmt.Errorf("%w: task record of %d bytes", ErrMalformed, len(b))
+		}
+		rec.PID = le.Uint32(b[taskOffPID:])
+		rec.TID, rec.CPU, rec.Flags = 0, 0, 0
+		rec.Time = c.wall(le.Uint64(b[taskOffKtime:]))
+		rec.setComm(b[taskOffComm : taskOffComm+16])
+		rec.Kernel, rec.User = nil, nil
+	default:
+		return fmt.Errorf("%w: unknown type %d", ErrMalformed, rec.Type)
+	}
+	return nil
+}
+
+// setComm keeps the previous string when the name did not change, so a
+// stream of samples from one thread allocates no strings.
+func (rec *Record) setComm(b []byte) {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	if string(b) == rec.Comm {
+		return
+	}
+	rec.Comm = string(b)
+}
+
+// clock converts bpf_ktime_get_ns (CLOCK_MONOTONIC) to wall-clock time.
+type clock struct{ offset int64 }
+
+func newClock() clock {
+	var mono, real unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real)
+	return clock{offset: real.Nano() - mono.Nano()}
+}
+
+func (c clock) wall(ktime uint64) time.Time { return time.Unix(0, int64(ktime)+c.offset) }

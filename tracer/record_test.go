@@ -1,0 +1,169 @@
+package tracer
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"unsafe"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sonde-dev/sonde/support"
+)
+
+// The decoder reads fixed offsets; they must match the C layout, of which the
+// bpf2go types are the generated mirror.
+func TestRecordLayoutMatchesBPF(t *testing.T) {
+	var s support.SondeSampleRecord
+	var task support.SondeTaskRecord
+	got := map[string]uintptr{
+		"sample.pid":        unsafe.Offsetof(s.Pid),
+		"sample.tid":        unsafe.Offsetof(s.Tid),
+		"sample.cpu":        unsafe.Offsetof(s.Cpu),
+		"sample.ktime":      unsafe.Offsetof(s.Ktime),
+		"sample.comm":       unsafe.Offsetof(s.Comm),
+		"sample.kernel_len": unsafe.Offsetof(s.KernelLen),
+		"sample.user_len":   unsafe.Offsetof(s.UserLen),
+		"sample.flags":      unsafe.Offsetof(s.Flags),
+		"sample.stack":      unsafe.Offsetof(s.Stack),
+		"task.pid":          unsafe.Offsetof(task.Pid),
+		"task.ktime":        unsafe.Offsetof(task.Ktime),
+		"task.comm":         unsafe.Offsetof(task.Comm),
+		"task.size":         unsafe.Sizeof(task),
+	}
+	want := map[string]uintptr{
+		"sample.pid": offPID, "sample.tid": offTID, "sample.cpu": offCPU,
+		"sample.ktime": offKtime, "sample.comm": offComm, "sample.kernel_len": offKernelLen,
+		"sample.user_len": offUserLen, "sample.flags": offFlags, "sample.stack": offStack,
+		"task.pid": taskOffPID, "task.ktime": taskOffKtime, "task.comm": taskOffComm, "task.size": taskSize,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("record layout (-decoder +bpf2go):\n%s", diff)
+	}
+}
+
+func encodeSample(pid, tid, cpu uint32, comm string, kernel, user []uint64) []byte {
+	le := binary.LittleEndian
+	b := make([]byte, offStack+8*(len(kernel)+len(user)))
+	le.PutUint32(b[offType:], uint32(RecordSample))
+	le.PutUint32(b[offPID:], pid)
+	le.PutUint32(b[offTID:], tid)
+	le.PutUint32(b[offCPU:], cpu)
+	le.PutUint64(b[offKtime:], 1_000_000_000)
+	copy(b[offComm:offComm+16], comm)
+	le.PutUint16(b[offKernelLen:], uint16(len(kernel)))
+	le.PutUint16(b[offUserLen:], uint16(len(user)))
+	le.PutUint32(b[offFlags:], FlagFramePointers)
+	for i, pc := range append(append([]uint64{}, kernel...), user...) {
+		le.PutUint64(b[offStack+8*i:], pc)
+	}
+	return b
+}
+
+func TestDecodeSample(t *testing.T) {
+	b := encodeSample(42, 43, 1, "worker", []uint64{0xffffffff81000010}, []uint64{0x401000, 0x401100, 0x401200})
+	var rec Record
+	if err := rec.decode(b, clock{offset: 5}); err != nil {
+		t.Fatal(err)
+	}
+	got := struct {
+		Type          RecordType
+		PID, TID, CPU uint32
+		Comm          string
+		Nanos         int64
+		Kernel, User  []uint64
+	}{rec.Type, rec.PID, rec.TID, rec.CPU, rec.Comm, rec.Time.UnixNano(), rec.Kernel, rec.User}
+	want := got
+	want.Type, want.PID, want.TID, want.CPU, want.Comm, want.Nanos = RecordSample, 42, 43, 1, "worker", 1_000_000_005
+	want.Kernel = []uint64{0xffffffff81000010}
+	want.User = []uint64{0x401000, 0x401100, 0x401200}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("decoded sample (-want +got):\n%s", diff)
+	}
+}
+
+func TestDecodeMalformed(t *testing.T) {
+	full := encodeSample(1, 1, 0, "x", []uint64{1, 2}, []uint64{3})
+	lying := append([]byte{}, full...)
+	binary.LittleEndian.PutUint16(lying[offUserLen:], 200) // claims more frames than sent
+	tooMany := encodeSample(1, 1, 0, "x", nil, nil)
+	binary.LittleEndian.PutUint16(tooMany[offKernelLen:], uint16(maxFrames))
+	binary.LittleEndian.PutUint16(tooMany[offUserLen:], 1)
+	unknown := append([]byte{}, full...)
+	binary.LittleEndian.PutUint32(unknown[offType:], 99)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"short header", full[:offStack-1]},
+		{"truncated frames", full[:len(full)-1]},
+		{"frame count beyond record", lying},
+		{"frame count beyond maximum", tooMany},
+		{"unknown type", unknown},
+		{"short task record", full[:taskSize-1]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.b
+			if tc.name == "short task record" {
+				b = append([]byte{}, b...)
+				binary.LittleEndian.PutUint32(b, uint32(RecordExit))
+			}
+			var rec Record
+			if err := rec.decode(b, clock{}); !errors.Is(err, ErrMalformed) {
+				t.Errorf("decode = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(encodeSample(1, 2, 3, "comm", []uint64{1}, []uint64{2, 3}))
+	f.Add([]byte{2, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var rec Record
+		if err := rec.decode(b, clock{}); err != nil {
+			return
+		}
+		if len(rec.Kernel)+len(rec.User) > maxFrames {
+			t.Fatalf("%d frames decoded, more than %d", len(rec.Kernel)+len(rec.User), maxFrames)
+		}
+	})
+}
+
+func TestDecodeSampleAllocatesNothingWhenWarm(t *testing.T) {
+	b := encodeSample(42, 43, 1, "worker", []uint64{1, 2}, []uint64{3, 4, 5})
+	var rec Record
+	if err := rec.decode(b, clock{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = rec.decode(b, clock{}) }); n != 0 {
+		t.Errorf("decode allocates %v times per warm record, want 0", n)
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []int
+		wantErr bool
+	}{
+		{in: "0", want: []int{0}},
+		{in: "0-3", want: []int{0, 1, 2, 3}},
+		{in: "0-1,4,6-7", want: []int{0, 1, 4, 6, 7}},
+		{in: "", wantErr: true},
+		{in: "a-b", wantErr: true},
+		{in: "3-1", wantErr: true},
+		{in: "0-99999999", wantErr: true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseCPUList(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseCPUList(%q) error = %v, wantErr %v", tc.in, err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("parseCPUList(%q) (-want +got):\n%s", tc.in, diff)
+			}
+		})
+	}
+}

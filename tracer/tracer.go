@@ -1,0 +1,231 @@
+// Package tracer owns the kernel side of Sonde: it loads the eBPF objects from
+// package support, attaches the sampler to a perf event on every online CPU and
+// the exec/exit tracepoints, and decodes what arrives on the ring buffer.
+//
+// A Tracer owns every file descriptor it opens (programs, maps, links, perf
+// events, the ring buffer reader) and closes all of them in Close, also on
+// every error path of New. Read must be called from one goroutine at a time;
+// Close and Counters are safe to call concurrently with Read.
+package tracer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/sonde-dev/sonde/internal/caps"
+	"github.com/sonde-dev/sonde/support"
+)
+
+// ErrNotSupported is wrapped by the errors New returns when the kernel lacks a
+// feature Sonde needs; the message says which and how to get it.
+var ErrNotSupported = errors.New("not supported")
+
+// ErrClosed is returned by Read after Close.
+var ErrClosed = os.ErrClosed
+
+// Options configure a Tracer.
+type Options struct {
+	// SamplesPerSecond is the on-CPU sampling frequency per CPU.
+	SamplesPerSecond int
+	// RingBufferBytes is the size of the BPF ring buffer: a power of two and a
+	// multiple of the page size.
+	RingBufferBytes int
+	// IncludeIdle keeps samples of idle CPUs (pid 0).
+	IncludeIdle bool
+}
+
+// Tracer is the loaded and attached set of eBPF programs.
+type Tracer struct {
+	objs   support.SondeObjects
+	links  []link.Link
+	perf   []*perfEvent
+	reader *ringbuf.Reader
+	clock  clock
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New checks the host, loads the eBPF objects and attaches them. On error
+// nothing is left behind.
+func New(opts Options) (_ *Tracer, err error) {
+	if err := CheckHost(); err != nil {
+		return nil, err
+	}
+	if opts.SamplesPerSecond <= 0 {
+		return nil, fmt.Errorf("samples per second must be positive, got %d", opts.SamplesPerSecond)
+	}
+
+	spec, err := support.LoadSonde()
+	if err != nil {
+		return nil, err
+	}
+	if opts.RingBufferBytes > 0 {
+		spec.Maps[support.SondeMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
+	}
+	var vars support.SondeVariableSpecs
+	if err := spec.Assign(&vars); err != nil {
+		return nil, fmt.Errorf("assign variables: %w", err)
+	}
+	if err := vars.IncludeIdle.Set(opts.IncludeIdle); err != nil {
+		return nil, fmt.Errorf("set include_idle: %w", err)
+	}
+
+	t := &Tracer{clock: newClock()}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+
+	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load eBPF objects: verifier rejected a program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load eBPF objects: %w", err)
+	}
+
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{
+		{"sched_process_exec", t.objs.OnExec},
+		{"sched_process_exit", t.objs.OnExit},
+	} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog})
+		if err != nil {
+			return nil, fmt.Errorf("attach BTF tracepoint %s: %w", tp.name, err)
+		}
+		t.links = append(t.links, l)
+	}
+
+	// The reader exists before sampling starts so no record waits unread.
+	t.reader, err = ringbuf.NewReader(t.objs.Events)
+	if err != nil {
+		return nil, fmt.Errorf("ring buffer reader: %w", err)
+	}
+
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+	for _, cpu := range cpus {
+		pe, err := openCPUClock(cpu, opts.SamplesPerSecond)
+		if err != nil {
+			return nil, err
+		}
+		t.perf = append(t.perf, pe)
+		if err := pe.attach(t.objs.SampleCpu); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// CheckHost reports, in one error, what this host lacks to run Sonde:
+// capabilities, kernel BTF, BPF ring buffers, BTF tracepoints, and locked
+// memory on kernels that still account BPF memory to RLIMIT_MEMLOCK.
+func CheckHost() error {
+	var problems []string
+	missing, err := caps.Missing(caps.Profiler()...)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("missing capabilities %s: run as root or grant them (for example `setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep otelcol-profiling`, or securityContext.capabilities.add in Kubernetes)",
+			strings.Join(missing, ", ")))
+		// Without CAP_BPF the feature probes below fail with EPERM, which
+		// would only repeat this message less clearly.
+		return fmt.Errorf("sonde cannot start: %s", strings.Join(problems, "; "))
+	}
+	if _, err := btf.LoadKernelSpec(); err != nil {
+		problems = append(problems, fmt.Sprintf("kernel BTF is not available (%v): Sonde needs Linux >= 5.10 built with CONFIG_DEBUG_INFO_BTF=y (/sys/kernel/btf/vmlinux)", err))
+	}
+	if err := features.HaveMapType(ebpf.RingBuf); err != nil {
+		problems = append(problems, fmt.Sprintf("BPF ring buffers are not supported (%v): Sonde needs Linux >= 5.8", err))
+	}
+	if err := features.HaveProgramType(ebpf.PerfEvent); err != nil {
+		problems = append(problems, fmt.Sprintf("perf-event BPF programs are not supported (%v)", err))
+	}
+	// Kernels >= 5.11 charge BPF memory to the cgroup and need no
+	// RLIMIT_MEMLOCK raise; older ones need CAP_SYS_RESOURCE for it.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		problems = append(problems, fmt.Sprintf("this kernel accounts BPF memory to RLIMIT_MEMLOCK and raising it failed (%v): grant CAP_SYS_RESOURCE or raise the memlock limit (ulimit -l unlimited)", err))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("sonde cannot start: %s: %w", strings.Join(problems, "; "), ErrNotSupported)
+	}
+	return nil
+}
+
+// Close detaches and unloads everything. It is idempotent and safe to call
+// while another goroutine is blocked in Read, which then returns ErrClosed.
+func (t *Tracer) Close() error {
+	t.closeOnce.Do(func() {
+		var errs []error
+		// Stop the producers first, then the reader, then the objects.
+		for _, pe := range t.perf {
+			errs = append(errs, pe.close())
+		}
+		for _, l := range t.links {
+			errs = append(errs, l.Close())
+		}
+		if t.reader != nil {
+			errs = append(errs, t.reader.Close())
+		}
+		errs = append(errs, t.objs.Close())
+		t.closeErr = errors.Join(errs...)
+	})
+	return t.closeErr
+}
+
+// CPUs returns how many CPUs are sampled.
+func (t *Tracer) CPUs() int { return len(t.perf) }
+
+// Counters are the eBPF side's counters summed over all CPUs.
+type Counters struct {
+	Samples         uint64 // perf events that fired
+	SamplesSent     uint64 // samples written to the ring buffer
+	SamplesLost     uint64 // samples dropped: ring buffer full
+	IdleSkipped     uint64 // samples of an idle CPU, not sent
+	KernelStackErrs uint64
+	UserStackErrs   uint64
+	TaskEventsSent  uint64
+	TaskEventsLost  uint64 // exec/exit records dropped: ring buffer full
+}
+
+// Counters reads the eBPF side's counters.
+func (t *Tracer) Counters() (Counters, error) {
+	var c Counters
+	fields := map[support.SondeCounter]*uint64{
+		support.SondeCounterCOUNTER_SAMPLES:          &c.Samples,
+		support.SondeCounterCOUNTER_SAMPLES_SENT:     &c.SamplesSent,
+		support.SondeCounterCOUNTER_SAMPLES_LOST:     &c.SamplesLost,
+		support.SondeCounterCOUNTER_IDLE_SKIPPED:     &c.IdleSkipped,
+		support.SondeCounterCOUNTER_KERNEL_STACK_ERR: &c.KernelStackErrs,
+		support.SondeCounterCOUNTER_USER_STACK_ERR:   &c.UserStackErrs,
+		support.SondeCounterCOUNTER_TASK_EVENTS_SENT: &c.TaskEventsSent,
+		support.SondeCounterCOUNTER_TASK_EVENTS_LOST: &c.TaskEventsLost,
+	}
+	var perCPU []uint64
+	for idx, dst := range fields {
+		if err := t.objs.Counters.Lookup(uint32(idx), &perCPU); err != nil {
+			return Counters{}, fmt.Errorf("read counter %d: %w", idx, err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return c, nil
+}
