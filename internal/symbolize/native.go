@@ -1,0 +1,256 @@
+package symbolize
+
+import (
+	"cmp"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ianlancetaylor/demangle"
+)
+
+const (
+	// maxSymtabBytes and maxStrtabBytes bound the sections read for one
+	// symbol table (a 1M-symbol binary has a 24 MiB .symtab).
+	maxSymtabBytes = 256 << 20
+	maxStrtabBytes = 256 << 20
+	// maxSymbolName bounds a kept symbol name; longer names are cut.
+	maxSymbolName = 4096
+	// demangleMaxLength bounds a demangled name (2^16 bytes) against names
+	// crafted to expand exponentially; past it the raw name is shown.
+	demangleMaxLength = 16
+	// nativeBackScan is how many lower symbols Lookup inspects when the
+	// nearest one does not contain the address (nested symbols).
+	nativeBackScan = 8
+
+	nativeSymSize = 24
+)
+
+// nativeTable holds the function symbols of one ELF file, sorted by address
+// with one entry per address. It is immutable once built.
+type nativeTable struct {
+	syms   []nativeSym
+	names  string // every kept name, back to back
+	source string // ".symtab" or ".dynsym"
+}
+
+// nativeSym is one function: [addr, end) named names[name : name+nameLen].
+// It takes nativeSymSize bytes.
+type nativeSym struct {
+	addr, end uint64
+	name      uint32
+	nameLen   uint32
+}
+
+// loadNative reads the function symbols of f from .symtab, or from .dynsym
+// when .symtab is absent or holds no functions (stripped binaries). It
+// returns nil without error when the file has neither.
+func loadNative(f *elf.File) (*nativeTable, error) {
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		for _, s := range f.Sections {
+			if s.Type != typ {
+				continue
+			}
+			t, err := readSymbols(f, s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.Name, err)
+			}
+			if len(t.syms) > 0 {
+				return t, nil
+			}
+			break
+		}
+	}
+	return nil, nil
+}
+
+// symCandidate is a function symbol before aliases are merged.
+type symCandidate struct {
+	addr, size, sectEnd uint64
+	name, nameLen       uint32
+	rank                int // lower wins among aliases
+}
+
+// readSymbols parses a SHT_SYMTAB or SHT_DYNSYM section of f.
+func readSymbols(f *elf.File, s *elf.Section) (*nativeTable, error) {
+	entSize := uint64(24)
+	if f.Class == elf.ELFCLASS32 {
+		entSize = 16
+	}
+	if s.Size > maxSymtabBytes {
+		return nil, fmt.Errorf("%d bytes of symbols exceed the %d limit", s.Size, maxSymtabBytes)
+	}
+	if int(s.Link) <= 0 || int(s.Link) >= len(f.Sections) {
+		return nil, fmt.Errorf("string table index %d out of range", s.Link)
+	}
+	strSect := f.Sections[s.Link]
+	if strSect.Size > maxStrtabBytes {
+		return nil, fmt.Errorf("%d bytes of symbol names exceed the %d limit", strSect.Size, maxStrtabBytes)
+	}
+	symData, err := s.Data()
+	if err != nil {
+		return nil, fmt.Errorf("read symbols: %w", err)
+	}
+	strData, err := strSect.Data()
+	if err != nil {
+		return nil, fmt.Errorf("read symbol names: %w", err)
+	}
+
+	var names strings.Builder
+	var cands []symCandidate
+	bo := f.ByteOrder
+	// Entry 0 is the reserved null symbol.
+	for off := entSize; off+entSize <= uint64(len(symData)); off += entSize {
+		e := symData[off : off+entSize]
+		var nameOff uint32
+		var value, size uint64
+		var info byte
+		var shndx uint16
+		if entSize == 24 {
+			nameOff, info, shndx = bo.Uint32(e[0:4]), e[4], bo.Uint16(e[6:8])
+			value, size = bo.Uint64(e[8:16]), bo.Uint64(e[16:24])
+		} else {
+			nameOff, value, size = bo.Uint32(e[0:4]), uint64(bo.Uint32(e[4:8])), uint64(bo.Uint32(e[8:12]))
+			info, shndx = e[12], bo.Uint16(e[14:16])
+		}
+		typ := elf.ST_TYPE(info)
+		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
+			continue
+		}
+		if shndx == uint16(elf.SHN_UNDEF) || shndx >= uint16(elf.SHN_LORESERVE) || value == 0 {
+			continue
+		}
+		name := cString(strData, nameOff)
+		if len(name) == 0 {
+			continue
+		}
+		var sectEnd uint64
+		if int(shndx) < len(f.Sections) {
+			sec := f.Sections[shndx]
+			sectEnd = sec.Addr + sec.Size
+		}
+		if uint64(names.Len())+uint64(len(name)) > 1<<32-1 {
+			return nil, errors.New("symbol names exceed 4 GiB")
+		}
+		cands = append(cands, symCandidate{
+			addr: value, size: size, sectEnd: sectEnd,
+			name: uint32(names.Len()), nameLen: uint32(len(name)),
+			rank: aliasRank(elf.ST_BIND(info), size, name),
+		})
+		names.Write(name)
+	}
+	t := &nativeTable{names: names.String(), source: s.Name}
+	t.syms = mergeAliases(cands)
+	return t, nil
+}
+
+// cString returns the NUL-terminated string at off in tab, cut to
+// maxSymbolName bytes; nil when off is outside tab.
+func cString(tab []byte, off uint32) []byte {
+	if uint64(off) >= uint64(len(tab)) {
+		return nil
+	}
+	b := tab[off:]
+	n := 0
+	for n < len(b) && n < maxSymbolName && b[n] != 0 {
+		n++
+	}
+	return b[:n]
+}
+
+// aliasRank orders symbols sharing an address, best first: global before
+// weak before local, sized before unsized, fewer leading underscores (so
+// "qsort" beats "__qsort").
+func aliasRank(bind elf.SymBind, size uint64, name []byte) int {
+	r := 0
+	switch bind {
+	case elf.STB_GLOBAL:
+	case elf.STB_WEAK:
+		r += 1 << 20
+	default:
+		r += 2 << 20
+	}
+	if size == 0 {
+		r += 1 << 16
+	}
+	u := 0
+	for u < len(name) && name[u] == '_' {
+		u++
+	}
+	return r + min(u, 255)<<8
+}
+
+// mergeAliases sorts candidates and keeps one per address; an unsized
+// symbol ends at the next symbol or at the end of its section.
+func mergeAliases(cands []symCandidate) []nativeSym {
+	slices.SortFunc(cands, func(a, b symCandidate) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.rank, b.rank); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name) // first in the table wins
+	})
+	out := make([]nativeSym, 0, len(cands))
+	for i := 0; i < len(cands); {
+		best := cands[i]
+		var end uint64 // the largest sized end among the aliases
+		sectEnd := best.sectEnd
+		j := i
+		for ; j < len(cands) && cands[j].addr == best.addr; j++ {
+			if sz := cands[j].size; sz > 0 {
+				end = max(end, satAdd(best.addr, sz))
+			}
+		}
+		if end == 0 {
+			end = best.addr // not yet known: set below
+			if j < len(cands) {
+				end = cands[j].addr
+			}
+			if sectEnd > best.addr && (j == len(cands) || sectEnd < end) {
+				end = sectEnd
+			}
+		}
+		out = append(out, nativeSym{addr: best.addr, end: end, name: best.name, nameLen: best.nameLen})
+		i = j
+	}
+	return slices.Clip(out)
+}
+
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint64(0)
+}
+
+// lookup returns the raw name of the function containing addr.
+func (t *nativeTable) lookup(addr uint64) (string, bool) {
+	i, found := slices.BinarySearchFunc(t.syms, addr, func(s nativeSym, a uint64) int { return cmp.Compare(s.addr, a) })
+	if !found {
+		i--
+	}
+	for k := i; k >= 0 && k > i-nativeBackScan; k-- {
+		if s := t.syms[k]; addr < s.end {
+			return t.names[s.name : s.name+s.nameLen], true
+		}
+	}
+	return "", false
+}
+
+// memSize estimates the table's heap footprint in bytes.
+func (t *nativeTable) memSize() int64 {
+	return int64(len(t.syms))*nativeSymSize + int64(len(t.names))
+}
+
+// demangled returns the display name of a raw symbol name: C++ (Itanium) and
+// Rust (legacy and v0) names are demangled, anything else is returned as is.
+func demangled(raw string) string {
+	if !strings.HasPrefix(raw, "_Z") && !strings.HasPrefix(raw, "_R") {
+		return raw
+	}
+	return demangle.Filter(raw, demangle.MaxLength(demangleMaxLength))
+}

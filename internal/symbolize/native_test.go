@@ -1,0 +1,108 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// candidate describes one symbol for buildTable.
+type candidate struct {
+	name            string
+	addr, size, end uint64 // end: the end of the symbol's section
+	bind            elf.SymBind
+}
+
+func buildTable(cands []candidate) *nativeTable {
+	var names strings.Builder
+	var cs []symCandidate
+	for _, c := range cands {
+		cs = append(cs, symCandidate{
+			addr: c.addr, size: c.size, sectEnd: c.end,
+			name: uint32(names.Len()), nameLen: uint32(len(c.name)),
+			rank: aliasRank(c.bind, c.size, []byte(c.name)),
+		})
+		names.WriteString(c.name)
+	}
+	return &nativeTable{syms: mergeAliases(cs), names: names.String()}
+}
+
+func TestNativeLookup(t *testing.T) {
+	table := buildTable([]candidate{
+		{name: "sized", addr: 0x1000, size: 0x10, bind: elf.STB_GLOBAL},
+		{name: "unsized", addr: 0x1100, bind: elf.STB_GLOBAL},
+		{name: "next", addr: 0x1180, size: 0x20, bind: elf.STB_GLOBAL},
+		{name: "__alias_local", addr: 0x1200, size: 0x40, bind: elf.STB_LOCAL},
+		{name: "alias_weak", addr: 0x1200, size: 0x40, bind: elf.STB_WEAK},
+		{name: "__alias_global", addr: 0x1200, size: 0x40, bind: elf.STB_GLOBAL},
+		{name: "alias_global", addr: 0x1200, size: 0x40, bind: elf.STB_GLOBAL},
+		{name: "outer", addr: 0x1300, size: 0x100, bind: elf.STB_GLOBAL},
+		{name: "inner", addr: 0x1340, size: 0x10, bind: elf.STB_LOCAL},
+		{name: "last_unsized", addr: 0x2000, end: 0x2100, bind: elf.STB_GLOBAL},
+	})
+	tests := []struct {
+		addr uint64
+		want string // "" for not found
+	}{
+		{0xfff, ""},
+		{0x1000, "sized"},
+		{0x100f, "sized"},
+		{0x1010, ""}, // past the sized end, before the next symbol
+		{0x1100, "unsized"},
+		{0x117f, "unsized"}, // unsized: up to the next symbol
+		{0x1180, "next"},
+		{0x11a0, ""},
+		{0x1200, "alias_global"}, // global, then fewest leading underscores
+		{0x123f, "alias_global"},
+		{0x1345, "inner"},
+		{0x1350, "outer"}, // past the nested symbol, still in the outer one
+		{0x13ff, "outer"},
+		{0x1400, ""},
+		{0x20ff, "last_unsized"}, // the last unsized symbol ends with its section
+		{0x2100, ""},
+	}
+	for _, tt := range tests {
+		got, ok := table.lookup(tt.addr)
+		if ok != (tt.want != "") || got != tt.want {
+			t.Errorf("lookup(%#x) = %q, %v; want %q", tt.addr, got, ok, tt.want)
+		}
+	}
+}
+
+func TestDemangled(t *testing.T) {
+	// Mangled inputs are checked against addr2line in TestSymbolizeCxx and
+	// TestSymbolizeRust; here only what must pass through untouched.
+	for _, name := range []string{"main", "qsort", "_start", "__libc_start_main", "_Zfoo", "_R", "_ZN"} {
+		if got := demangled(name); got != name {
+			t.Errorf("demangled(%q) = %q, want it unchanged", name, got)
+		}
+	}
+	// A name that expands past the length bound stays raw instead of
+	// growing without limit: each S_ back-reference doubles the output.
+	bomb := "_Z1fI" + strings.Repeat("S_", 64) + "E" + "vv"
+	if got := demangled(bomb); len(got) > 1<<demangleMaxLength {
+		t.Errorf("demangled bomb is %d bytes", len(got))
+	}
+}
+
+func TestCString(t *testing.T) {
+	tab := []byte("\x00main\x00" + strings.Repeat("x", maxSymbolName+10))
+	tests := []struct {
+		off  uint32
+		want string
+	}{
+		{0, ""},
+		{1, "main"},
+		{3, "in"},
+		{6, strings.Repeat("x", maxSymbolName)},
+		{uint32(len(tab)), ""},
+		{^uint32(0), ""},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, string(cString(tab, tt.off))); diff != "" {
+			t.Errorf("cString(%d) (-want +got):\n%s", tt.off, diff)
+		}
+	}
+}
