@@ -1,0 +1,122 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// Defaults. Keys shared with the OpenTelemetry eBPF profiler's profiling
+// receiver (samples_per_second, reporter_interval) keep its defaults so
+// configurations carry over.
+const (
+	defaultSamplesPerSecond = 19
+	defaultReporterInterval = 5 * time.Second
+	defaultProcFS           = "/proc"
+	defaultRingBufferBytes  = 4 << 20 // 4 MiB: about 20k samples of deep stacks in flight
+	defaultMaxProcesses     = 65536
+)
+
+// Bounds checked by Validate.
+const (
+	minSamplesPerSecond = 1
+	maxSamplesPerSecond = 1000
+	minReporterInterval = 100 * time.Millisecond
+	maxReporterInterval = 10 * time.Minute
+	ringBufferPageSize  = 4096
+	minRingBufferBytes  = 64 << 10  // 64 KiB
+	maxRingBufferBytes  = 256 << 20 // 256 MiB
+	minMaxProcesses     = 1
+	maxMaxProcesses     = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
+)
+
+// Config is the configuration of the sonde receiver.
+//
+// A Config is a plain value: the Collector unmarshals it once, validates it
+// with Validate, and hands the receiver a pointer it must treat as read-only.
+type Config struct {
+	// SamplesPerSecond is the on-CPU sampling frequency per CPU, in Hz.
+	SamplesPerSecond int `mapstructure:"samples_per_second"`
+
+	// ReporterInterval is how often the samples of the interval are emitted
+	// as one pprofile.Profiles.
+	ReporterInterval time.Duration `mapstructure:"reporter_interval"`
+
+	// ProcFS is where the host's procfs is mounted. A node agent that mounts
+	// the host's /proc elsewhere (for example /host/proc) sets it here.
+	ProcFS string `mapstructure:"procfs"`
+
+	// Limits bound the kernel and user-space resources the receiver uses.
+	Limits LimitsConfig `mapstructure:"limits"`
+
+	// Prevent unkeyed literals, so fields can be added later.
+	_ struct{}
+}
+
+// LimitsConfig bounds the resources the receiver allocates.
+type LimitsConfig struct {
+	// RingBufferBytes is the size of the eBPF ring buffer that carries
+	// samples to user space. The kernel requires a power of two that is a
+	// multiple of the page size.
+	RingBufferBytes int `mapstructure:"ring_buffer_bytes"`
+
+	// MaxProcesses is how many processes the receiver tracks at once; it
+	// sizes the per-process BPF maps and the process table.
+	MaxProcesses int `mapstructure:"max_processes"`
+
+	_ struct{}
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		SamplesPerSecond: defaultSamplesPerSecond,
+		ReporterInterval: defaultReporterInterval,
+		ProcFS:           defaultProcFS,
+		Limits: LimitsConfig{
+			RingBufferBytes: defaultRingBufferBytes,
+			MaxProcesses:    defaultMaxProcesses,
+		},
+	}
+}
+
+// Validate checks every field and returns all problems joined with
+// errors.Join, each naming the YAML key, the bound and the value found.
+// It has no side effects: it reads no files and probes no kernel features,
+// which Start does.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.SamplesPerSecond < minSamplesPerSecond || c.SamplesPerSecond > maxSamplesPerSecond {
+		errs = append(errs, fmt.Errorf("samples_per_second: must be between %d and %d, got %d",
+			minSamplesPerSecond, maxSamplesPerSecond, c.SamplesPerSecond))
+	}
+	if c.ReporterInterval < minReporterInterval || c.ReporterInterval > maxReporterInterval {
+		errs = append(errs, fmt.Errorf("reporter_interval: must be between %v and %v, got %v",
+			minReporterInterval, maxReporterInterval, c.ReporterInterval))
+	}
+	if !filepath.IsAbs(c.ProcFS) {
+		errs = append(errs, fmt.Errorf("procfs: must be an absolute path, got %q", c.ProcFS))
+	}
+	errs = append(errs, c.Limits.validate()...)
+	return errors.Join(errs...)
+}
+
+// validate is not named Validate on purpose: Config.Validate covers the
+// limits, and the Collector would otherwise report each problem twice.
+func (l *LimitsConfig) validate() []error {
+	var errs []error
+	rb := l.RingBufferBytes
+	if rb < minRingBufferBytes || rb > maxRingBufferBytes {
+		errs = append(errs, fmt.Errorf("limits::ring_buffer_bytes: must be between %d (64 KiB) and %d (256 MiB), got %d",
+			minRingBufferBytes, maxRingBufferBytes, rb))
+	}
+	if rb <= 0 || rb&(rb-1) != 0 || rb%ringBufferPageSize != 0 {
+		errs = append(errs, fmt.Errorf("limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (%d), got %d",
+			ringBufferPageSize, rb))
+	}
+	if l.MaxProcesses < minMaxProcesses || l.MaxProcesses > maxMaxProcesses {
+		errs = append(errs, fmt.Errorf("limits::max_processes: must be between %d and %d, got %d",
+			minMaxProcesses, maxMaxProcesses, l.MaxProcesses))
+	}
+	return errs
+}

@@ -1,0 +1,273 @@
+package collector
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/sonde-dev/sonde/collector/internal/metadata"
+)
+
+// ignoreBlank skips the blank `_ struct{}` fields that forbid unkeyed literals.
+var ignoreBlank = cmpopts.IgnoreUnexported(Config{}, LimitsConfig{})
+
+// withDefaults returns the default config changed by edit.
+func withDefaults(edit func(*Config)) *Config {
+	c := createDefaultConfig()
+	edit(c)
+	return c
+}
+
+// validationMessages returns the messages of a validation error, one per
+// problem. errors.Join separates messages with newlines, also when the
+// Collector's confmap.Validate nests the joined error, and no message of
+// Validate contains a newline.
+func validationMessages(err error) []string {
+	if err == nil {
+		return nil
+	}
+	return strings.Split(err.Error(), "\n")
+}
+
+func TestLoadConfig(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatalf("load testdata: %v", err)
+	}
+
+	tests := []struct {
+		id component.ID
+		// want is the config after unmarshalling; nil when unmarshalling fails.
+		want *Config
+		// wantUnmarshalErr is a substring of the unmarshal error.
+		wantUnmarshalErr string
+		// wantInvalid lists the messages Validate must return, in order.
+		wantInvalid []string
+	}{
+		{
+			id:   component.NewID(metadata.Type),
+			want: createDefaultConfig(),
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "custom"),
+			want: &Config{
+				SamplesPerSecond: 99,
+				ReporterInterval: time.Second,
+				ProcFS:           "/host/proc",
+				Limits:           LimitsConfig{RingBufferBytes: 16 << 20, MaxProcesses: 1024},
+			},
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "partial"),
+			want: withDefaults(func(c *Config) {
+				c.SamplesPerSecond = 499
+				c.Limits.MaxProcesses = 4096
+			}),
+		},
+		{
+			id:          component.NewIDWithName(metadata.Type, "invalid_samples_per_second"),
+			want:        withDefaults(func(c *Config) { c.SamplesPerSecond = 0 }),
+			wantInvalid: []string{"samples_per_second: must be between 1 and 1000, got 0"},
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "invalid_all"),
+			want: &Config{
+				SamplesPerSecond: 5000,
+				ReporterInterval: 10 * time.Millisecond,
+				ProcFS:           "proc",
+				Limits:           LimitsConfig{RingBufferBytes: 100000, MaxProcesses: 0},
+			},
+			wantInvalid: []string{
+				"samples_per_second: must be between 1 and 1000, got 5000",
+				"reporter_interval: must be between 100ms and 10m0s, got 10ms",
+				`procfs: must be an absolute path, got "proc"`,
+				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 100000",
+				"limits::max_processes: must be between 1 and 4194304, got 0",
+			},
+		},
+		{
+			id:               component.NewIDWithName(metadata.Type, "unknown_key"),
+			wantUnmarshalErr: "sample_rate",
+		},
+		{
+			id:               component.NewIDWithName(metadata.Type, "bad_duration"),
+			wantUnmarshalErr: "reporter_interval",
+		},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.id.String(), func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			sub, err := cm.Sub(tt.id.String())
+			if err != nil {
+				t.Fatalf("sub %s: %v", tt.id, err)
+			}
+			err = sub.Unmarshal(cfg)
+			if tt.wantUnmarshalErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantUnmarshalErr) {
+					t.Fatalf("Unmarshal error = %v, want one mentioning %q", err, tt.wantUnmarshalErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Unmarshal: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, cfg, ignoreBlank); diff != "" {
+				t.Errorf("config mismatch (-want +got):\n%s", diff)
+			}
+			// The Collector validates through confmap.Validate; go the same way.
+			gotInvalid := validationMessages(confmap.Validate(cfg))
+			if diff := cmp.Diff(tt.wantInvalid, gotInvalid); diff != "" {
+				t.Errorf("validation messages mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want []string // nil: valid
+	}{
+		{name: "defaults", edit: func(*Config) {}},
+
+		{name: "samples_per_second min", edit: func(c *Config) { c.SamplesPerSecond = 1 }},
+		{name: "samples_per_second max", edit: func(c *Config) { c.SamplesPerSecond = 1000 }},
+		{
+			name: "samples_per_second zero",
+			edit: func(c *Config) { c.SamplesPerSecond = 0 },
+			want: []string{"samples_per_second: must be between 1 and 1000, got 0"},
+		},
+		{
+			name: "samples_per_second negative",
+			edit: func(c *Config) { c.SamplesPerSecond = -19 },
+			want: []string{"samples_per_second: must be between 1 and 1000, got -19"},
+		},
+		{
+			name: "samples_per_second above max",
+			edit: func(c *Config) { c.SamplesPerSecond = 1001 },
+			want: []string{"samples_per_second: must be between 1 and 1000, got 1001"},
+		},
+
+		{name: "reporter_interval min", edit: func(c *Config) { c.ReporterInterval = 100 * time.Millisecond }},
+		{name: "reporter_interval max", edit: func(c *Config) { c.ReporterInterval = 10 * time.Minute }},
+		{
+			name: "reporter_interval zero",
+			edit: func(c *Config) { c.ReporterInterval = 0 },
+			want: []string{"reporter_interval: must be between 100ms and 10m0s, got 0s"},
+		},
+		{
+			name: "reporter_interval below min",
+			edit: func(c *Config) { c.ReporterInterval = 99 * time.Millisecond },
+			want: []string{"reporter_interval: must be between 100ms and 10m0s, got 99ms"},
+		},
+		{
+			name: "reporter_interval above max",
+			edit: func(c *Config) { c.ReporterInterval = 10*time.Minute + time.Second },
+			want: []string{"reporter_interval: must be between 100ms and 10m0s, got 10m1s"},
+		},
+
+		{name: "procfs host mount", edit: func(c *Config) { c.ProcFS = "/host/proc" }},
+		{
+			name: "procfs empty",
+			edit: func(c *Config) { c.ProcFS = "" },
+			want: []string{`procfs: must be an absolute path, got ""`},
+		},
+		{
+			name: "procfs relative",
+			edit: func(c *Config) { c.ProcFS = "host/proc" },
+			want: []string{`procfs: must be an absolute path, got "host/proc"`},
+		},
+
+		{name: "ring_buffer_bytes min", edit: func(c *Config) { c.Limits.RingBufferBytes = 64 << 10 }},
+		{name: "ring_buffer_bytes max", edit: func(c *Config) { c.Limits.RingBufferBytes = 256 << 20 }},
+		{
+			name: "ring_buffer_bytes power of two below min",
+			edit: func(c *Config) { c.Limits.RingBufferBytes = 32 << 10 },
+			want: []string{"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 32768"},
+		},
+		{
+			name: "ring_buffer_bytes power of two above max",
+			edit: func(c *Config) { c.Limits.RingBufferBytes = 512 << 20 },
+			want: []string{"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 536870912"},
+		},
+		{
+			name: "ring_buffer_bytes page multiple but not power of two",
+			edit: func(c *Config) { c.Limits.RingBufferBytes = 24 * 4096 },
+			want: []string{"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 98304"},
+		},
+		{
+			name: "ring_buffer_bytes small and not a page multiple",
+			edit: func(c *Config) { c.Limits.RingBufferBytes = 1000 },
+			want: []string{
+				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 1000",
+				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 1000",
+			},
+		},
+		{
+			name: "ring_buffer_bytes zero",
+			edit: func(c *Config) { c.Limits.RingBufferBytes = 0 },
+			want: []string{
+				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 0",
+				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 0",
+			},
+		},
+		{
+			name: "ring_buffer_bytes negative",
+			edit: func(c *Config) { c.Limits.RingBufferBytes = -4096 },
+			want: []string{
+				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got -4096",
+				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got -4096",
+			},
+		},
+
+		{name: "max_processes min", edit: func(c *Config) { c.Limits.MaxProcesses = 1 }},
+		{name: "max_processes max", edit: func(c *Config) { c.Limits.MaxProcesses = 4 << 20 }},
+		{
+			name: "max_processes zero",
+			edit: func(c *Config) { c.Limits.MaxProcesses = 0 },
+			want: []string{"limits::max_processes: must be between 1 and 4194304, got 0"},
+		},
+		{
+			name: "max_processes above max",
+			edit: func(c *Config) { c.Limits.MaxProcesses = 4<<20 + 1 },
+			want: []string{"limits::max_processes: must be between 1 and 4194304, got 4194305"},
+		},
+
+		{
+			name: "zero config reports every field",
+			edit: func(c *Config) { *c = Config{} },
+			want: []string{
+				"samples_per_second: must be between 1 and 1000, got 0",
+				"reporter_interval: must be between 100ms and 10m0s, got 0s",
+				`procfs: must be an absolute path, got ""`,
+				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 0",
+				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 0",
+				"limits::max_processes: must be between 1 and 4194304, got 0",
+			},
+		},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := withDefaults(tt.edit)
+			before := *cfg
+			got := validationMessages(cfg.Validate())
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Validate() messages mismatch (-want +got):\n%s", diff)
+			}
+			// Validate is pure: it must leave the config as it found it.
+			if diff := cmp.Diff(&before, cfg, ignoreBlank); diff != "" {
+				t.Errorf("Validate() changed the config (-before +after):\n%s", diff)
+			}
+		})
+	}
+}

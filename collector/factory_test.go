@@ -1,0 +1,81 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pipeline"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+
+	"github.com/sonde-dev/sonde/collector/internal/metadata"
+)
+
+func TestFactory(t *testing.T) {
+	f, ok := NewFactory().(xreceiver.Factory)
+	if !ok {
+		t.Fatalf("NewFactory() is %T, want an xreceiver.Factory", NewFactory())
+	}
+	if got, want := f.Type(), component.MustNewType("sonde"); got != want {
+		t.Errorf("Type() = %v, want %v", got, want)
+	}
+	if got, want := f.ProfilesStability(), component.StabilityLevelDevelopment; got != want {
+		t.Errorf("ProfilesStability() = %v, want %v", got, want)
+	}
+	// Profiles only: the other signals must be refused.
+	set := receivertest.NewNopSettings(metadata.Type)
+	cfg := f.CreateDefaultConfig()
+	if _, err := f.CreateTraces(context.Background(), set, cfg, consumertest.NewNop()); !errors.Is(err, pipeline.ErrSignalNotSupported) {
+		t.Errorf("CreateTraces error = %v, want %v", err, pipeline.ErrSignalNotSupported)
+	}
+	if _, err := f.CreateMetrics(context.Background(), set, cfg, consumertest.NewNop()); !errors.Is(err, pipeline.ErrSignalNotSupported) {
+		t.Errorf("CreateMetrics error = %v, want %v", err, pipeline.ErrSignalNotSupported)
+	}
+	if _, err := f.CreateLogs(context.Background(), set, cfg, consumertest.NewNop()); !errors.Is(err, pipeline.ErrSignalNotSupported) {
+		t.Errorf("CreateLogs error = %v, want %v", err, pipeline.ErrSignalNotSupported)
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	cfg, ok := NewFactory().CreateDefaultConfig().(*Config)
+	if !ok {
+		t.Fatalf("CreateDefaultConfig() is %T, want *Config", NewFactory().CreateDefaultConfig())
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("default config does not validate: %v", err)
+	}
+	// Each call builds a fresh value: no default is shared through package
+	// state, so one receiver's config cannot leak into another's.
+	cfg.SamplesPerSecond = 997
+	cfg.Limits.MaxProcesses = 3
+	if diff := cmp.Diff(createDefaultConfig(), NewFactory().CreateDefaultConfig(), ignoreBlank); diff != "" {
+		t.Errorf("defaults changed after editing an earlier default config (-want +got):\n%s", diff)
+	}
+}
+
+func TestCreateProfiles(t *testing.T) {
+	f := NewFactory().(xreceiver.Factory)
+	set := receivertest.NewNopSettings(metadata.Type)
+
+	// Not started: Start loads eBPF and belongs to the privileged tests.
+	r, err := f.CreateProfiles(context.Background(), set, f.CreateDefaultConfig(), consumertest.NewNop())
+	if err != nil {
+		t.Fatalf("CreateProfiles: %v", err)
+	}
+	if r == nil {
+		t.Fatal("CreateProfiles returned a nil receiver and no error")
+	}
+
+	type otherConfig struct{}
+	r, err = f.CreateProfiles(context.Background(), set, &otherConfig{}, consumertest.NewNop())
+	if err == nil {
+		t.Fatal("CreateProfiles with a foreign config type succeeded, want an error")
+	}
+	if r != nil {
+		t.Errorf("CreateProfiles with a foreign config type returned receiver %T, want nil", r)
+	}
+}

@@ -1,0 +1,251 @@
+package collector_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+
+	"github.com/sonde-dev/sonde/collector"
+	"github.com/sonde-dev/sonde/collector/internal/metadata"
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// frame is one resolved frame: the innermost function name and the frame type.
+type frame struct {
+	Function string
+	Type     string
+}
+
+// flatSample is one sample read back through the dictionary, as a consumer
+// of the OTLP output sees it.
+type flatSample struct {
+	PID        int64
+	ExeName    string
+	ExePath    string
+	TID        int64
+	ThreadName string
+	CPU        int64
+	Frames     []frame // leaf first
+	Count      int
+}
+
+func flatten(pd pprofile.Profiles) []flatSample {
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	attr := func(indices []int32, key string) (any, bool) {
+		for _, i := range indices {
+			kv := dict.AttributeTable().At(int(i))
+			if strs.At(int(kv.KeyStrindex())) == key {
+				return kv.Value().AsRaw(), true
+			}
+		}
+		return nil, false
+	}
+	var out []flatSample
+	for _, rp := range pd.ResourceProfiles().All() {
+		res := rp.Resource().Attributes()
+		base := flatSample{}
+		if v, ok := res.Get("process.pid"); ok {
+			base.PID = v.Int()
+		}
+		if v, ok := res.Get("process.executable.name"); ok {
+			base.ExeName = v.Str()
+		}
+		if v, ok := res.Get("process.executable.path"); ok {
+			base.ExePath = v.Str()
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					fs := base
+					idx := s.AttributeIndices().AsRaw()
+					if v, ok := attr(idx, "thread.id"); ok {
+						fs.TID = v.(int64)
+					}
+					if v, ok := attr(idx, "thread.name"); ok {
+						fs.ThreadName = v.(string)
+					}
+					if v, ok := attr(idx, "cpu.logical_number"); ok {
+						fs.CPU = v.(int64)
+					}
+					fs.Count = s.TimestampsUnixNano().Len()
+					stack := dict.StackTable().At(int(s.StackIndex()))
+					for _, li := range stack.LocationIndices().All() {
+						loc := dict.LocationTable().At(int(li))
+						f := frame{}
+						if v, ok := attr(loc.AttributeIndices().AsRaw(), "profile.frame.type"); ok {
+							f.Type = v.(string)
+						}
+						if loc.Lines().Len() > 0 {
+							fn := dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex()))
+							f.Function = strs.At(int(fn.NameStrindex()))
+						}
+						fs.Frames = append(fs.Frames, f)
+					}
+					out = append(out, fs)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// hasChain reports whether want appears as consecutive frames of got.
+func hasChain(got []frame, want []frame) bool {
+	for i := 0; i+len(want) <= len(got); i++ {
+		if slices.Equal(got[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
+}
+
+func functions(frames []frame) string {
+	var names []string
+	for _, f := range frames {
+		names = append(names, fmt.Sprintf("%s(%s)", f.Function, f.Type))
+	}
+	return strings.Join(names, " <- ")
+}
+
+// startReceiver runs the real receiver in-process with a sink consumer.
+func startReceiver(t *testing.T, sps int) *consumertest.ProfilesSink {
+	t.Helper()
+	testutil.RequirePrivileges(t, "the sonde receiver")
+	f := collector.NewFactory().(xreceiver.Factory)
+	cfg := f.CreateDefaultConfig().(*collector.Config)
+	cfg.SamplesPerSecond = sps
+	cfg.ReporterInterval = 500 * time.Millisecond
+	sink := new(consumertest.ProfilesSink)
+	rcv, err := f.CreateProfiles(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return sink
+}
+
+// waitForSample polls the sink until a sample matches or the deadline passes,
+// and returns the matching sample and everything seen for pid.
+func waitForSample(t *testing.T, sink *consumertest.ProfilesSink, pid int, timeout time.Duration, match func(flatSample) bool) (flatSample, []flatSample) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var seen []flatSample
+	read := 0
+	for time.Now().Before(deadline) {
+		all := sink.AllProfiles()
+		for _, pd := range all[read:] {
+			for _, s := range flatten(pd) {
+				if s.PID != int64(pid) {
+					continue
+				}
+				seen = append(seen, s)
+				if match(s) {
+					return s, seen
+				}
+			}
+		}
+		read = len(all)
+		waitForExport(sink, read, time.Until(deadline))
+	}
+	t.Errorf("no matching sample for pid %d within %v; %d samples seen for it:", pid, timeout, len(seen))
+	for i, s := range seen {
+		if i == 10 {
+			break
+		}
+		t.Logf("  %s", functions(s.Frames))
+	}
+	return flatSample{}, seen
+}
+
+// waitForExport returns once the sink holds more than n exports, or after
+// at most max. The receiver exports every reporter_interval.
+func waitForExport(sink *consumertest.ProfilesSink, n int, max time.Duration) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(max)
+	for len(sink.AllProfiles()) <= n {
+		select {
+		case <-tick.C:
+		case <-end:
+			return
+		}
+	}
+}
+
+func TestCChainWithFramePointers(t *testing.T) {
+	sink := startReceiver(t, 199)
+	bin := testutil.BuildWorkload(t, testutil.CChain)
+	cmd := testutil.StartWorkload(t, bin)
+	pid := cmd.Process.Pid
+
+	chain := []frame{{"c", "native"}, {"b", "native"}, {"a", "native"}, {"main", "native"}}
+	s, _ := waitForSample(t, sink, pid, 20*time.Second, func(s flatSample) bool { return hasChain(s.Frames, chain) })
+	if s.PID == 0 {
+		return
+	}
+	if s.ExeName != "cchain" || s.ExePath != bin {
+		t.Errorf("executable = %q at %q, want cchain at %q", s.ExeName, s.ExePath, bin)
+	}
+	if s.TID != int64(pid) || s.ThreadName != "cchain" {
+		t.Errorf("thread = %d %q, want %d %q", s.TID, s.ThreadName, pid, "cchain")
+	}
+	if s.Frames[0] != chain[0] {
+		t.Errorf("leaf frame = %+v, want %+v (stacks are leaf first)", s.Frames[0], chain[0])
+	}
+}
+
+func TestGoChain(t *testing.T) {
+	sink := startReceiver(t, 199)
+	bin := testutil.BuildWorkload(t, testutil.GoChain)
+	cmd := testutil.StartWorkload(t, bin)
+	pid := cmd.Process.Pid
+
+	chain := []frame{{"main.gamma", "go"}, {"main.beta", "go"}, {"main.alpha", "go"}, {"main.main", "go"}}
+	s, _ := waitForSample(t, sink, pid, 20*time.Second, func(s flatSample) bool { return hasChain(s.Frames, chain) })
+	if s.PID == 0 {
+		return
+	}
+	if s.ExeName != "gochain" {
+		t.Errorf("process.executable.name = %q, want gochain", s.ExeName)
+	}
+	if s.ThreadName != "gochain" {
+		t.Errorf("thread.name = %q, want gochain", s.ThreadName)
+	}
+}
+
+func TestKernelFramesOfSyscalls(t *testing.T) {
+	sink := startReceiver(t, 199)
+	bin := testutil.BuildWorkload(t, testutil.Syscalls)
+	cmd := testutil.StartWorkload(t, bin)
+	pid := cmd.Process.Pid
+
+	s, _ := waitForSample(t, sink, pid, 20*time.Second, func(s flatSample) bool {
+		return len(s.Frames) > 0 && s.Frames[0].Type == "kernel" &&
+			hasChain(s.Frames, []frame{{"spin_syscalls", "native"}, {"main", "native"}})
+	})
+	if s.PID == 0 {
+		return
+	}
+	for _, f := range s.Frames {
+		if f.Type == "kernel" && f.Function == "" {
+			t.Errorf("unnamed kernel frame in %s", functions(s.Frames))
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/receiver"
+	"go.uber.org/zap"
+
+	"github.com/sonde-dev/sonde/internal/process"
+	"github.com/sonde-dev/sonde/internal/profile"
+	"github.com/sonde-dev/sonde/internal/symbolize"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// profilesReceiver runs the pipeline: the tracer's records are resolved
+// (process, mapping, names) on one reader goroutine and added to the current
+// interval's builder; a reporter goroutine swaps builders every
+// reporter_interval and hands the finished interval to the next consumer.
+type profilesReceiver struct {
+	set  receiver.Settings
+	cfg  *Config
+	next xconsumer.Profiles
+	log  *zap.Logger
+
+	tracer   *tracer.Tracer
+	resolver *resolver
+
+	mu      sync.Mutex // guards current
+	current *profile.Builder
+	spare   *profile.Builder // owned by the reporter between flushes
+
+	stats receiverStats
+
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+	shutdownOnce sync.Once
+}
+
+// receiverStats are the receiver's own counters; they only grow.
+type receiverStats struct {
+	records        atomic.Uint64
+	samples        atomic.Uint64
+	decodeErrors   atomic.Uint64
+	exports        atomic.Uint64
+	exportFailures atomic.Uint64
+}
+
+func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*profilesReceiver, error) {
+	return &profilesReceiver{set: set, cfg: cfg, next: next, log: set.Logger}, nil
+}
+
+// Start checks the host, loads and attaches the eBPF programs and starts the
+// pipeline. It returns one error naming what the host lacks.
+func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
+	started := time.Now()
+	tr, err := tracer.New(tracer.Options{
+		SamplesPerSecond: r.cfg.SamplesPerSecond,
+		RingBufferBytes:  r.cfg.Limits.RingBufferBytes,
+	})
+	if err != nil {
+		return fmt.Errorf("sonde receiver: %w", err)
+	}
+	r.tracer = tr
+
+	opts := profile.Options{SamplesPerSecond: r.cfg.SamplesPerSecond, ScopeVersion: moduleVersion()}
+	r.current, r.spare = profile.NewBuilder(opts), profile.NewBuilder(opts)
+	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{MaxProcesses: r.cfg.Limits.MaxProcesses})
+	syms := symbolize.New(r.log, symbolize.Options{})
+	r.resolver = newResolver(r.log, procs, syms)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(3)
+	go func() {
+		defer r.wg.Done()
+		r.prepare(ctx)
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.read()
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.report(ctx)
+	}()
+	r.log.Info("sonde receiver started",
+		zap.Int("cpus", tr.CPUs()),
+		zap.Int("samples_per_second", r.cfg.SamplesPerSecond),
+		zap.Duration("reporter_interval", r.cfg.ReporterInterval),
+		zap.Duration("start_time", time.Since(started)))
+	return nil
+}
+
+// prepare does the start-up work that need not delay Start: the initial /proc
+// scan and the kernel symbol table.
+func (r *profilesReceiver) prepare(ctx context.Context) {
+	if err := r.resolver.procs.Scan(); err != nil && ctx.Err() == nil {
+		r.log.Warn("initial process scan incomplete; processes load on their first sample", zap.Error(err))
+	}
+	if _, err := r.resolver.syms.Kernel(); err != nil && ctx.Err() == nil {
+		r.log.Warn("kernel symbols unavailable; kernel frames stay unnamed", zap.Error(err))
+	}
+}
+
+// read decodes records until the tracer is closed.
+func (r *profilesReceiver) read() {
+	var rec tracer.Record
+	var sample profile.Sample
+	var loggedDecode bool
+	for {
+		err := r.tracer.ReadInto(&rec)
+		if errors.Is(err, tracer.ErrClosed) {
+			return
+		}
+		r.stats.records.Add(1)
+		if err != nil {
+			r.stats.decodeErrors.Add(1)
+			if !loggedDecode {
+				r.log.Warn("dropping undecodable ring buffer records (logged once)", zap.Error(err))
+				loggedDecode = true
+			}
+			continue
+		}
+		switch rec.Type {
+		case tracer.RecordSample:
+			r.resolver.resolve(&rec, &sample)
+			r.mu.Lock()
+			r.current.Add(sample)
+			r.mu.Unlock()
+			r.stats.samples.Add(1)
+		case tracer.RecordExec:
+			r.resolver.exec(int(rec.PID))
+		case tracer.RecordExit:
+			r.resolver.exit(int(rec.PID))
+		}
+	}
+}
+
+// report emits one profile per interval until ctx ends. A failing consumer is
+// counted and logged once per interval; the next interval goes on.
+func (r *profilesReceiver) report(ctx context.Context) {
+	ticker := time.NewTicker(r.cfg.ReporterInterval)
+	defer ticker.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case end := <-ticker.C:
+			r.flush(ctx, start, end)
+			start = end
+		}
+	}
+}
+
+func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
+	r.mu.Lock()
+	done := r.current
+	r.current, r.spare = r.spare, nil
+	r.mu.Unlock()
+
+	n := done.Len()
+	pd := done.Flush(start, end)
+	r.spare = done
+	r.resolver.endInterval()
+	if n == 0 {
+		return
+	}
+	if err := r.next.ConsumeProfiles(ctx, pd); err != nil {
+		r.stats.exportFailures.Add(1)
+		if ctx.Err() == nil {
+			r.log.Warn("next consumer refused the interval's profiles; dropped",
+				zap.Int("samples", n), zap.Uint64("failures_total", r.stats.exportFailures.Load()), zap.Error(err))
+		}
+		return
+	}
+	r.stats.exports.Add(1)
+}
+
+// Shutdown stops sampling and waits for the pipeline's goroutines. It is
+// prompt, idempotent and safe to call without Start.
+func (r *profilesReceiver) Shutdown(context.Context) error {
+	var err error
+	r.shutdownOnce.Do(func() {
+		if r.cancel != nil {
+			r.cancel()
+		}
+		if r.tracer != nil {
+			err = r.tracer.Close()
+		}
+		r.wg.Wait()
+	})
+	return err
+}
+
+// moduleVersion is the version of this module as built into the binary.
+func moduleVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if bi.Main.Path == modulePath && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	for _, dep := range bi.Deps {
+		if dep.Path == modulePath {
+			if dep.Replace != nil && dep.Replace.Version != "" {
+				return dep.Replace.Version
+			}
+			return dep.Version
+		}
+	}
+	return "devel"
+}
+
+const modulePath = "github.com/sonde-dev/sonde"

@@ -1,0 +1,298 @@
+package collector
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/sonde-dev/sonde/internal/process"
+	"github.com/sonde-dev/sonde/internal/profile"
+	"github.com/sonde-dev/sonde/internal/symbolize"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// Bounds of the resolver's own caches. They hold what the per-sample path
+// would otherwise rebuild for every frame.
+const (
+	maxKernelPCs = 1 << 16
+	maxFiles     = 4096
+)
+
+// resolver turns the tracer's raw records into profile samples: it finds the
+// process and mapping of every user PC, the file behind each mapping, and the
+// names of every frame. Its methods are called from the reader goroutine only,
+// except endInterval.
+type resolver struct {
+	log   *zap.Logger
+	procs *process.Table
+	syms  *symbolize.Symbolizer
+
+	procsByPID map[int]*procEntry
+	files      map[fileKey]*fileEntry
+	kernelPCs  map[uint64]kernelEntry
+	kernelMaps map[string]*profile.Mapping
+
+	frames   []profile.Frame // reused for every sample: the builder copies what it keeps
+	resource profile.Resource
+
+	stats     resolverStats
+	loggedErr atomic.Bool // a resolution error was logged this interval
+}
+
+type resolverStats struct {
+	processGone   atomic.Uint64 // samples whose process was gone before it could be read
+	unmapped      atomic.Uint64 // user frames no mapping covers, even after a refresh
+	fileErrors    atomic.Uint64 // mapped files that could not be opened or identified
+	symbolizeErrs atomic.Uint64
+	kernelUnnamed atomic.Uint64
+	cacheResets   atomic.Uint64
+}
+
+// procEntry is what the resolver derived from one *process.Process; it is
+// rebuilt when the table hands out a new Process (exec, refresh, PID reuse).
+type procEntry struct {
+	proc     *process.Process
+	resource profile.Resource
+	mappings map[uint64]*fileEntry // by mapping start
+	maps     map[uint64]*profile.Mapping
+}
+
+// fileKey identifies a mapped file without a syscall: what /proc/PID/maps says.
+type fileKey struct {
+	dev, inode uint64
+	path       string
+}
+
+type fileEntry struct {
+	info *symbolize.FileInfo
+	err  error
+}
+
+func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symbolizer) *resolver {
+	return &resolver{
+		log:        log,
+		procs:      procs,
+		syms:       syms,
+		procsByPID: make(map[int]*procEntry),
+		files:      make(map[fileKey]*fileEntry),
+		kernelPCs:  make(map[uint64]kernelEntry),
+		kernelMaps: make(map[string]*profile.Mapping),
+	}
+}
+
+// resolve fills s from rec. s.Frames aliases a buffer the next call reuses.
+func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
+	*s = profile.Sample{
+		Kind:       profile.OnCPU,
+		TID:        int64(rec.TID),
+		ThreadName: rec.Comm,
+		CPU:        int64(rec.CPU),
+		Time:       rec.Time,
+		Value:      1,
+	}
+	r.frames = r.frames[:0]
+	for _, pc := range rec.Kernel {
+		r.frames = append(r.frames, r.kernelFrame(pc))
+	}
+
+	pid := int(rec.PID)
+	entry, err := r.process(pid)
+	if err != nil {
+		r.stats.processGone.Add(1)
+		// A process that exited before we read it still has its samples,
+		// named by what the kernel told us.
+		r.resource = profile.Resource{PID: int64(pid), ExecutableName: rec.Comm}
+		s.Resource = &r.resource
+		for _, pc := range rec.User {
+			r.frames = append(r.frames, profile.Frame{Type: profile.FrameNative, Address: pc})
+		}
+		s.Frames = r.frames
+		return
+	}
+	s.Resource = &entry.resource
+
+	refreshed := false
+	for i, pc := range rec.User {
+		// A caller frame is named at its return address minus one: the call
+		// instruction, not the statement after it.
+		addr := pc
+		if i > 0 {
+			addr--
+		}
+		m, ok := entry.proc.FindMapping(addr)
+		if !ok && !refreshed {
+			refreshed = true
+			if e, err := r.refresh(pid); err == nil {
+				entry = e
+				s.Resource = &entry.resource
+				m, ok = entry.proc.FindMapping(addr)
+			}
+		}
+		if !ok {
+			r.stats.unmapped.Add(1)
+			r.frames = append(r.frames, profile.Frame{Type: profile.FrameNative, Address: pc})
+			continue
+		}
+		r.frames = append(r.frames, r.userFrame(entry, m, pc, addr))
+	}
+	s.Frames = r.frames
+}
+
+func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint64) profile.Frame {
+	f := profile.Frame{Type: profile.FrameNative, Address: pc}
+	fe := r.file(entry, m)
+	f.Mapping = entry.maps[m.Start]
+	if fe.err != nil {
+		return f
+	}
+	if fe.info.IsGo {
+		f.Type = profile.FrameGo
+	}
+	lines, err := r.syms.Symbolize(fe.info.ID, m.FileOffset(addr))
+	if err != nil {
+		r.stats.symbolizeErrs.Add(1)
+		r.logOnce("symbolization failed", zap.String("file", m.Path), zap.Error(err))
+		return f
+	}
+	for _, l := range lines {
+		f.Lines = append(f.Lines, profile.Line(l))
+	}
+	return f
+}
+
+// file returns the identity of the file behind m, opening it once per file
+// on this host, and the profile mapping for m in this process.
+func (r *resolver) file(entry *procEntry, m process.Mapping) *fileEntry {
+	if fe, ok := entry.mappings[m.Start]; ok {
+		return fe
+	}
+	key := fileKey{dev: m.Dev, inode: m.Inode, path: m.Path}
+	fe, ok := r.files[key]
+	if !ok || fe.err != nil && m.Inode != 0 {
+		fe = &fileEntry{}
+		switch {
+		case !m.FileBacked():
+			fe.err = errNotFile
+		default:
+			fe.info, fe.err = r.syms.Open(entry.proc.FilePath(m))
+		}
+		if fe.err != nil && fe.err != errNotFile {
+			r.stats.fileErrors.Add(1)
+			r.logOnce("cannot read mapped file; its frames stay unnamed", zap.String("file", m.Path), zap.Error(fe.err))
+		}
+		if len(r.files) >= maxFiles {
+			clear(r.files)
+			r.stats.cacheResets.Add(1)
+		}
+		r.files[key] = fe
+	}
+	entry.mappings[m.Start] = fe
+	pm := &profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: m.Path}
+	if fe.info != nil {
+		pm.GNUBuildID = fe.info.GNUBuildID
+		pm.GoBuildID = fe.info.GoBuildID
+		pm.FileID = fe.info.ID.String()
+	}
+	entry.maps[m.Start] = pm
+	return fe
+}
+
+var errNotFile = errors.New("anonymous or special mapping")
+
+// kernelEntry is a named kernel PC.
+type kernelEntry struct {
+	lines   []profile.Line
+	mapping *profile.Mapping
+}
+
+func (r *resolver) kernelFrame(pc uint64) profile.Frame {
+	ke, ok := r.kernelPCs[pc]
+	if !ok {
+		if k, err := r.syms.Kernel(); err == nil {
+			if sym, found := k.Lookup(pc); found {
+				ke = kernelEntry{lines: []profile.Line{{Function: sym.Name}}, mapping: r.kernelMapping(sym.Module)}
+			}
+		}
+		if ke.lines == nil {
+			r.stats.kernelUnnamed.Add(1)
+		}
+		if len(r.kernelPCs) >= maxKernelPCs {
+			clear(r.kernelPCs)
+			r.stats.cacheResets.Add(1)
+		}
+		r.kernelPCs[pc] = ke
+	}
+	return profile.Frame{Type: profile.FrameKernel, Address: pc, Lines: ke.lines, Mapping: ke.mapping}
+}
+
+// kernelMapping is the mapping of the core kernel ("[kernel.kallsyms]", as
+// perf names it) or of one module ("[nf_tables]").
+func (r *resolver) kernelMapping(module string) *profile.Mapping {
+	name := "[kernel.kallsyms]"
+	if module != "" {
+		name = "[" + module + "]"
+	}
+	m, ok := r.kernelMaps[name]
+	if !ok {
+		m = &profile.Mapping{File: name}
+		r.kernelMaps[name] = m
+	}
+	return m
+}
+
+func (r *resolver) process(pid int) (*procEntry, error) {
+	p, err := r.procs.Get(pid)
+	if err != nil {
+		return nil, err
+	}
+	return r.entry(pid, p), nil
+}
+
+func (r *resolver) refresh(pid int) (*procEntry, error) {
+	p, err := r.procs.Refresh(pid)
+	if err != nil {
+		return nil, err
+	}
+	return r.entry(pid, p), nil
+}
+
+func (r *resolver) entry(pid int, p *process.Process) *procEntry {
+	if e, ok := r.procsByPID[pid]; ok && e.proc == p {
+		return e
+	}
+	e := &procEntry{
+		proc: p,
+		resource: profile.Resource{
+			PID:            int64(pid),
+			ExecutableName: p.Name,
+			ExecutablePath: p.ExePath,
+			ContainerID:    p.ContainerID,
+			ServiceName:    p.ServiceName,
+		},
+		mappings: make(map[uint64]*fileEntry),
+		maps:     make(map[uint64]*profile.Mapping),
+	}
+	r.procsByPID[pid] = e
+	return e
+}
+
+func (r *resolver) exec(pid int) {
+	r.procs.Exec(pid)
+	delete(r.procsByPID, pid)
+}
+
+func (r *resolver) exit(pid int) {
+	r.procs.Exit(pid)
+	delete(r.procsByPID, pid)
+}
+
+// logOnce logs the first resolution problem of each interval.
+func (r *resolver) logOnce(msg string, fields ...zap.Field) {
+	if r.loggedErr.CompareAndSwap(false, true) {
+		r.log.Warn(msg+" (further problems this interval are only counted)", fields...)
+	}
+}
+
+// endInterval lets the next interval log its first problem again.
+func (r *resolver) endInterval() { r.loggedErr.Store(false) }

@@ -1,0 +1,60 @@
+package testutil
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// workloadDir is the directory of the workload sources, found from this
+// file's own path so tests in any package can build them.
+func workloadDir(tb testing.TB) string {
+	tb.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		tb.Fatal("cannot locate internal/testutil")
+	}
+	return filepath.Join(filepath.Dir(file), "workloads")
+}
+
+// Workloads with a known call chain, built from source by the test.
+const (
+	// CChain: C, frame pointers, no inlining: main -> a -> b -> c (c burns CPU).
+	CChain = "cchain"
+	// Syscalls: C: main -> spin_syscalls -> syscall(getppid), mostly in the kernel.
+	Syscalls = "syscalls"
+	// GoChain: Go: main.main -> main.alpha -> main.beta -> main.gamma.
+	GoChain = "gochain"
+	// Fixed: C: a fixed amount of CPU work (argv[1] iterations), then exit.
+	Fixed = "fixed"
+)
+
+// BuildWorkload builds the named workload into a temporary directory and
+// returns the binary's path.
+func BuildWorkload(tb testing.TB, name string) string {
+	tb.Helper()
+	dir := workloadDir(tb)
+	switch name {
+	case CChain, Syscalls, Fixed:
+		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}, filepath.Join(dir, name+".c"))
+	case GoChain:
+		return BuildGo(tb, name, filepath.Join(dir, name))
+	}
+	tb.Fatalf("unknown workload %q", name)
+	return ""
+}
+
+// StartWorkload runs a binary until the test ends and returns its command.
+func StartWorkload(tb testing.TB, path string, args ...string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(path, args...)
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", path, err)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}

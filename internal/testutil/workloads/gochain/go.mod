@@ -1,0 +1,3 @@
+module gochain
+
+go 1.26
