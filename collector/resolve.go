@@ -155,9 +155,7 @@ func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint6
 		r.logOnce("symbolization failed", zap.String("file", m.Path), zap.Error(err))
 		return f
 	}
-	for _, l := range lines {
-		f.Lines = append(f.Lines, profile.Line(l))
-	}
+	f.Lines = lines
 	return f
 }
 

@@ -1,0 +1,168 @@
+package profile
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/sonde-dev/sonde/internal/symbolize"
+)
+
+// FrameType says which runtime or unwinder produced a frame. It becomes the
+// location attribute profile.frame.type.
+type FrameType uint8
+
+const (
+	// FrameUnknown is the zero value: the location gets no
+	// profile.frame.type attribute.
+	FrameUnknown FrameType = iota
+	// FrameKernel is a kernel frame; its address is a kernel address.
+	FrameKernel
+	// FrameNative is a user-space frame of native code (C, C++, Rust, ...).
+	FrameNative
+	// FrameGo is a user-space frame of Go code.
+	FrameGo
+)
+
+// String returns the value written to profile.frame.type ("kernel",
+// "native", "go"), or "" for FrameUnknown and values out of range.
+func (t FrameType) String() string {
+	switch t {
+	case FrameKernel:
+		return "kernel"
+	case FrameNative:
+		return "native"
+	case FrameGo:
+		return "go"
+	}
+	return ""
+}
+
+// Kind is what a sample measures. Each kind becomes its own Profile within
+// the ScopeProfiles of a process.
+type Kind uint8
+
+const (
+	// OnCPU samples come from the periodic CPU clock; each counts 1.
+	OnCPU Kind = iota
+	// OffCPU samples measure time a thread spent off the CPU, in nanoseconds.
+	OffCPU
+
+	numKinds = 2
+)
+
+// String returns "on_cpu", "off_cpu" or "kind(N)" for unknown values.
+func (k Kind) String() string {
+	switch k {
+	case OnCPU:
+		return "on_cpu"
+	case OffCPU:
+		return "off_cpu"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Line is one source position of a frame: the symbolizer's Frame, so its
+// results go into samples without a copy. A frame with inlined calls has one
+// Line per inline level, innermost first.
+type Line = symbolize.Frame
+
+// Mapping describes the file mapped at [Start, Limit) in a process. Mappings
+// are compared by content: two pointers to equal Mappings are one dictionary
+// entry.
+type Mapping struct {
+	Start, Limit, Offset uint64
+	File                 string
+	GNUBuildID           string // hex; process.executable.build_id.gnu
+	GoBuildID            string // process.executable.build_id.go
+	FileID               string // Sonde's content-derived file id; process.executable.build_id.htlhash
+}
+
+// Frame is one frame of a stack.
+type Frame struct {
+	Type    FrameType
+	Address uint64   // the PC as the process saw it (kernel: the kernel address)
+	Mapping *Mapping // nil when unknown; the builder never writes through it
+	Lines   []Line   // innermost first; empty when unnamed
+}
+
+// Resource identifies the process a sample belongs to. The builder groups
+// samples by the content of the Resource (PID and every field), not by pointer,
+// and copies what it keeps, so the caller may reuse or change it after Add.
+type Resource struct {
+	PID            int64
+	ExecutableName string
+	ExecutablePath string
+	ContainerID    string
+	ServiceName    string
+	EnvVars        map[string]string // name -> value
+}
+
+// Sample is one sample event.
+type Sample struct {
+	Kind Kind
+	// Resource is the process; nil stands for an unknown process and is
+	// grouped with an empty Resource (PID 0).
+	Resource   *Resource
+	TID        int64
+	ThreadName string
+	CPU        int64
+	Time       time.Time
+	// Value is 1 for on-CPU samples (0 is taken as 1), nanoseconds for
+	// off-CPU samples.
+	Value  int64
+	Frames []Frame // leaf first
+}
+
+// Options configures a Builder.
+type Options struct {
+	// SamplesPerSecond is the on-CPU sampling frequency; the on-CPU period is
+	// 1e9/SamplesPerSecond nanoseconds (0 when SamplesPerSecond <= 0).
+	SamplesPerSecond int
+	// ScopeVersion is written as the instrumentation scope version.
+	ScopeVersion string
+	// MaxSamples bounds the sample events kept per interval; Add drops and
+	// counts events beyond it. 0 means DefaultMaxSamples.
+	MaxSamples int
+	// MaxFrames bounds the frames kept per sample (the leaf side is kept);
+	// longer stacks are cut and counted. 0 means DefaultMaxFrames.
+	MaxFrames int
+}
+
+const (
+	// DefaultMaxSamples is the default bound on sample events per interval:
+	// 499 Hz on 100 CPUs for 5 s, about 6 MiB of event records.
+	DefaultMaxSamples = 1 << 18
+	// DefaultMaxFrames is the default bound on frames per sample, well above
+	// what the tracer unwinds (kernel plus 256 user frames).
+	DefaultMaxFrames = 1024
+)
+
+// Stats are counters since NewBuilder; they only grow.
+type Stats struct {
+	Added     uint64 // sample events accepted
+	Dropped   uint64 // events dropped because the interval held MaxSamples
+	Invalid   uint64 // events dropped because their Kind is unknown
+	Truncated uint64 // events whose stack was cut to MaxFrames
+}
+
+// Attribute keys and value types of the output contract.
+const (
+	ScopeName = "github.com/sonde-dev/sonde"
+
+	attrPID          = "process.pid"
+	attrExeName      = "process.executable.name"
+	attrExePath      = "process.executable.path"
+	attrContainerID  = "container.id"
+	attrServiceName  = "service.name"
+	attrEnvVarPrefix = "process.environment_variable."
+
+	attrThreadID   = "thread.id"
+	attrThreadName = "thread.name"
+	attrCPU        = "cpu.logical_number"
+
+	attrFrameType = "profile.frame.type"
+
+	attrBuildIDGNU = "process.executable.build_id.gnu"
+	attrBuildIDGo  = "process.executable.build_id.go"
+	attrFileID     = "process.executable.build_id.htlhash"
+)
