@@ -230,7 +230,10 @@ func snapshot(t *testing.T) objects {
 		}
 		return n
 	}
-	o.progs = count(func(id uint32) (uint32, error) { p, err := ebpf.ProgramGetNextID(ebpf.ProgramID(id)); return uint32(p), err })
+	o.progs = count(func(id uint32) (uint32, error) {
+		p, err := ebpf.ProgramGetNextID(ebpf.ProgramID(id))
+		return uint32(p), err
+	})
 	o.maps = count(func(id uint32) (uint32, error) { m, err := ebpf.MapGetNextID(ebpf.MapID(id)); return uint32(m), err })
 	o.links = countLinks()
 	return o
