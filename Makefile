@@ -1,0 +1,65 @@
+# Sonde — whole-system eBPF profiler for the OpenTelemetry Collector.
+# `make help` lists the targets.
+
+SHELL        := /bin/bash
+GO           ?= go
+DIST         := _build/otelcol-profiling
+FEATURE_GATE := service.profilesSupport
+CONFIG       ?= config/local.yaml
+FUZZTIME     ?= 10s
+GOTEST_FLAGS ?= -count=1 -timeout 45m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: generate
+generate: ## Regenerate eBPF objects and Go bindings (clang-19, llvm-strip-19) and collector metadata
+	$(GO) generate ./support/... ./collector/...
+
+.PHONY: check-generated
+check-generated: generate ## Fail if committed generated files differ from their sources
+	@git diff --exit-code --stat -- support collector || \
+	  { echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
+
+.PHONY: build
+build: ## Build every package
+	$(GO) build ./...
+
+.PHONY: dist
+dist: $(DIST) ## Build the otelcol-profiling distribution with OCB into _build/
+
+$(DIST): builder-config.yaml go.mod $(shell git ls-files '*.go' 2>/dev/null)
+	$(GO) tool builder --config builder-config.yaml
+
+.PHONY: run
+run: dist ## Profile this host with config/local.yaml (needs root or the capabilities in README)
+	$(DIST) --config $(CONFIG) --feature-gates=$(FEATURE_GATE)
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; done
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for 2 minutes
+	$(MAKE) fuzz-short FUZZTIME=2m
+
+.PHONY: test
+test: check-generated lint ## Everything CI runs: generated files, lint, all tests (root runs the eBPF ones), short fuzzing
+	$(GO) test $(GOTEST_FLAGS) ./...
+	$(MAKE) fuzz-short FUZZTIME=5s
+
+.PHONY: bench
+bench: ## Benchmarks: per-operation costs and the receiver's overhead (needs root)
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v internal/bench)
+	$(GO) test -run '^$$' -bench ReceiverOverhead -benchtime 1x ./internal/bench
