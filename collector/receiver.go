@@ -37,7 +37,8 @@ type profilesReceiver struct {
 	current *profile.Builder
 	spare   *profile.Builder // owned by the reporter between flushes
 
-	stats receiverStats
+	stats    receiverStats
+	lastLost uint64 // the tracer's lost-record counters at the last flush
 
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup
@@ -171,6 +172,7 @@ func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
 	pd := done.Flush(start, end)
 	r.spare = done
 	r.resolver.endInterval()
+	r.reportLost()
 	if n == 0 {
 		return
 	}
@@ -183,6 +185,22 @@ func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
 		return
 	}
 	r.stats.exports.Add(1)
+}
+
+// reportLost logs, once per interval, the records the ring buffer could not
+// take since the last interval.
+func (r *profilesReceiver) reportLost() {
+	c, err := r.tracer.Counters()
+	if err != nil {
+		return
+	}
+	lost := c.SamplesLost + c.TaskEventsLost
+	if lost > r.lastLost {
+		r.log.Warn("ring buffer full: records lost this interval; raise limits::ring_buffer_bytes if this persists",
+			zap.Uint64("lost", lost-r.lastLost), zap.Uint64("samples_lost_total", c.SamplesLost),
+			zap.Uint64("task_events_lost_total", c.TaskEventsLost))
+	}
+	r.lastLost = lost
 }
 
 // Shutdown stops sampling and waits for the pipeline's goroutines. It is
