@@ -115,9 +115,10 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 	refreshed := false
 	for i, pc := range rec.User {
 		// A caller frame is named at its return address minus one: the call
-		// instruction, not the statement after it.
+		// instruction, not the statement after it. Interrupted PCs (the leaf,
+		// or code a signal interrupted) are named as they are.
 		addr := pc
-		if i > 0 {
+		if rec.UserFlags[i]&tracer.FrameInterrupted == 0 {
 			addr--
 		}
 		m, ok := entry.proc.FindMapping(addr)

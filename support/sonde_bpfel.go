@@ -13,35 +13,79 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type SondeCfaType uint32
+
+const (
+	SondeCfaTypeCFA_UNKNOWN SondeCfaType = 0
+	SondeCfaTypeCFA_SP      SondeCfaType = 1
+	SondeCfaTypeCFA_FP      SondeCfaType = 2
+	SondeCfaTypeCFA_PLT     SondeCfaType = 3
+	SondeCfaTypeCFA_SIGNAL  SondeCfaType = 4
+	SondeCfaTypeCFA_END     SondeCfaType = 5
+)
+
 type SondeCounter uint32
 
 const (
-	SondeCounterCOUNTER_SAMPLES          SondeCounter = 0
-	SondeCounterCOUNTER_SAMPLES_SENT     SondeCounter = 1
-	SondeCounterCOUNTER_SAMPLES_LOST     SondeCounter = 2
-	SondeCounterCOUNTER_IDLE_SKIPPED     SondeCounter = 3
-	SondeCounterCOUNTER_KERNEL_STACK_ERR SondeCounter = 4
-	SondeCounterCOUNTER_USER_STACK_ERR   SondeCounter = 5
-	SondeCounterCOUNTER_TASK_EVENTS_SENT SondeCounter = 6
-	SondeCounterCOUNTER_TASK_EVENTS_LOST SondeCounter = 7
-	SondeCounterCOUNTER_MAX              SondeCounter = 8
+	SondeCounterCOUNTER_SAMPLES              SondeCounter = 0
+	SondeCounterCOUNTER_SAMPLES_SENT         SondeCounter = 1
+	SondeCounterCOUNTER_SAMPLES_LOST         SondeCounter = 2
+	SondeCounterCOUNTER_IDLE_SKIPPED         SondeCounter = 3
+	SondeCounterCOUNTER_KERNEL_STACK_ERR     SondeCounter = 4
+	SondeCounterCOUNTER_USER_STACK_ERR       SondeCounter = 5
+	SondeCounterCOUNTER_TASK_EVENTS_SENT     SondeCounter = 6
+	SondeCounterCOUNTER_TASK_EVENTS_LOST     SondeCounter = 7
+	SondeCounterCOUNTER_UNKNOWN_SENT         SondeCounter = 8
+	SondeCounterCOUNTER_UNKNOWN_LOST         SondeCounter = 9
+	SondeCounterCOUNTER_FRAMES_CFI           SondeCounter = 10
+	SondeCounterCOUNTER_FRAMES_FP            SondeCounter = 11
+	SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE  SondeCounter = 12
+	SondeCounterCOUNTER_UNWIND_READ_ERR      SondeCounter = 13
+	SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR SondeCounter = 14
+	SondeCounterCOUNTER_MAX                  SondeCounter = 15
 )
+
+type SondeFpRule uint32
+
+const (
+	SondeFpRuleFP_SAME    SondeFpRule = 0
+	SondeFpRuleFP_OFFSET  SondeFpRule = 1
+	SondeFpRuleFP_UNKNOWN SondeFpRule = 2
+)
+
+type SondeMappingInfo struct {
+	_       structs.HostLayout
+	Bias    uint64
+	TableId uint32
+	Rows    uint32
+}
+
+type SondeMappingKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Pid       uint32
+	AddrBe    uint64
+}
 
 type SondeRecordType uint32
 
 const (
-	SondeRecordTypeRECORD_SAMPLE SondeRecordType = 1
-	SondeRecordTypeRECORD_EXEC   SondeRecordType = 2
-	SondeRecordTypeRECORD_EXIT   SondeRecordType = 3
+	SondeRecordTypeRECORD_SAMPLE  SondeRecordType = 1
+	SondeRecordTypeRECORD_EXEC    SondeRecordType = 2
+	SondeRecordTypeRECORD_EXIT    SondeRecordType = 3
+	SondeRecordTypeRECORD_UNKNOWN SondeRecordType = 4
 )
 
 type SondeSampleFlags uint32
 
 const (
-	SondeSampleFlagsSAMPLE_KERNEL_STACK_ERR SondeSampleFlags = 1
-	SondeSampleFlagsSAMPLE_USER_STACK_ERR   SondeSampleFlags = 2
-	SondeSampleFlagsSAMPLE_USER_TRUNCATED   SondeSampleFlags = 4
-	SondeSampleFlagsSAMPLE_FRAME_POINTERS   SondeSampleFlags = 8
+	SondeSampleFlagsSAMPLE_KERNEL_STACK_ERR  SondeSampleFlags = 1
+	SondeSampleFlagsSAMPLE_USER_STACK_ERR    SondeSampleFlags = 2
+	SondeSampleFlagsSAMPLE_USER_TRUNCATED    SondeSampleFlags = 4
+	SondeSampleFlagsSAMPLE_FRAME_POINTERS    SondeSampleFlags = 8
+	SondeSampleFlagsSAMPLE_USER_COMPLETE     SondeSampleFlags = 16
+	SondeSampleFlagsSAMPLE_USER_UNKNOWN_RULE SondeSampleFlags = 32
+	SondeSampleFlagsSAMPLE_USER_READ_ERR     SondeSampleFlags = 64
 )
 
 type SondeSampleRecord struct {
@@ -55,7 +99,7 @@ type SondeSampleRecord struct {
 	KernelLen uint16
 	UserLen   uint16
 	Flags     uint32
-	Stack     [254]uint64
+	Stack     [383]uint64
 }
 
 type SondeTaskRecord struct {
@@ -66,21 +110,52 @@ type SondeTaskRecord struct {
 	Comm  [16]int8
 }
 
+type SondeUnwindRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	FpOffset  int16
+	CfaType   uint8
+	FpType    uint8
+}
+
+type SondeUstackState struct {
+	_      structs.HostLayout
+	Pc     uint64
+	Sp     uint64
+	Fp     uint64
+	Runs   uint32
+	Adjust uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	SondeMapCounters          = "counters"
 	SondeMapEvents            = "events"
+	SondeMapKnownPids         = "known_pids"
+	SondeMapMappings          = "mappings"
+	SondeMapNotified          = "notified"
 	SondeMapScratch           = "scratch"
+	SondeMapTables            = "tables"
+	SondeMapUnwindScratch     = "unwind_scratch"
+	SondeMapUnwinders         = "unwinders"
 	SondeProgOnExec           = "on_exec"
 	SondeProgOnExit           = "on_exit"
 	SondeProgSampleCpu        = "sample_cpu"
+	SondeProgUnwindUser       = "unwind_user"
 	SondeVarIncludeIdle       = "include_idle"
+	SondeVarThreadSize        = "thread_size"
+	SondeVarUnusedCfaType     = "unused_cfa_type"
 	SondeVarUnusedCounter     = "unused_counter"
+	SondeVarUnusedFpRule      = "unused_fp_rule"
+	SondeVarUnusedMappingInfo = "unused_mapping_info"
+	SondeVarUnusedMappingKey  = "unused_mapping_key"
 	SondeVarUnusedRecordType  = "unused_record_type"
 	SondeVarUnusedSampleFlags = "unused_sample_flags"
 	SondeVarUnusedTaskRecord  = "unused_task_record"
+	SondeVarUnusedUnwindRow   = "unused_unwind_row"
 )
 
 // LoadSonde returns the embedded CollectionSpec for Sonde.
@@ -125,18 +200,25 @@ type SondeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeProgramSpecs struct {
-	OnExec    *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit    *ebpf.ProgramSpec `ebpf:"on_exit"`
-	SampleCpu *ebpf.ProgramSpec `ebpf:"sample_cpu"`
+	OnExec     *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit     *ebpf.ProgramSpec `ebpf:"on_exit"`
+	SampleCpu  *ebpf.ProgramSpec `ebpf:"sample_cpu"`
+	UnwindUser *ebpf.ProgramSpec `ebpf:"unwind_user"`
 }
 
 // SondeMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	KnownPids     *ebpf.MapSpec `ebpf:"known_pids"`
+	Mappings      *ebpf.MapSpec `ebpf:"mappings"`
+	Notified      *ebpf.MapSpec `ebpf:"notified"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	Tables        *ebpf.MapSpec `ebpf:"tables"`
+	UnwindScratch *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	Unwinders     *ebpf.MapSpec `ebpf:"unwinders"`
 }
 
 // SondeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -144,10 +226,16 @@ type SondeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeVariableSpecs struct {
 	IncludeIdle       *ebpf.VariableSpec `ebpf:"include_idle"`
+	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
+	UnusedCfaType     *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
 	UnusedCounter     *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedFpRule      *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedMappingInfo *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
+	UnusedMappingKey  *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
 	UnusedRecordType  *ebpf.VariableSpec `ebpf:"unused_record_type"`
 	UnusedSampleFlags *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord  *ebpf.VariableSpec `ebpf:"unused_task_record"`
+	UnusedUnwindRow   *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
 }
 
 // SondeObjects contains all objects after they have been loaded into the kernel.
@@ -170,16 +258,28 @@ func (o *SondeObjects) Close() error {
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Scratch  *ebpf.Map `ebpf:"scratch"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Events        *ebpf.Map `ebpf:"events"`
+	KnownPids     *ebpf.Map `ebpf:"known_pids"`
+	Mappings      *ebpf.Map `ebpf:"mappings"`
+	Notified      *ebpf.Map `ebpf:"notified"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	Tables        *ebpf.Map `ebpf:"tables"`
+	UnwindScratch *ebpf.Map `ebpf:"unwind_scratch"`
+	Unwinders     *ebpf.Map `ebpf:"unwinders"`
 }
 
 func (m *SondeMaps) Close() error {
 	return _SondeClose(
 		m.Counters,
 		m.Events,
+		m.KnownPids,
+		m.Mappings,
+		m.Notified,
 		m.Scratch,
+		m.Tables,
+		m.UnwindScratch,
+		m.Unwinders,
 	)
 }
 
@@ -188,19 +288,26 @@ func (m *SondeMaps) Close() error {
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeVariables struct {
 	IncludeIdle       *ebpf.Variable `ebpf:"include_idle"`
+	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
+	UnusedCfaType     *ebpf.Variable `ebpf:"unused_cfa_type"`
 	UnusedCounter     *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedFpRule      *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedMappingInfo *ebpf.Variable `ebpf:"unused_mapping_info"`
+	UnusedMappingKey  *ebpf.Variable `ebpf:"unused_mapping_key"`
 	UnusedRecordType  *ebpf.Variable `ebpf:"unused_record_type"`
 	UnusedSampleFlags *ebpf.Variable `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord  *ebpf.Variable `ebpf:"unused_task_record"`
+	UnusedUnwindRow   *ebpf.Variable `ebpf:"unused_unwind_row"`
 }
 
 // SondePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondePrograms struct {
-	OnExec    *ebpf.Program `ebpf:"on_exec"`
-	OnExit    *ebpf.Program `ebpf:"on_exit"`
-	SampleCpu *ebpf.Program `ebpf:"sample_cpu"`
+	OnExec     *ebpf.Program `ebpf:"on_exec"`
+	OnExit     *ebpf.Program `ebpf:"on_exit"`
+	SampleCpu  *ebpf.Program `ebpf:"sample_cpu"`
+	UnwindUser *ebpf.Program `ebpf:"unwind_user"`
 }
 
 func (p *SondePrograms) Close() error {
@@ -208,6 +315,7 @@ func (p *SondePrograms) Close() error {
 		p.OnExec,
 		p.OnExit,
 		p.SampleCpu,
+		p.UnwindUser,
 	)
 }
 

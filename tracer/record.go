@@ -20,6 +20,9 @@ const (
 	RecordSample = RecordType(support.SondeRecordTypeRECORD_SAMPLE)
 	RecordExec   = RecordType(support.SondeRecordTypeRECORD_EXEC)
 	RecordExit   = RecordType(support.SondeRecordTypeRECORD_EXIT)
+	// RecordUnknown: a process was sampled before its unwind information was
+	// prepared (or at an address outside its prepared mappings).
+	RecordUnknown = RecordType(support.SondeRecordTypeRECORD_UNKNOWN)
 )
 
 // Sample flags, as the eBPF side sets them.
@@ -28,25 +31,49 @@ const (
 	FlagUserStackErr   = uint32(support.SondeSampleFlagsSAMPLE_USER_STACK_ERR)
 	FlagUserTruncated  = uint32(support.SondeSampleFlagsSAMPLE_USER_TRUNCATED)
 	FlagFramePointers  = uint32(support.SondeSampleFlagsSAMPLE_FRAME_POINTERS)
+	FlagUserComplete   = uint32(support.SondeSampleFlagsSAMPLE_USER_COMPLETE)
+	FlagUnknownRule    = uint32(support.SondeSampleFlagsSAMPLE_USER_UNKNOWN_RULE)
+	FlagUserReadErr    = uint32(support.SondeSampleFlagsSAMPLE_USER_READ_ERR)
+)
+
+// FrameFlags describe how one user frame was found.
+type FrameFlags uint8
+
+const (
+	// FrameFromFramePointer: no unwind table covered the callee, so this
+	// frame came from the frame-pointer chain.
+	FrameFromFramePointer FrameFlags = 1 << iota
+	// FrameInterrupted: the PC is where the thread was interrupted (the leaf,
+	// or the code a signal interrupted), not a return address; it is named as
+	// is, not at PC-1.
+	FrameInterrupted
+)
+
+// Bits of a raw user frame, as the eBPF side encodes them.
+const (
+	pcFlagFramePointer = uint64(1) << 63
+	pcFlagNoAdjust     = uint64(1) << 62
+	pcFlagsMask        = pcFlagFramePointer | pcFlagNoAdjust
 )
 
 // Record is one decoded ring-buffer record. For RecordExec and RecordExit only
 // PID, Time and Comm are set. Kernel and User alias a buffer that the next
 // ReadInto reuses: copy what must outlive it.
 type Record struct {
-	Type   RecordType
-	PID    uint32
-	TID    uint32
-	CPU    uint32
-	Time   time.Time
-	Comm   string
-	Flags  uint32
-	Kernel []uint64 // kernel PCs, leaf first
-	User   []uint64 // user PCs, leaf first; User[0] is the interrupted PC
+	Type      RecordType
+	PID       uint32
+	TID       uint32
+	CPU       uint32
+	Time      time.Time
+	Comm      string
+	Flags     uint32
+	Kernel    []uint64     // kernel PCs, leaf first
+	User      []uint64     // user PCs, leaf first
+	UserFlags []FrameFlags // how each user frame was found, parallel to User
 
 	raw   ringbuf.Record
 	stack []uint64
-	comm  [16]byte
+	flags []FrameFlags
 }
 
 // Layout of the C records, checked against the bpf2go types in tests.
@@ -110,14 +137,28 @@ func (rec *Record) decode(b []byte, c clock) error {
 		}
 		if cap(rec.stack) < klen+ulen {
 			rec.stack = make([]uint64, maxFrames)
+			rec.flags = make([]FrameFlags, maxFrames)
 		}
 		rec.stack = rec.stack[:klen+ulen]
+		rec.flags = rec.flags[:ulen]
 		for i := range rec.stack {
 			rec.stack[i] = le.Uint64(b[offStack+8*i:])
 		}
 		rec.Kernel = rec.stack[:klen]
 		rec.User = rec.stack[klen:]
-	case RecordExec, RecordExit:
+		for i, raw := range rec.User {
+			var f FrameFlags
+			if raw&pcFlagFramePointer != 0 {
+				f |= FrameFromFramePointer
+			}
+			if raw&pcFlagNoAdjust != 0 {
+				f |= FrameInterrupted
+			}
+			rec.flags[i] = f
+			rec.User[i] = raw &^ pcFlagsMask
+		}
+		rec.UserFlags = rec.flags
+	case RecordExec, RecordExit, RecordUnknown:
 		if len(b) < taskSize {
 			return fmt.Errorf("%w: task record of %d bytes", ErrMalformed, len(b))
 		}
@@ -125,7 +166,7 @@ func (rec *Record) decode(b []byte, c clock) error {
 		rec.TID, rec.CPU, rec.Flags = 0, 0, 0
 		rec.Time = c.wall(le.Uint64(b[taskOffKtime:]))
 		rec.setComm(b[taskOffComm : taskOffComm+16])
-		rec.Kernel, rec.User = nil, nil
+		rec.Kernel, rec.User, rec.UserFlags = nil, nil, nil
 	default:
 		return fmt.Errorf("%w: unknown type %d", ErrMalformed, rec.Type)
 	}

@@ -167,3 +167,19 @@ func TestParseCPUList(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeUserFrameFlags(t *testing.T) {
+	user := []uint64{0x401000 | pcFlagNoAdjust, 0x401100, 0x401200 | pcFlagFramePointer, 0x7f0000001000 | pcFlagNoAdjust}
+	var rec Record
+	if err := rec.decode(encodeSample(1, 1, 0, "x", nil, user), clock{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{0x401000, 0x401100, 0x401200, 0x7f0000001000}
+	wantFlags := []FrameFlags{FrameInterrupted, 0, FrameFromFramePointer, FrameInterrupted}
+	if diff := cmp.Diff(want, rec.User); diff != "" {
+		t.Errorf("user PCs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantFlags, rec.UserFlags); diff != "" {
+		t.Errorf("user frame flags (-want +got):\n%s", diff)
+	}
+}

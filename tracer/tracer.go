@@ -42,6 +42,11 @@ type Options struct {
 	RingBufferBytes int
 	// IncludeIdle keeps samples of idle CPUs (pid 0).
 	IncludeIdle bool
+	// MaxProcesses sizes the per-process unwind maps.
+	MaxProcesses int
+	// MaxMappingPrefixes sizes the trie of executable mappings: each mapping
+	// takes one entry per aligned power-of-two block of its range.
+	MaxMappingPrefixes int
 }
 
 // Tracer is the loaded and attached set of eBPF programs.
@@ -73,6 +78,12 @@ func New(opts Options) (_ *Tracer, err error) {
 	if opts.RingBufferBytes > 0 {
 		spec.Maps[support.SondeMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
 	}
+	if opts.MaxProcesses > 0 {
+		spec.Maps[support.SondeMapKnownPids].MaxEntries = uint32(opts.MaxProcesses)
+	}
+	if opts.MaxMappingPrefixes > 0 {
+		spec.Maps[support.SondeMapMappings].MaxEntries = uint32(opts.MaxMappingPrefixes)
+	}
 	var vars support.SondeVariableSpecs
 	if err := spec.Assign(&vars); err != nil {
 		return nil, fmt.Errorf("assign variables: %w", err)
@@ -94,6 +105,12 @@ func New(opts Options) (_ *Tracer, err error) {
 			return nil, fmt.Errorf("load eBPF objects: verifier rejected a program: %+v", ve)
 		}
 		return nil, fmt.Errorf("load eBPF objects: %w", err)
+	}
+
+	// The sampler hands each user stack to the unwinder by tail call, and
+	// the unwinder calls itself for the next batch of frames.
+	if err := t.objs.Unwinders.Put(uint32(0), t.objs.UnwindUser); err != nil {
+		return nil, fmt.Errorf("install unwinder: %w", err)
 	}
 
 	for _, tp := range []struct {
@@ -203,20 +220,34 @@ type Counters struct {
 	UserStackErrs   uint64
 	TaskEventsSent  uint64
 	TaskEventsLost  uint64 // exec/exit records dropped: ring buffer full
+	UnknownSent     uint64 // notifications of processes without unwind information
+	UnknownLost     uint64 // notifications dropped: ring buffer full
+	FramesCFI       uint64 // user frames unwound with an unwind table row
+	FramesFP        uint64 // user frames unwound by frame pointers (no table)
+	UnknownRule     uint64 // stacks stopped at a PC whose CFI has no usable rule
+	ReadErrors      uint64 // stacks stopped at unreadable user memory
+	TailCallErrors  uint64 // stacks cut short by a failed tail call
 }
 
 // Counters reads the eBPF side's counters.
 func (t *Tracer) Counters() (Counters, error) {
 	var c Counters
 	fields := map[support.SondeCounter]*uint64{
-		support.SondeCounterCOUNTER_SAMPLES:          &c.Samples,
-		support.SondeCounterCOUNTER_SAMPLES_SENT:     &c.SamplesSent,
-		support.SondeCounterCOUNTER_SAMPLES_LOST:     &c.SamplesLost,
-		support.SondeCounterCOUNTER_IDLE_SKIPPED:     &c.IdleSkipped,
-		support.SondeCounterCOUNTER_KERNEL_STACK_ERR: &c.KernelStackErrs,
-		support.SondeCounterCOUNTER_USER_STACK_ERR:   &c.UserStackErrs,
-		support.SondeCounterCOUNTER_TASK_EVENTS_SENT: &c.TaskEventsSent,
-		support.SondeCounterCOUNTER_TASK_EVENTS_LOST: &c.TaskEventsLost,
+		support.SondeCounterCOUNTER_SAMPLES:              &c.Samples,
+		support.SondeCounterCOUNTER_SAMPLES_SENT:         &c.SamplesSent,
+		support.SondeCounterCOUNTER_SAMPLES_LOST:         &c.SamplesLost,
+		support.SondeCounterCOUNTER_IDLE_SKIPPED:         &c.IdleSkipped,
+		support.SondeCounterCOUNTER_KERNEL_STACK_ERR:     &c.KernelStackErrs,
+		support.SondeCounterCOUNTER_USER_STACK_ERR:       &c.UserStackErrs,
+		support.SondeCounterCOUNTER_TASK_EVENTS_SENT:     &c.TaskEventsSent,
+		support.SondeCounterCOUNTER_TASK_EVENTS_LOST:     &c.TaskEventsLost,
+		support.SondeCounterCOUNTER_UNKNOWN_SENT:         &c.UnknownSent,
+		support.SondeCounterCOUNTER_UNKNOWN_LOST:         &c.UnknownLost,
+		support.SondeCounterCOUNTER_FRAMES_CFI:           &c.FramesCFI,
+		support.SondeCounterCOUNTER_FRAMES_FP:            &c.FramesFP,
+		support.SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE:  &c.UnknownRule,
+		support.SondeCounterCOUNTER_UNWIND_READ_ERR:      &c.ReadErrors,
+		support.SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR: &c.TailCallErrors,
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {

@@ -5,13 +5,25 @@
 #pragma once
 
 #define MAX_KERNEL_FRAMES 127
-#define MAX_USER_FRAMES 127
+#define MAX_USER_FRAMES 256
+// The user-stack unwinder handles this many frames per program run and
+// tail-calls itself for the next batch (tail calls keep 5.10 compatibility).
+#define FRAMES_PER_RUN 32
+#define MAX_UNWIND_RUNS (MAX_USER_FRAMES / FRAMES_PER_RUN)
+// Rows per table are found by binary search in at most this many steps.
+#define MAX_BSEARCH_STEPS 24
+
+// User PCs carry flags in bits the x86-64 user address space never uses.
+#define PC_FLAG_FRAME_POINTER (1ULL << 63) // found by the frame-pointer chain: no table covered the caller
+#define PC_FLAG_NO_ADJUST (1ULL << 62)     // an interrupted PC (leaf, or after a signal frame), not a return address
+#define PC_FLAGS_MASK (PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST)
 #define TASK_COMM_LEN 16
 
 enum record_type {
 	RECORD_SAMPLE = 1,
 	RECORD_EXEC = 2,
 	RECORD_EXIT = 3,
+	RECORD_UNKNOWN = 4, // a sampled process or address has no unwind information yet
 };
 
 // sample_flags say how complete a sample's stacks are.
@@ -19,7 +31,53 @@ enum sample_flags {
 	SAMPLE_KERNEL_STACK_ERR = 1 << 0, // bpf_get_stack failed for the kernel stack
 	SAMPLE_USER_STACK_ERR = 1 << 1,   // bpf_get_stack failed for the user stack
 	SAMPLE_USER_TRUNCATED = 1 << 2,   // the user stack filled every slot
-	SAMPLE_FRAME_POINTERS = 1 << 3,   // the user stack came from the frame-pointer chain
+	SAMPLE_FRAME_POINTERS = 1 << 3,   // at least one user frame came from the frame-pointer chain
+	SAMPLE_USER_COMPLETE = 1 << 4,    // the unwinder reached the outermost frame (CFI says so)
+	SAMPLE_USER_UNKNOWN_RULE = 1 << 5, // stopped at a PC whose CFI has no usable rule
+	SAMPLE_USER_READ_ERR = 1 << 6,     // stopped: user memory could not be read
+};
+
+// Unwind rules, as internal/unwind derives them from CFI.
+enum cfa_type {
+	CFA_UNKNOWN = 0,
+	CFA_SP = 1,
+	CFA_FP = 2,
+	CFA_PLT = 3,
+	CFA_SIGNAL = 4,
+	CFA_END = 5,
+};
+
+enum fp_rule {
+	FP_SAME = 0,
+	FP_OFFSET = 1,
+	FP_UNKNOWN = 2,
+};
+
+// unwind_row covers [pc, next row's pc) of one file's table; pc is relative
+// to the table's base (see mapping_info.bias).
+struct unwind_row {
+	__u32 pc;
+	__s32 cfa_offset;
+	__s16 fp_offset;
+	__u8 cfa_type;
+	__u8 fp_type;
+};
+
+// mapping_key finds the executable mapping covering addr in process pid in
+// an LPM trie. prefixlen counts bits from pid on; addr is big-endian so that
+// prefixes of the address are prefixes of the key.
+struct mapping_key {
+	__u32 prefixlen;
+	__u32 pid;
+	__u64 addr_be;
+};
+
+// mapping_info says how to unwind in one mapping: row pc = addr - bias.
+// table_id 0 means no table (yet): walk frame pointers.
+struct mapping_info {
+	__u64 bias;
+	__u32 table_id;
+	__u32 rows;
 };
 
 // sample_record is one on-CPU sample. Only the used part of stack[] is sent:
@@ -38,7 +96,8 @@ struct sample_record {
 	__u64 stack[MAX_KERNEL_FRAMES + MAX_USER_FRAMES];
 };
 
-// task_record tells user space a process exec'd or exited.
+// task_record tells user space a process exec'd or exited, or (RECORD_UNKNOWN)
+// that it was sampled without unwind information.
 struct task_record {
 	__u32 type;
 	__u32 pid;
@@ -56,5 +115,12 @@ enum counter {
 	COUNTER_USER_STACK_ERR,      // user stack could not be read
 	COUNTER_TASK_EVENTS_SENT,    // exec/exit records written
 	COUNTER_TASK_EVENTS_LOST,    // ring buffer full: exec/exit record dropped
+	COUNTER_UNKNOWN_SENT,        // unknown-process notifications written
+	COUNTER_UNKNOWN_LOST,        // ring buffer full: notification dropped
+	COUNTER_FRAMES_CFI,          // user frames unwound with a CFI row
+	COUNTER_FRAMES_FP,           // user frames unwound by frame pointers (no table)
+	COUNTER_UNWIND_UNKNOWN_RULE, // stacks stopped at a PC without a usable rule
+	COUNTER_UNWIND_READ_ERR,     // stacks stopped because user memory was unreadable
+	COUNTER_UNWIND_TAIL_CALL_ERR, // a tail call failed: stack cut short
 	COUNTER_MAX,
 };

@@ -1,0 +1,166 @@
+package tracer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/sonde-dev/sonde/support"
+)
+
+// Row is one unwind-table row as the eBPF unwinder reads it: it covers
+// [PC, next row's PC) of a table, relative to the table's base.
+type Row = support.SondeUnwindRow
+
+// Unwind rules of a Row.
+const (
+	CFAUnknown = uint8(support.SondeCfaTypeCFA_UNKNOWN)
+	CFASP      = uint8(support.SondeCfaTypeCFA_SP)
+	CFAFP      = uint8(support.SondeCfaTypeCFA_FP)
+	CFAPLT     = uint8(support.SondeCfaTypeCFA_PLT)
+	CFASignal  = uint8(support.SondeCfaTypeCFA_SIGNAL)
+	CFAEnd     = uint8(support.SondeCfaTypeCFA_END)
+
+	FPSame    = uint8(support.SondeFpRuleFP_SAME)
+	FPOffset  = uint8(support.SondeFpRuleFP_OFFSET)
+	FPUnknown = uint8(support.SondeFpRuleFP_UNKNOWN)
+)
+
+// RowSize is the kernel memory one row takes.
+const RowSize = 12
+
+// MaxTables is how many tables can be loaded at once (table ids 1..MaxTables-1).
+const MaxTables = 16384
+
+// ErrTableFull is returned by LoadTable when no table id is free.
+var ErrTableFull = errors.New("unwind table slots full")
+
+// LoadTable loads rows (sorted by PC) as table id, replacing any table with
+// that id. The rows live in their own BPF array, sized to them, so kernel
+// memory is what the table needs.
+func (t *Tracer) LoadTable(id uint32, rows []Row) error {
+	if id == 0 || id >= MaxTables {
+		return fmt.Errorf("unwind table id %d out of range 1..%d: %w", id, MaxTables-1, ErrTableFull)
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("unwind table %d: no rows", id)
+	}
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "sonde_rows",
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  RowSize,
+		MaxEntries: uint32(len(rows)),
+		// Must match the outer map's template; the flag lets sizes differ.
+		Flags: unix.BPF_F_INNER_MAP,
+	})
+	if err != nil {
+		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
+	}
+	defer inner.Close() // the outer map holds its own reference
+	keys := make([]uint32, len(rows))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := inner.BatchUpdate(keys, rows, nil); err != nil {
+		// Batch operations on arrays need 5.6; fall back to one by one.
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("unwind table %d: fill: %w", id, err)
+		}
+		for i := range rows {
+			if err := inner.Put(uint32(i), rows[i]); err != nil {
+				return fmt.Errorf("unwind table %d: fill row %d: %w", id, i, err)
+			}
+		}
+	}
+	if err := t.objs.Tables.Put(id, inner); err != nil {
+		return fmt.Errorf("unwind table %d: install: %w", id, err)
+	}
+	return nil
+}
+
+// UnloadTable removes table id; mappings still naming it fall back to frame
+// pointers until they are updated.
+func (t *Tracer) UnloadTable(id uint32) error {
+	if err := t.objs.Tables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unwind table %d: remove: %w", id, err)
+	}
+	return nil
+}
+
+// Mapping is one executable mapping of a process as the unwinder sees it:
+// addresses in [Start, End) unwind with rows of Table at address - Bias.
+// Table 0 means no table: frame pointers.
+type Mapping struct {
+	Start, End uint64
+	Bias       uint64
+	Table      uint32
+	Rows       uint32
+}
+
+// SetMappings makes mappings the unwind mappings of pid, after removing old
+// (what was set before for pid), and marks pid as prepared.
+func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
+	var errs []error
+	for _, m := range old {
+		for _, k := range mappingKeys(pid, m.Start, m.End) {
+			if err := t.objs.Mappings.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, m := range mappings {
+		info := support.SondeMappingInfo{Bias: m.Bias, TableId: m.Table, Rows: m.Rows}
+		for _, k := range mappingKeys(pid, m.Start, m.End) {
+			if err := t.objs.Mappings.Put(k, info); err != nil {
+				errs = append(errs, fmt.Errorf("pid %d mapping %#x-%#x: %w", pid, m.Start, m.End, err))
+				break
+			}
+		}
+	}
+	if err := t.objs.KnownPids.Put(pid, uint32(1)); err != nil {
+		errs = append(errs, fmt.Errorf("pid %d: mark prepared: %w", pid, err))
+	}
+	return errors.Join(errs...)
+}
+
+// ForgetProcess removes pid's mappings (old) and its prepared mark.
+func (t *Tracer) ForgetProcess(pid uint32, old []Mapping) error {
+	err := t.SetMappings(pid, old, nil)
+	if derr := t.objs.KnownPids.Delete(pid); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+		err = errors.Join(err, derr)
+	}
+	return err
+}
+
+// mappingKeys splits [start, end) into the aligned power-of-two blocks an
+// LPM trie can hold, each as a key (pid, block start) with its prefix length.
+func mappingKeys(pid uint32, start, end uint64) []support.SondeMappingKey {
+	var keys []support.SondeMappingKey
+	for start < end {
+		// The largest block 2^k aligned at start that fits in [start, end).
+		k := min(bits.TrailingZeros64(start), 63)
+		for k > 0 && end-start < uint64(1)<<k {
+			k--
+		}
+		keys = append(keys, support.SondeMappingKey{
+			Prefixlen: 32 + uint32(64-k),
+			Pid:       pid,
+			AddrBe:    bigEndian64(start),
+		})
+		start += uint64(1) << k
+	}
+	return keys
+}
+
+// bigEndian64 stores v so that its in-memory bytes are big-endian, as the
+// trie compares keys byte by byte.
+func bigEndian64(v uint64) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return binary.NativeEndian.Uint64(b[:])
+}

@@ -1,0 +1,115 @@
+package tracer
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sonde-dev/sonde/support"
+)
+
+func TestMappingKeysTileTheRange(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	ranges := [][2]uint64{
+		{0x400000, 0x401000},
+		{0x7f0000001000, 0x7f0000203000},
+		{0x1, 0x2},
+		{0x0, 0x10},
+		{0x1234, 0x98765},
+		{0xffffffffff600000, 0xffffffffff601000},
+	}
+	for range 200 {
+		a, b := r.Uint64N(1<<47), r.Uint64N(1<<47)
+		if a > b {
+			a, b = b, a
+		}
+		if a != b {
+			ranges = append(ranges, [2]uint64{a, b})
+		}
+	}
+	for _, rg := range ranges {
+		next := rg[0]
+		keys := mappingKeys(7, rg[0], rg[1])
+		if len(keys) > 128 {
+			t.Errorf("%#x-%#x: %d keys, want at most 128", rg[0], rg[1], len(keys))
+		}
+		for _, k := range keys {
+			var b [8]byte
+			binary.NativeEndian.PutUint64(b[:], k.AddrBe)
+			start := binary.BigEndian.Uint64(b[:])
+			size := uint64(1) << (96 - k.Prefixlen)
+			if k.Pid != 7 || start != next || start%size != 0 {
+				t.Fatalf("%#x-%#x: block %#x/%d does not continue at %#x aligned", rg[0], rg[1], start, k.Prefixlen, next)
+			}
+			next = start + size
+		}
+		if next != rg[1] {
+			t.Errorf("%#x-%#x: blocks end at %#x", rg[0], rg[1], next)
+		}
+	}
+}
+
+// The kernel's trie finds, for every address, the mapping that covers it.
+func TestMappingsLookupInKernel(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1})
+	const pid = 4242
+	ms := []Mapping{
+		{Start: 0x400000, End: 0x401234, Bias: 0x400000, Table: 3, Rows: 10},
+		{Start: 0x401234, End: 0x5f0000, Bias: 0x1000, Table: 4, Rows: 20},
+		{Start: 0x7f1200003000, End: 0x7f1200187000, Bias: 0x7f1200000000, Table: 5, Rows: 30},
+	}
+	if err := tr.SetMappings(pid, nil, ms); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(pid uint32, addr uint64) (support.SondeMappingInfo, bool) {
+		var info support.SondeMappingInfo
+		key := support.SondeMappingKey{Prefixlen: 96, Pid: pid, AddrBe: bigEndian64(addr)}
+		err := tr.objs.Mappings.Lookup(key, &info)
+		return info, err == nil
+	}
+	for _, m := range ms {
+		for _, addr := range []uint64{m.Start, m.Start + 1, (m.Start + m.End) / 2, m.End - 1} {
+			got, ok := lookup(pid, addr)
+			if !ok || got.TableId != m.Table || got.Bias != m.Bias || got.Rows != m.Rows {
+				t.Errorf("lookup %#x = %+v, %v; want table %d", addr, got, ok, m.Table)
+			}
+		}
+	}
+	for _, addr := range []uint64{0x3fffff, 0x5f0000, 0x7f1200002fff, 0x7f1200187000} {
+		if got, ok := lookup(pid, addr); ok {
+			t.Errorf("lookup %#x = %+v, want no mapping", addr, got)
+		}
+	}
+	if _, ok := lookup(pid+1, 0x400000); ok {
+		t.Error("another pid sees this pid's mapping")
+	}
+	if err := tr.ForgetProcess(pid, ms); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := lookup(pid, 0x400000); ok {
+		t.Error("mapping still found after ForgetProcess")
+	}
+	var it = tr.objs.Mappings.Iterate()
+	var k support.SondeMappingKey
+	var v support.SondeMappingInfo
+	if it.Next(&k, &v) {
+		t.Errorf("trie not empty after ForgetProcess: %+v", k)
+	}
+}
+
+func TestLoadTable(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1})
+	rows := []Row{{Pc: 0, CfaType: CFASP, CfaOffset: 8}, {Pc: 4, CfaType: CFASP, CfaOffset: 16}, {Pc: 40, CfaType: CFAFP, CfaOffset: 16, FpType: FPOffset, FpOffset: -16}}
+	if err := tr.LoadTable(1, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.LoadTable(0, rows); err == nil {
+		t.Error("LoadTable(0) succeeded; id 0 means no table")
+	}
+	if err := tr.UnloadTable(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.UnloadTable(1); err != nil {
+		t.Errorf("second UnloadTable = %v, want nil", err)
+	}
+}
