@@ -2,6 +2,7 @@ package tracer
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
@@ -193,48 +195,122 @@ func TestCloseUnblocksRead(t *testing.T) {
 	}
 }
 
-// Start and stop leave no file descriptor, program, map or link behind.
+// Start and stop leave no file descriptor, program, map or link behind. The
+// check follows this tracer's own objects by id, so BPF objects that other
+// tests load at the same time do not disturb it.
 func TestCloseLeavesNothing(t *testing.T) {
 	testutil.RequirePrivileges(t, "eBPF sampling")
-	before := snapshot(t)
+	fdsBefore := openFDs(t)
 	for range 3 {
 		tr, err := New(Options{SamplesPerSecond: 99, RingBufferBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := snapshot(t); got.progs <= before.progs || got.links <= before.links {
-			t.Fatalf("while running: %+v, before: %+v; the snapshot does not see our objects", got, before)
+		progs, maps, links := objectIDs(t, tr)
+		if len(progs) < 4 || len(maps) < 5 || len(links) < tr.CPUs()+2 {
+			t.Fatalf("while running: %d programs, %d maps, %d links; the test does not see the tracer's objects", len(progs), len(maps), len(links))
 		}
 		if err := tr.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// The unwinder and the program array it tail-calls through refer to
+		// each other; the kernel breaks that cycle in deferred work after the
+		// last file descriptor closes, so wait for it with a deadline.
+		var alive []string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			alive = aliveObjects(progs, maps, links)
+			if len(alive) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // polling a kernel condition, bounded by the deadline
+		}
+		if len(alive) > 0 {
+			t.Errorf("still in the kernel 10s after Close: %v", alive)
+		}
 	}
-	if after := snapshot(t); after != before {
-		t.Errorf("after Close: %+v, before New: %+v", after, before)
+	if after := openFDs(t); after != fdsBefore {
+		t.Errorf("%d file descriptors open after Close, %d before New", after, fdsBefore)
 	}
 }
 
-type objects struct{ fds, progs, maps, links int }
+// aliveObjects names the objects among the ids that the kernel still has.
+// It walks the id lists and takes no reference: opening a program array by
+// id while the kernel's deferred cleanup runs can keep it alive for good
+// (seen on 6.18).
+func aliveObjects(progs []ebpf.ProgramID, maps []ebpf.MapID, links []link.ID) []string {
+	var alive []string
+	live := map[string]bool{}
+	for id, err := ebpf.ProgramGetNextID(0); err == nil; id, err = ebpf.ProgramGetNextID(id) {
+		live[fmt.Sprintf("program %d", id)] = true
+	}
+	for id, err := ebpf.MapGetNextID(0); err == nil; id, err = ebpf.MapGetNextID(id) {
+		live[fmt.Sprintf("map %d", id)] = true
+	}
+	it := new(link.Iterator)
+	for it.Next() {
+		live[fmt.Sprintf("link %d", it.ID)] = true
+	}
+	it.Close()
+	var want []string
+	for _, id := range progs {
+		want = append(want, fmt.Sprintf("program %d", id))
+	}
+	for _, id := range maps {
+		want = append(want, fmt.Sprintf("map %d", id))
+	}
+	for _, id := range links {
+		want = append(want, fmt.Sprintf("link %d", id))
+	}
+	for _, w := range want {
+		if live[w] {
+			alive = append(alive, w)
+		}
+	}
+	return alive
+}
 
-func snapshot(t *testing.T) objects {
+func openFDs(t *testing.T) int {
 	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := objects{fds: len(fds)}
-	count := func(next func(uint32) (uint32, error)) int {
-		n := 0
-		for id, err := next(0); err == nil; id, err = next(id) {
-			n++
+	return len(fds)
+}
+
+// objectIDs returns the kernel ids of the tracer's programs, maps and links.
+func objectIDs(t *testing.T, tr *Tracer) (progs []ebpf.ProgramID, maps []ebpf.MapID, links []link.ID) {
+	t.Helper()
+	for _, p := range []*ebpf.Program{tr.objs.SampleCpu, tr.objs.UnwindUser, tr.objs.OnExec, tr.objs.OnExit} {
+		info, err := p.Info()
+		if err != nil {
+			t.Fatal(err)
 		}
-		return n
+		id, _ := info.ID()
+		progs = append(progs, id)
 	}
-	o.progs = count(func(id uint32) (uint32, error) {
-		p, err := ebpf.ProgramGetNextID(ebpf.ProgramID(id))
-		return uint32(p), err
-	})
-	o.maps = count(func(id uint32) (uint32, error) { m, err := ebpf.MapGetNextID(ebpf.MapID(id)); return uint32(m), err })
-	o.links = countLinks()
-	return o
+	for _, m := range []*ebpf.Map{tr.objs.Events, tr.objs.Counters, tr.objs.Scratch, tr.objs.Mappings, tr.objs.Tables, tr.objs.Unwinders} {
+		info, err := m.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		maps = append(maps, id)
+	}
+	var all []link.Link
+	all = append(all, tr.links...)
+	for _, pe := range tr.perf {
+		if pe.link != nil {
+			all = append(all, pe.link)
+		}
+	}
+	for _, l := range all {
+		info, err := l.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		links = append(links, info.ID)
+	}
+	return progs, maps, links
 }
