@@ -1,0 +1,39 @@
+package pclntab
+
+import (
+	"testing"
+)
+
+// FuzzOpen opens arbitrary bytes as a pclntab, with its own tail as the
+// funcdata region, and looks PCs up in it. Nothing may panic; work per
+// lookup is bounded by the table's size and maxInlineDepth.
+func FuzzOpen(f *testing.F) {
+	for _, o := range []synthOpts{{}, {big: true}, {go118: true}} {
+		data, gofunc := buildSynth(synthFuncs(), o)
+		f.Add(data, uint16(gofunc))
+	}
+	for _, magic := range []uint32{0xfffffffb, 0xfffffffa, magic118, magic120} {
+		f.Add(header(magic, 8, make([]byte, 128)), uint16(0))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, gofunc uint16) {
+		var gf []byte
+		if int(gofunc) < len(data) {
+			gf = data[gofunc:]
+		}
+		tab, err := Open(data, synthText, gf)
+		if err != nil {
+			return
+		}
+		var frames []Frame
+		for pc := uint64(synthText - 1); pc < synthText+0x80; pc += 3 {
+			frames, _ = tab.Frames(pc, frames[:0])
+			if len(frames) > maxInlineDepth+1 {
+				t.Fatalf("Frames(%#x) gave %d frames", pc, len(frames))
+			}
+			if start, end, ok := tab.FuncRange(pc); ok && (pc < start || pc >= end) {
+				t.Fatalf("FuncRange(%#x) = %#x, %#x", pc, start, end)
+			}
+			tab.SPDelta(pc)
+		}
+	})
+}

@@ -1,0 +1,170 @@
+package unwind
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// ErrNoCFI is returned when a file has neither .eh_frame nor .debug_frame.
+var ErrNoCFI = errors.New("no call frame information")
+
+// FromELF builds the unwind table of an x86-64 ELF file from its .eh_frame
+// and .debug_frame; where both describe an address, .eh_frame wins (it is
+// what the runtime itself unwinds with). Broken single entries are counted in
+// Stats and leave a CFAUnknown gap; an error is returned only when no table
+// can be built.
+func FromELF(f *elf.File) (*Table, error) {
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+		return nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 is supported", f.Class, f.Machine)
+	}
+	eh, err := sectionOf(f, ".eh_frame", false)
+	if err != nil {
+		return nil, err
+	}
+	dbg, err := sectionOf(f, ".debug_frame", true)
+	if err != nil {
+		return nil, err
+	}
+	if eh == nil && dbg == nil {
+		return nil, fmt.Errorf("unwind tables: %w", ErrNoCFI)
+	}
+	return fromSections(eh, dbg)
+}
+
+// FromSeparateDebug builds the table of f (the loaded file) and adds the
+// .debug_frame of debug, its separate debug file (found through build id or
+// debuglink), for addresses the loaded file's CFI does not cover.
+func FromSeparateDebug(f, debug *elf.File) (*Table, error) {
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+		return nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 is supported", f.Class, f.Machine)
+	}
+	eh, err := sectionOf(f, ".eh_frame", false)
+	if err != nil {
+		return nil, err
+	}
+	dbg, err := sectionOf(f, ".debug_frame", true)
+	if err != nil {
+		return nil, err
+	}
+	if dbg == nil && debug != nil {
+		if dbg, err = sectionOf(debug, ".debug_frame", true); err != nil {
+			return nil, fmt.Errorf("separate debug file: %w", err)
+		}
+	}
+	if eh == nil && dbg == nil {
+		return nil, fmt.Errorf("unwind tables: %w", ErrNoCFI)
+	}
+	return fromSections(eh, dbg)
+}
+
+// sectionOf reads a CFI section; nil when it is absent or empty.
+func sectionOf(f *elf.File, name string, debug bool) (*section, error) {
+	s := f.Section(name)
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+		return nil, nil
+	}
+	if s.Size > maxSectionSize {
+		return nil, fmt.Errorf("section %s: %d bytes exceeds %d", name, s.Size, maxSectionSize)
+	}
+	data, err := s.Data()
+	if err != nil {
+		return nil, fmt.Errorf("section %s: %w", name, err)
+	}
+	sec := &section{data: data, addr: s.Addr, debug: debug}
+	sec.ctx = ptrCtx{secAddr: s.Addr, deref: derefFunc(f)}
+	if debug {
+		// .debug_frame is not loaded: pc-relative pointers do not occur.
+		sec.ctx.secAddr = 0
+	}
+	if t := f.Section(".text"); t != nil {
+		sec.ctx.textBase = t.Addr
+	}
+	if g := f.Section(".got"); g != nil {
+		sec.ctx.dataBase = g.Addr
+	}
+	return sec, nil
+}
+
+// derefFunc returns a reader of 8-byte pointers at virtual addresses in f's
+// PT_LOAD segments, for DW_EH_PE_indirect.
+func derefFunc(f *elf.File) func(uint64) (uint64, error) {
+	return func(addr uint64) (uint64, error) {
+		for _, p := range f.Progs {
+			if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr > p.Filesz || p.Filesz-(addr-p.Vaddr) < 8 {
+				continue
+			}
+			var b [8]byte
+			if _, err := p.ReadAt(b[:], int64(addr-p.Vaddr)); err != nil {
+				return 0, err
+			}
+			return binary.LittleEndian.Uint64(b[:]), nil
+		}
+		return 0, fmt.Errorf("address %#x not in a loaded segment", addr)
+	}
+}
+
+// fromSections parses both sections (either may be nil) and builds the table.
+func fromSections(eh, dbg *section) (*Table, error) {
+	var st Stats
+	p := parser{st: &st}
+	// Size the buffers from the input: GCC output averages about 5 bytes of
+	// CFI per row and 40 per FDE, so this avoids most regrowth.
+	size := 0
+	for _, s := range []*section{eh, dbg} {
+		if s != nil {
+			size += len(s.data)
+		}
+	}
+	p.rows = make([]Row, 0, min(size/5+1, maxPrealloc))
+	p.fdes = make([]fdeRows, 0, min(size/32+1, maxPrealloc))
+	var ehErr error
+	if eh != nil {
+		if err := p.parseSection(eh); err != nil {
+			ehErr = fmt.Errorf("section .eh_frame: %w", err)
+		}
+	}
+	nEH := len(p.fdes)
+	if dbg != nil {
+		if err := p.parseSection(dbg); err != nil && nEH == 0 && len(p.fdes) == 0 {
+			return nil, errors.Join(ehErr, fmt.Errorf("section .debug_frame: %w", err))
+		}
+	}
+	if ehErr != nil && len(p.fdes) == 0 {
+		return nil, ehErr
+	}
+	fdes := p.fdes
+	if nEH > 0 && len(fdes) > nEH {
+		fdes = dropCovered(fdes, nEH, &st)
+	}
+	return build(fdes, p.rows, &st), nil
+}
+
+// dropCovered removes the FDEs after the first nEH (those from .debug_frame)
+// that overlap any of the first nEH (those from .eh_frame).
+func dropCovered(fdes []fdeRows, nEH int, st *Stats) []fdeRows {
+	eh := append([]fdeRows(nil), fdes[:nEH]...)
+	sort.Slice(eh, func(i, j int) bool { return eh[i].begin < eh[j].begin })
+	// maxEnd[i] is the largest end among eh[:i+1], so that one search finds
+	// any earlier FDE reaching into a range.
+	maxEnd := make([]uint64, len(eh))
+	var m uint64
+	for i, f := range eh {
+		m = max(m, f.end)
+		maxEnd[i] = m
+	}
+	out := fdes[:nEH:nEH]
+	for _, f := range fdes[nEH:] {
+		// The last eh FDE starting before f.end overlaps f if any eh FDE up
+		// to it ends after f.begin.
+		i := sort.Search(len(eh), func(i int) bool { return eh[i].begin >= f.end })
+		if i > 0 && maxEnd[i-1] > f.begin {
+			st.Overlapping++
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,189 @@
+package unwind
+
+import (
+	"sort"
+)
+
+// CFAType says how the canonical frame address of a row is computed.
+type CFAType uint8
+
+const (
+	// CFAUnknown: no usable rule (no FDE covers the PC, or an expression we
+	// do not know): the unwinder stops cleanly.
+	CFAUnknown CFAType = iota
+	// CFASP: CFA = RSP + CFAOffset.
+	CFASP
+	// CFAFP: CFA = RBP + CFAOffset.
+	CFAFP
+	// CFAPLT: the classic .plt stub expression:
+	// CFA = RSP + CFAOffset + ((RIP & 15) >= 11 ? 8 : 0); CFAOffset is 8.
+	CFAPLT
+	// CFASignal: signal trampoline (__restore_rt; FDE augmentation 'S'):
+	// registers come from the ucontext on the stack.
+	CFASignal
+	// CFAEnd: outermost frame: the return address is undefined (_start,
+	// clone/thread start): the stack is complete.
+	CFAEnd
+)
+
+// String returns a short name for the rule, for test output.
+func (c CFAType) String() string {
+	switch c {
+	case CFAUnknown:
+		return "unknown"
+	case CFASP:
+		return "sp"
+	case CFAFP:
+		return "fp"
+	case CFAPLT:
+		return "plt"
+	case CFASignal:
+		return "signal"
+	case CFAEnd:
+		return "end"
+	}
+	return "invalid"
+}
+
+// FPRule says where the caller's RBP is.
+type FPRule uint8
+
+const (
+	// FPSame: RBP keeps its value in the caller.
+	FPSame FPRule = iota
+	// FPOffset: RBP of the caller is saved at CFA + FPOffset.
+	FPOffset
+	// FPUnknown: any other rule (register, expression): the caller's RBP is
+	// unknown.
+	FPUnknown
+)
+
+// String returns a short name for the rule, for test output.
+func (r FPRule) String() string {
+	switch r {
+	case FPSame:
+		return "same"
+	case FPOffset:
+		return "offset"
+	case FPUnknown:
+		return "unknown"
+	}
+	return "invalid"
+}
+
+// Row says how to unwind from any PC in [PC, next row's PC). The return
+// address is always at CFA-8 on x86-64; a CFI row whose return-address rule
+// is anything else becomes CFAUnknown (CFAEnd when undefined).
+//
+// Fields that the CFA type does not use are zero, so equal rules compare
+// equal.
+type Row struct {
+	PC        uint64 // ELF virtual address (as in the symbol table and CFI), not file offset
+	CFA       CFAType
+	CFAOffset int32
+	FP        FPRule
+	FPOffset  int32
+}
+
+// sameRule reports whether a and b unwind the same way (PC aside).
+func (r Row) sameRule(o Row) bool {
+	return r.CFA == o.CFA && r.CFAOffset == o.CFAOffset && r.FP == o.FP && r.FPOffset == o.FPOffset
+}
+
+// RowBytes is the size of one row in the eBPF map encoding, for memory
+// budgets.
+const RowBytes = 16
+
+// Stats counts what was parsed and what was unusable.
+type Stats struct {
+	CIEs        int // CIEs parsed successfully
+	FDEs        int // FDEs whose program was interpreted successfully
+	BadCIEs     int // CIEs that could not be parsed (their FDEs are counted in BadFDEs)
+	BadFDEs     int // FDEs dropped: bad encoding, unknown op, or a cap was hit
+	EmptyFDEs   int // FDEs covering no address (zero length)
+	Overlapping int // FDEs dropped because an earlier one (eh_frame first) covers their start
+	Rows        int // rows in the final table
+	Unknown     int // of Rows, those with CFAUnknown (gaps included)
+}
+
+// Table is the sorted unwind table of one ELF file. Rows are sorted by PC
+// with equal neighbours merged; a gap between FDEs is a CFAUnknown row at the
+// gap's start, and the table ends with a CFAUnknown row after the last FDE.
+// A Table is not modified after it is returned and is safe for concurrent
+// reads.
+type Table struct {
+	Rows  []Row
+	Stats Stats
+}
+
+// Lookup returns the row covering pc. ok is false when pc is below the first
+// row (no FDE starts at or before it); past the last FDE it returns the
+// closing CFAUnknown row.
+func (t *Table) Lookup(pc uint64) (Row, bool) {
+	if t == nil {
+		return Row{}, false
+	}
+	i := sort.Search(len(t.Rows), func(i int) bool { return t.Rows[i].PC > pc })
+	if i == 0 {
+		return Row{}, false
+	}
+	return t.Rows[i-1], true
+}
+
+// fdeRows is the interpreted program of one FDE: rows[0].PC == begin, and
+// rows apply up to end.
+type fdeRows struct {
+	begin, end uint64
+	first, n   int // rows are all[first:first+n] of the shared row buffer
+}
+
+// build sorts the FDEs (earlier ones in fdes win over later ones on overlap)
+// and lays their rows out into one table.
+func build(fdes []fdeRows, all []Row, st *Stats) *Table {
+	// Stable: among FDEs with the same start the earlier one in the input
+	// wins. An FDE starting inside the previous kept one is dropped
+	// (.debug_frame FDEs overlapping .eh_frame were removed before).
+	sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].begin < fdes[j].begin })
+	out := make([]Row, 0, len(all)+len(fdes)/4+1)
+	add := func(r Row) {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if last.PC == r.PC {
+				*last = r
+				if n > 1 && out[n-2].sameRule(r) {
+					out = out[:n-1]
+				}
+				return
+			}
+			if last.sameRule(r) {
+				return
+			}
+		}
+		out = append(out, r)
+	}
+	var prevEnd uint64
+	have := false
+	for _, f := range fdes {
+		if have && f.begin < prevEnd {
+			st.Overlapping++
+			continue
+		}
+		if have && f.begin > prevEnd {
+			add(Row{PC: prevEnd})
+		}
+		for _, r := range all[f.first : f.first+f.n] {
+			add(r)
+		}
+		prevEnd, have = f.end, true
+	}
+	if have {
+		add(Row{PC: prevEnd})
+	}
+	st.Rows = len(out)
+	for _, r := range out {
+		if r.CFA == CFAUnknown {
+			st.Unknown++
+		}
+	}
+	return &Table{Rows: out[:len(out):len(out)], Stats: *st}
+}
