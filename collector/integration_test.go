@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/sonde-dev/sonde/collector"
 	"github.com/sonde-dev/sonde/collector/internal/metadata"
@@ -126,7 +127,9 @@ func startReceiver(t *testing.T, sps int) *consumertest.ProfilesSink {
 	cfg.SamplesPerSecond = sps
 	cfg.ReporterInterval = 500 * time.Millisecond
 	sink := new(consumertest.ProfilesSink)
-	rcv, err := f.CreateProfiles(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, sink)
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.Logger = zaptest.NewLogger(t)
+	rcv, err := f.CreateProfiles(context.Background(), set, cfg, sink)
 	if err != nil {
 		t.Fatal(err)
 	}

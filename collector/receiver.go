@@ -17,6 +17,7 @@ import (
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/internal/symbolize"
+	"github.com/sonde-dev/sonde/internal/unwind"
 	"github.com/sonde-dev/sonde/tracer"
 )
 
@@ -32,6 +33,7 @@ type profilesReceiver struct {
 
 	tracer   *tracer.Tracer
 	resolver *resolver
+	preparer *preparer
 
 	mu      sync.Mutex // guards current
 	current *profile.Builder
@@ -76,13 +78,18 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{MaxProcesses: r.cfg.Limits.MaxProcesses})
 	syms := symbolize.New(r.log, symbolize.Options{})
 	r.resolver = newResolver(r.log, procs, syms)
+	r.preparer = newPreparer(r.log, tr, procs, syms, unwind.DefaultBudgetBytes)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(3)
+	r.wg.Add(4)
 	go func() {
 		defer r.wg.Done()
 		r.prepare(ctx)
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.preparer.run(ctx)
 	}()
 	go func() {
 		defer r.wg.Done()
@@ -139,8 +146,12 @@ func (r *profilesReceiver) read() {
 			r.stats.samples.Add(1)
 		case tracer.RecordExec:
 			r.resolver.exec(int(rec.PID))
+			r.preparer.enqueue(int(rec.PID), prepareExec)
 		case tracer.RecordExit:
 			r.resolver.exit(int(rec.PID))
+			r.preparer.enqueue(int(rec.PID), prepareExit)
+		case tracer.RecordUnknown:
+			r.preparer.enqueue(int(rec.PID), prepareUnknown)
 		}
 	}
 }

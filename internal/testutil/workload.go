@@ -28,7 +28,21 @@ const (
 	GoChain = "gochain"
 	// Fixed: C: a fixed amount of CPU work (argv[1] iterations), then exit.
 	Fixed = "fixed"
+	// CChainNoFP: cchain.c at -O2 without frame pointers: only CFI unwinds it.
+	CChainNoFP = "cchain-nofp"
+	// CChainStripped: CChainNoFP with .symtab stripped; names come from
+	// .dynsym (-rdynamic), frames from .eh_frame.
+	CChainStripped = "cchain-stripped"
 )
+
+// Flags without frame pointers, keeping calls as calls so the chain is real.
+var noFramePointers = []string{"-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-fno-inline"}
+
+// WorkloadSource returns the path of a C workload's source file.
+func WorkloadSource(tb testing.TB, name string) string {
+	tb.Helper()
+	return filepath.Join(workloadDir(tb), name+".c")
+}
 
 // BuildWorkload builds the named workload into a temporary directory and
 // returns the binary's path.
@@ -38,6 +52,12 @@ func BuildWorkload(tb testing.TB, name string) string {
 	switch name {
 	case CChain, Syscalls, Fixed:
 		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}, filepath.Join(dir, name+".c"))
+	case CChainNoFP:
+		return BuildC(tb, name, noFramePointers, filepath.Join(dir, CChain+".c"))
+	case CChainStripped:
+		bin := BuildC(tb, name, append([]string{"-rdynamic"}, noFramePointers...), filepath.Join(dir, CChain+".c"))
+		run(tb, exec.Command(RequireTool(tb, "strip"), "--strip-all", bin))
+		return bin
 	case GoChain:
 		return BuildGo(tb, name, filepath.Join(dir, name))
 	}

@@ -1,0 +1,381 @@
+package unwind
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
+	"github.com/sonde-dev/sonde/internal/process"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// Kernel is where the Loader puts tables and mappings: the tracer's maps.
+type Kernel interface {
+	LoadTable(id uint32, rows []tracer.Row) error
+	UnloadTable(id uint32) error
+	SetMappings(pid uint32, old, mappings []tracer.Mapping) error
+	ForgetProcess(pid uint32, old []tracer.Mapping) error
+}
+
+// Identify returns the content-derived id of the file at path (the
+// symbolizer's identity cache answers it without rereading the file).
+type Identify func(path string) (elfx.FileID, error)
+
+// LoaderOptions bound the Loader.
+type LoaderOptions struct {
+	// BudgetBytes bounds the kernel memory of loaded tables; tables no
+	// process maps any more are evicted, least recently used first, to make
+	// room. Default 64 MiB.
+	BudgetBytes int64
+}
+
+// DefaultBudgetBytes is the default bound on table memory in the kernel.
+const DefaultBudgetBytes = 64 << 20
+
+// tableOverhead is what a table costs the kernel beyond its rows (the inner
+// map itself), counted against the budget.
+const tableOverhead = 512
+
+// LoaderStats are the Loader's counters; they only grow, except the gauges.
+type LoaderStats struct {
+	Tables     int   // gauge: tables loaded in the kernel
+	Rows       int64 // gauge: rows loaded
+	Bytes      int64 // gauge: kernel bytes of loaded tables (rows and overhead)
+	Processes  int   // gauge: processes prepared
+	Built      uint64
+	Evicted    uint64
+	NoCFI      uint64 // files without CFI: their frames use frame pointers
+	OverBudget uint64 // tables that did not fit in the budget even after eviction
+	Failures   uint64 // files that could not be read or parsed
+}
+
+// Loader keeps the eBPF unwinder's tables and per-process mappings in step
+// with the processes being sampled. A file's table is built once, whatever
+// the number of processes that map it, and stays loaded while any of them
+// runs. It is safe for concurrent use.
+type Loader struct {
+	k        Kernel
+	identify Identify
+	log      *zap.Logger
+	budget   int64
+
+	mu     sync.Mutex
+	files  map[elfx.FileID]*loadedFile
+	procs  map[int][]procMapping
+	ids    []uint32 // free table ids
+	nextID uint32
+	clock  uint64 // ticks on every use, for LRU eviction
+	stats  LoaderStats
+}
+
+// loadedFile is a file's table: loaded in the kernel (id != 0) or known to
+// be unusable (err != nil), with the segments that turn mappings into biases.
+type loadedFile struct {
+	id       uint32
+	rows     uint32
+	base     uint64
+	bytes    int64
+	refs     int
+	lastUsed uint64
+	segments []segment
+	err      error
+}
+
+type segment struct{ off, vaddr, filesz uint64 }
+
+// procMapping is one mapping as set for a process, with the file it uses.
+type procMapping struct {
+	m    tracer.Mapping
+	file *loadedFile
+}
+
+// NewLoader returns a Loader writing to k.
+func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions) *Loader {
+	if opts.BudgetBytes <= 0 {
+		opts.BudgetBytes = DefaultBudgetBytes
+	}
+	return &Loader{
+		k:        k,
+		identify: identify,
+		log:      log,
+		budget:   opts.BudgetBytes,
+		files:    make(map[elfx.FileID]*loadedFile),
+		procs:    make(map[int][]procMapping),
+		nextID:   1,
+	}
+}
+
+// Prepare loads the tables of every executable file p maps and sets p's
+// mappings in the kernel, replacing what was set for it before. A file that
+// cannot be used leaves its mapping to the frame-pointer walk.
+func (l *Loader) Prepare(p *process.Process) error {
+	var next []procMapping
+	for _, m := range p.Mappings {
+		if !m.Executable() || !m.FileBacked() {
+			continue
+		}
+		path := p.FilePath(m)
+		if path == "" {
+			continue
+		}
+		lf := l.file(path)
+		pm := procMapping{m: tracer.Mapping{Start: m.Start, End: m.End}, file: lf}
+		if lf.id != 0 {
+			if bias, ok := lf.bias(m); ok {
+				pm.m.Bias, pm.m.Table, pm.m.Rows = bias, lf.id, lf.rows
+			}
+		}
+		next = append(next, pm)
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, pm := range next {
+		pm.file.refs++
+	}
+	old := l.procs[p.PID]
+	err := l.k.SetMappings(uint32(p.PID), mappingsOf(old), mappingsOf(next))
+	l.release(old)
+	l.procs[p.PID] = next
+	l.stats.Processes = len(l.procs)
+	return err
+}
+
+// Forget removes pid's mappings; its tables stay loaded until evicted.
+func (l *Loader) Forget(pid int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old, ok := l.procs[pid]
+	if !ok {
+		return nil
+	}
+	delete(l.procs, pid)
+	l.release(old)
+	l.stats.Processes = len(l.procs)
+	return l.k.ForgetProcess(uint32(pid), mappingsOf(old))
+}
+
+// Prepared reports whether pid's mappings are set.
+func (l *Loader) Prepared(pid int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.procs[pid]
+	return ok
+}
+
+// Stats returns the Loader's counters.
+func (l *Loader) Stats() LoaderStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+func (l *Loader) release(pms []procMapping) {
+	for _, pm := range pms {
+		pm.file.refs--
+	}
+}
+
+func mappingsOf(pms []procMapping) []tracer.Mapping {
+	ms := make([]tracer.Mapping, len(pms))
+	for i, pm := range pms {
+		ms[i] = pm.m
+	}
+	return ms
+}
+
+// file returns the loaded table of the file at path, building it on first
+// use. Building happens outside the lock; two processes racing for a new
+// file may both parse it, and the second result is dropped.
+func (l *Loader) file(path string) *loadedFile {
+	id, err := l.identify(path)
+	if err != nil {
+		return &loadedFile{err: err}
+	}
+	l.mu.Lock()
+	if lf, ok := l.files[id]; ok {
+		l.clock++
+		lf.lastUsed = l.clock
+		l.mu.Unlock()
+		return lf
+	}
+	l.mu.Unlock()
+
+	lf, rows := buildFile(path)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if existing, ok := l.files[id]; ok {
+		return existing
+	}
+	l.clock++
+	lf.lastUsed = l.clock
+	l.files[id] = lf
+	switch {
+	case errors.Is(lf.err, ErrNoCFI):
+		l.stats.NoCFI++
+		return lf
+	case lf.err != nil:
+		l.stats.Failures++
+		l.log.Debug("no unwind table for file; frame pointers there", zap.String("file", path), zap.Error(lf.err))
+		return lf
+	}
+	if err := l.load(lf, rows); err != nil {
+		lf.err = err
+		l.log.Debug("unwind table not loaded; frame pointers there", zap.String("file", path), zap.Error(err))
+	}
+	return lf
+}
+
+// buildFile parses the file's CFI into kernel rows.
+func buildFile(path string) (*loadedFile, []tracer.Row) {
+	f, err := os.Open(path)
+	if err != nil {
+		return &loadedFile{err: err}, nil
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil
+	}
+	lf := &loadedFile{}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			lf.segments = append(lf.segments, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
+		}
+	}
+	t, err := FromELF(ef)
+	if err != nil {
+		lf.err = err
+		return lf, nil
+	}
+	rows, base, err := kernelRows(t.Rows)
+	if err != nil {
+		lf.err = fmt.Errorf("%s: %w", path, err)
+		return lf, nil
+	}
+	lf.base = base
+	return lf, rows
+}
+
+// kernelRows converts a table to the eBPF side's compact rows, with PCs
+// relative to the table's first row.
+func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
+	if len(rows) == 0 {
+		return nil, 0, ErrNoCFI
+	}
+	base := rows[0].PC
+	out := make([]tracer.Row, len(rows))
+	for i, r := range rows {
+		if r.PC-base > 0xffffffff {
+			return nil, 0, fmt.Errorf("unwind table spans more than 4 GiB")
+		}
+		kr := tracer.Row{Pc: uint32(r.PC - base), CfaOffset: r.CFAOffset}
+		switch r.CFA {
+		case CFASP:
+			kr.CfaType = tracer.CFASP
+		case CFAFP:
+			kr.CfaType = tracer.CFAFP
+		case CFAPLT:
+			kr.CfaType = tracer.CFAPLT
+		case CFASignal:
+			kr.CfaType = tracer.CFASignal
+		case CFAEnd:
+			kr.CfaType = tracer.CFAEnd
+		default:
+			kr.CfaType = tracer.CFAUnknown
+		}
+		switch r.FP {
+		case FPSame:
+			kr.FpType = tracer.FPSame
+		case FPOffset:
+			if r.FPOffset < -1<<15 || r.FPOffset >= 1<<15 {
+				kr.FpType = tracer.FPUnknown
+				break
+			}
+			kr.FpType, kr.FpOffset = tracer.FPOffset, int16(r.FPOffset)
+		default:
+			kr.FpType = tracer.FPUnknown
+		}
+		out[i] = kr
+	}
+	return out, base, nil
+}
+
+// load puts lf's rows in the kernel, evicting unreferenced tables if the
+// budget needs it. Called with l.mu held.
+func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
+	need := int64(len(rows))*tracer.RowSize + tableOverhead
+	if need > l.budget {
+		l.stats.OverBudget++
+		return fmt.Errorf("table of %d bytes exceeds the %d-byte budget", need, l.budget)
+	}
+	for l.stats.Bytes+need > l.budget || len(l.ids) == 0 && l.nextID >= tracer.MaxTables {
+		if !l.evictOne() {
+			l.stats.OverBudget++
+			return fmt.Errorf("no room for a table of %d bytes: %d of %d bytes used by tables in use", need, l.stats.Bytes, l.budget)
+		}
+	}
+	var id uint32
+	if n := len(l.ids); n > 0 {
+		id, l.ids = l.ids[n-1], l.ids[:n-1]
+	} else {
+		id = l.nextID
+		l.nextID++
+	}
+	if err := l.k.LoadTable(id, rows); err != nil {
+		l.ids = append(l.ids, id)
+		l.stats.Failures++
+		return err
+	}
+	lf.id, lf.rows, lf.bytes = id, uint32(len(rows)), need
+	l.stats.Built++
+	l.stats.Tables++
+	l.stats.Rows += int64(len(rows))
+	l.stats.Bytes += need
+	return nil
+}
+
+// evictOne unloads the least recently used table no process maps. Called
+// with l.mu held.
+func (l *Loader) evictOne() bool {
+	var victim *loadedFile
+	var victimID elfx.FileID
+	for fid, lf := range l.files {
+		if lf.refs == 0 && (victim == nil || lf.lastUsed < victim.lastUsed) {
+			victim, victimID = lf, fid
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(l.files, victimID)
+	if victim.id == 0 {
+		return true // an unusable file's record: free to drop
+	}
+	if err := l.k.UnloadTable(victim.id); err != nil {
+		l.log.Warn("unloading unwind table failed", zap.Error(err))
+	}
+	l.ids = append(l.ids, victim.id)
+	l.stats.Evicted++
+	l.stats.Tables--
+	l.stats.Rows -= int64(victim.rows)
+	l.stats.Bytes -= victim.bytes
+	return true
+}
+
+// bias is what the unwinder subtracts from an address in m to get a PC
+// relative to the table's first row: the file's load bias plus the base.
+func (lf *loadedFile) bias(m process.Mapping) (uint64, bool) {
+	for _, s := range lf.segments {
+		if m.Offset >= s.off && m.Offset < s.off+max(s.filesz, 1) {
+			// address a maps to ELF address a - m.Start + m.Offset - s.off + s.vaddr
+			return m.Start - m.Offset + s.off - s.vaddr + lf.base, true
+		}
+	}
+	return 0, false
+}
