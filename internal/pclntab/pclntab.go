@@ -249,10 +249,14 @@ func (t *Table) lookup(pc uint64) (f funcInfo, ok bool, err error) {
 	if lo == 0 {
 		return f, false, nil
 	}
-	i := lo - 1
+	return t.funcAt(lo - 1)
+}
+
+// funcAt decodes the record of function i of the function table.
+func (t *Table) funcAt(i uint32) (f funcInfo, ok bool, err error) {
 	entry := t.u32(t.functab[i*8:])
 	next := t.u32(t.functab[(i+1)*8:])
-	if next <= off {
+	if next <= entry {
 		return f, false, fmt.Errorf("pclntab: function table is not sorted at %d", i)
 	}
 	funcOff := uint64(t.u32(t.functab[i*8+4:]))
@@ -366,6 +370,59 @@ func (t *Table) SPDelta(pc uint64) (int32, bool) {
 		return 0, false
 	}
 	return t.pcvalue(&f, f.pcsp, pc)
+}
+
+// SPDeltas calls yield for every range [start, end) of every function in
+// which the stack pointer sits delta bytes below its value at the function's
+// entry, in address order, until yield returns false. Delta -1 marks what
+// the table does not describe: padding after a function's code, or the rest
+// of a function whose table cannot be decoded.
+func (t *Table) SPDeltas(yield func(start, end uint64, delta int32) bool) error {
+	for i := uint32(0); i < t.nfunc; i++ {
+		f, ok, err := t.funcAt(i)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if !t.spRanges(&f, yield) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// spRanges walks f's pcsp table; it returns false when yield asked to stop.
+func (t *Table) spRanges(f *funcInfo, yield func(start, end uint64, delta int32) bool) bool {
+	if f.pcsp == 0 || uint64(f.pcsp) >= uint64(len(t.pctab)) {
+		return yield(f.entry, f.end, -1)
+	}
+	p := t.pctab[f.pcsp:]
+	cur, val := f.entry, int32(-1)
+	for cur < f.end {
+		uv, n := binary.Uvarint(p)
+		if n <= 0 || (uv == 0 && cur != f.entry) {
+			break
+		}
+		p = p[n:]
+		d := uint32(uv)
+		val += int32(-(d & 1) ^ (d >> 1))
+		pcd, n := binary.Uvarint(p)
+		if n <= 0 || pcd == 0 {
+			break
+		}
+		p = p[n:]
+		next := min(cur+(pcd&0xffffffff)*uint64(t.quantum), f.end)
+		if !yield(cur, next, val) {
+			return false
+		}
+		cur = next
+	}
+	if cur < f.end {
+		return yield(cur, f.end, -1)
+	}
+	return true
 }
 
 // Frames appends the frames of pc to dst, innermost first: the inlined

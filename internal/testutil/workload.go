@@ -26,6 +26,9 @@ const (
 	Syscalls = "syscalls"
 	// GoChain: Go: main.main -> main.alpha -> main.beta -> main.gamma.
 	GoChain = "gochain"
+	// GoLeaf: Go: main.main -> main.alpha -> main.beta -> main.leaf, where
+	// leaf is frameless: only the pclntab's SP deltas find beta.
+	GoLeaf = "goleaf"
 	// Fixed: C: a fixed amount of CPU work (argv[1] iterations), then exit.
 	Fixed = "fixed"
 	// CChainNoFP: cchain.c at -O2 without frame pointers: only CFI unwinds it.
@@ -58,7 +61,7 @@ func BuildWorkload(tb testing.TB, name string) string {
 		bin := BuildC(tb, name, append([]string{"-rdynamic"}, noFramePointers...), filepath.Join(dir, CChain+".c"))
 		run(tb, exec.Command(RequireTool(tb, "strip"), "--strip-all", bin))
 		return bin
-	case GoChain:
+	case GoChain, GoLeaf:
 		return BuildGo(tb, name, filepath.Join(dir, name))
 	}
 	tb.Fatalf("unknown workload %q", name)

@@ -248,7 +248,7 @@ func buildFile(path string) (*loadedFile, []tracer.Row) {
 			lf.segments = append(lf.segments, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
 		}
 	}
-	t, err := FromELF(ef)
+	t, err := fromFile(ef)
 	if err != nil {
 		lf.err = err
 		return lf, nil

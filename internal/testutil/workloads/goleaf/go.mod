@@ -1,0 +1,3 @@
+module goleaf
+
+go 1.26

@@ -1,0 +1,110 @@
+package unwind
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+
+	"github.com/sonde-dev/sonde/internal/pclntab"
+)
+
+// maxGoRows bounds the rows derived from one pclntab.
+const maxGoRows = 1 << 22
+
+// FromGo derives rows from a Go binary's stack-pointer delta tables: at a PC
+// where the stack pointer is delta bytes below its value at entry, the CFA is
+// SP + delta + 8. Once the prologue has pushed the frame pointer (delta >= 8)
+// the caller's RBP is at CFA-16; before that, and in frameless leaves, RBP is
+// still the caller's. A frameless leaf thus unwinds to its caller from SP,
+// which a frame-pointer walk cannot do.
+func FromGo(t *pclntab.Table) (*Table, error) {
+	var rows []Row
+	var end uint64
+	var st Stats
+	err := t.SPDeltas(func(start, stop uint64, delta int32) bool {
+		r := Row{PC: start}
+		if delta >= 0 {
+			r.CFA, r.CFAOffset = CFASP, delta+8
+			if delta >= 8 {
+				r.FP, r.FPOffset = FPOffset, -16
+			}
+		} else {
+			st.Unknown++
+		}
+		if n := len(rows); n > 0 && rows[n-1].sameRule(r) {
+			// Equal neighbours merge.
+		} else {
+			rows = append(rows, r)
+		}
+		end = stop
+		return len(rows) < maxGoRows
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, ErrNoCFI
+	}
+	if len(rows) >= maxGoRows {
+		return nil, fmt.Errorf("go tables: more than %d rows", maxGoRows)
+	}
+	rows = append(rows, Row{PC: end})
+	st.Rows = len(rows)
+	return &Table{Rows: rows, Stats: st}, nil
+}
+
+// fromFile builds the table of an ELF file: from the pclntab for Go code
+// and from CFI for the rest (C code in cgo binaries, every other file).
+func fromFile(f *elf.File) (*Table, error) {
+	cfi, cfiErr := FromELF(f)
+	if pclntab.Section(f) == nil {
+		return cfi, cfiErr
+	}
+	pt, err := pclntab.OpenELF(f)
+	if err != nil {
+		return cfi, cfiErr
+	}
+	gt, err := FromGo(pt)
+	if err != nil {
+		return cfi, cfiErr
+	}
+	if cfiErr != nil {
+		if !errors.Is(cfiErr, ErrNoCFI) {
+			return nil, cfiErr
+		}
+		return gt, nil
+	}
+	return mergeOutside(gt, cfi), nil
+}
+
+// mergeOutside returns inner's rows, with outer's rows before and after
+// inner's range; at the end of inner's range outer's rule there resumes.
+func mergeOutside(inner, outer *Table) *Table {
+	lo, hi := inner.Rows[0].PC, inner.Rows[len(inner.Rows)-1].PC
+	var rows []Row
+	for _, r := range outer.Rows {
+		if r.PC < lo {
+			rows = append(rows, r)
+		}
+	}
+	rows = append(rows, inner.Rows[:len(inner.Rows)-1]...)
+	resume := Row{PC: hi}
+	if r, ok := outer.Lookup(hi); ok {
+		resume = r
+		resume.PC = hi
+	}
+	rows = append(rows, resume)
+	for _, r := range outer.Rows {
+		if r.PC > hi {
+			rows = append(rows, r)
+		}
+	}
+	out := rows[:0]
+	for _, r := range rows {
+		if n := len(out); n > 0 && out[n-1].sameRule(r) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return &Table{Rows: out, Stats: Stats{Rows: len(out)}}
+}
