@@ -10,16 +10,14 @@ import (
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
-// completeShare profiles pid and returns how many of its samples carry the
-// full chain: the user frames from the leaf down to main are a suffix of
-// chain (leaf first), so a sample in b reads b, a, main and one in c reads
-// c, b, a, main; frames below main (libc's start-up code) may follow.
+// completeShare profiles pid and returns how many of its main thread's
+// samples match.
 //
 // A new process is unwound by frame pointers until its tables are loaded
 // (DESIGN.md, data flow 2-3). Those warm-up samples are counted apart: the
 // share is measured from the first export after a complete sample shows the
 // tables are in, over at least n samples.
-func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, chain []string) (complete, total, warmup int, bad []flatSample) {
+func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, match func([]frame) bool) (complete, total, warmup int, bad []flatSample) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	read := 0
@@ -34,7 +32,7 @@ func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, ch
 				if s.PID != int64(pid) || s.TID != int64(pid) {
 					continue
 				}
-				ok := fullChain(s.Frames, chain)
+				ok := match(s.Frames)
 				if !wasWarm {
 					warmup += s.Count
 					warm = warm || ok
@@ -54,18 +52,43 @@ func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, ch
 	return complete, total, warmup, bad
 }
 
-func fullChain(frames []frame, chain []string) bool {
+// userNames are the names of the user frames, leaf first.
+func userNames(frames []frame) []string {
 	var user []string
 	for _, f := range frames {
 		if f.Type != "kernel" {
 			user = append(user, f.Function)
 		}
 	}
+	return user
+}
+
+// fullChain reports whether the user frames, read from main toward the
+// leaf, follow chain (leaf first) for as long as either lasts: a sample in b
+// reads b, a, main; one in c reads c, b, a, main. Frames beyond the whole
+// chain on the leaf side (a runtime's helpers called from the leaf) and
+// frames below main (libc's start-up code) may follow.
+func fullChain(frames []frame, chain []string) bool {
+	user := userNames(frames)
 	i := slices.Index(user, chain[len(chain)-1])
 	if i < 0 {
 		return false
 	}
-	return i < len(chain) && slices.Equal(user[:i+1], chain[len(chain)-1-i:])
+	k := len(chain) - 1
+	for j := i; j >= 0 && k >= 0; j, k = j-1, k-1 {
+		if user[j] != chain[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
 }
 
 func TestUnwindWithoutFramePointers(t *testing.T) {
@@ -73,21 +96,50 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		chain []string
+		args  func(t *testing.T) []string
+		// also, when set, must hold for a sample to count as complete.
+		also func(user []string) bool
 	}{
-		{testutil.CChainNoFP, cChain},
-		{testutil.CChainStripped, cChain},
+		{name: testutil.CChainNoFP, chain: cChain},
+		{name: testutil.CChainStripped, chain: cChain},
 		// The leaf is frameless: a frame-pointer walk from it skips beta.
-		{testutil.GoLeaf, []string{"main.leaf", "main.beta", "main.alpha", "main.main"}},
+		{name: testutil.GoLeaf, chain: []string{"main.leaf", "main.beta", "main.alpha", "main.main"}},
+		// The callback's stack crosses glibc's qsort internals.
+		{name: testutil.QSort, chain: []string{"b", "main"}, also: func(user []string) bool {
+			return user[0] != "c" || slices.Index(user, "b") >= 2
+		}},
+		// C++ that throws from c and catches in a.
+		{name: testutil.Throw, chain: cChain},
+		// A handler's stack crosses the signal frame into the code it
+		// interrupted, a or b.
+		{name: testutil.Signal, chain: []string{"a", "main"}, also: func(user []string) bool {
+			if user[0] != "handler" {
+				return true
+			}
+			// handler, the signal frame, then a (or b, a).
+			return slices.Index(user, "a") >= 2
+		}},
+		{name: testutil.Recurse, chain: append(append([]string{"burn"}, repeat("rec", 200)...), "main")},
+		// The library is loaded after the process, and the profiler, start.
+		{name: testutil.DLOpen, chain: []string{"lib_inner", "lib_outer", "main"}, args: func(t *testing.T) []string {
+			return []string{testutil.BuildWorkload(t, testutil.DLOpenLib)}
+		}},
 	} {
-		name, chain := tc.name, tc.chain
-		t.Run(name, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			sink := startReceiver(t, 499)
-			bin := testutil.BuildWorkload(t, name)
-			cmd := testutil.StartWorkload(t, bin)
-			complete, total, warmup, bad := completeShare(t, sink, cmd.Process.Pid, 1500, chain)
+			bin := testutil.BuildWorkload(t, tc.name)
+			var args []string
+			if tc.args != nil {
+				args = tc.args(t)
+			}
+			cmd := testutil.StartWorkload(t, bin, args...)
+			match := func(frames []frame) bool {
+				return fullChain(frames, tc.chain) && (tc.also == nil || tc.also(userNames(frames)))
+			}
+			complete, total, warmup, bad := completeShare(t, sink, cmd.Process.Pid, 1500, match)
 			share := 100 * float64(complete) / float64(max(total, 1))
 			t.Logf("%s: %d of %d samples (%.2f %%) carry the full chain down to main (after %d warm-up samples before its tables were loaded)",
-				name, complete, total, share, warmup)
+				tc.name, complete, total, share, warmup)
 			for i, s := range bad {
 				if i == 5 {
 					break
@@ -95,7 +147,7 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 				t.Logf("  incomplete: %s", functions(s.Frames))
 			}
 			if total < 1500 || share < 99 {
-				t.Errorf("%s: %.2f %% of %d samples complete, want at least 99 %% of at least 1500", name, share, total)
+				t.Errorf("%s: %.2f %% of %d samples complete, want at least 99 %% of at least 1500", tc.name, share, total)
 			}
 		})
 	}

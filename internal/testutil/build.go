@@ -23,6 +23,18 @@ func BuildC(tb testing.TB, name string, flags []string, sources ...string) strin
 	return out
 }
 
+// BuildCXX compiles C++ sources with the system C++ compiler (c++), as
+// BuildC does for C.
+func BuildCXX(tb testing.TB, name string, flags []string, sources ...string) string {
+	tb.Helper()
+	cxx := RequireTool(tb, "c++")
+	out := filepath.Join(tb.TempDir(), name)
+	args := append(append([]string{}, flags...), "-o", out)
+	args = append(args, sources...)
+	run(tb, exec.Command(cxx, args...))
+	return out
+}
+
 // BuildGo builds the Go main package in dir into a binary in a temporary
 // directory and returns its path. flags are extra `go build` flags.
 func BuildGo(tb testing.TB, name, dir string, flags ...string) string {

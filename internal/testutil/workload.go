@@ -26,6 +26,20 @@ const (
 	Syscalls = "syscalls"
 	// GoChain: Go: main.main -> main.alpha -> main.beta -> main.gamma.
 	GoChain = "gochain"
+	// QSort: C, no frame pointers: main -> b -> qsort -> (libc) -> c.
+	QSort = "qsort"
+	// Throw: C++, no frame pointers: main -> a -> b -> c; c throws to a.
+	Throw = "throw"
+	// Signal: C, no frame pointers: a SIGPROF handler burns CPU on top of
+	// main -> a -> b.
+	Signal = "signal"
+	// Recurse: C, no frame pointers: main -> rec x 200 -> burn.
+	Recurse = "recurse"
+	// DLOpen: C, no frame pointers: main dlopens DLOpenLib (argv[1]) and
+	// calls lib_outer -> lib_inner there.
+	DLOpen = "dlopen"
+	// DLOpenLib: the shared library DLOpen loads.
+	DLOpenLib = "dlopenlib.so"
 	// GoLeaf: Go: main.main -> main.alpha -> main.beta -> main.leaf, where
 	// leaf is frameless: only the pclntab's SP deltas find beta.
 	GoLeaf = "goleaf"
@@ -61,6 +75,12 @@ func BuildWorkload(tb testing.TB, name string) string {
 		bin := BuildC(tb, name, append([]string{"-rdynamic"}, noFramePointers...), filepath.Join(dir, CChain+".c"))
 		run(tb, exec.Command(RequireTool(tb, "strip"), "--strip-all", bin))
 		return bin
+	case QSort, Signal, Recurse, DLOpen:
+		return BuildC(tb, name, noFramePointers, filepath.Join(dir, name+".c"))
+	case Throw:
+		return BuildCXX(tb, name, noFramePointers, filepath.Join(dir, name+".cc"))
+	case DLOpenLib:
+		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, "dlopenlib.c"))
 	case GoChain, GoLeaf:
 		return BuildGo(tb, name, filepath.Join(dir, name))
 	}
