@@ -16,6 +16,7 @@ const (
 	defaultProcFS           = "/proc"
 	defaultRingBufferBytes  = 4 << 20 // 4 MiB: about 20k samples of deep stacks in flight
 	defaultMaxProcesses     = 65536
+	defaultUnwindTableBytes = 64 << 20 // 64 MiB of kernel memory for unwind tables
 )
 
 // Bounds checked by Validate.
@@ -29,6 +30,8 @@ const (
 	maxRingBufferBytes  = 256 << 20 // 256 MiB
 	minMaxProcesses     = 1
 	maxMaxProcesses     = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
+	minUnwindTableBytes = 1 << 20 // 1 MiB
+	maxUnwindTableBytes = 4 << 30 // 4 GiB
 )
 
 // Config is the configuration of the sonde receiver.
@@ -65,6 +68,12 @@ type LimitsConfig struct {
 	// sizes the per-process BPF maps and the process table.
 	MaxProcesses int `mapstructure:"max_processes"`
 
+	// UnwindTableBytes bounds the kernel memory of the unwind tables derived
+	// from the sampled processes' files. Tables no process maps any more are
+	// evicted to make room; a file whose table does not fit is unwound by
+	// frame pointers, and counted.
+	UnwindTableBytes int64 `mapstructure:"unwind_table_bytes"`
+
 	_ struct{}
 }
 
@@ -74,8 +83,9 @@ func createDefaultConfig() *Config {
 		ReporterInterval: defaultReporterInterval,
 		ProcFS:           defaultProcFS,
 		Limits: LimitsConfig{
-			RingBufferBytes: defaultRingBufferBytes,
-			MaxProcesses:    defaultMaxProcesses,
+			RingBufferBytes:  defaultRingBufferBytes,
+			MaxProcesses:     defaultMaxProcesses,
+			UnwindTableBytes: defaultUnwindTableBytes,
 		},
 	}
 }
@@ -117,6 +127,10 @@ func (l *LimitsConfig) validate() []error {
 	if l.MaxProcesses < minMaxProcesses || l.MaxProcesses > maxMaxProcesses {
 		errs = append(errs, fmt.Errorf("limits::max_processes: must be between %d and %d, got %d",
 			minMaxProcesses, maxMaxProcesses, l.MaxProcesses))
+	}
+	if l.UnwindTableBytes < minUnwindTableBytes || l.UnwindTableBytes > maxUnwindTableBytes {
+		errs = append(errs, fmt.Errorf("limits::unwind_table_bytes: must be between %d (1 MiB) and %d (4 GiB), got %d",
+			minUnwindTableBytes, maxUnwindTableBytes, l.UnwindTableBytes))
 	}
 	return errs
 }

@@ -61,7 +61,7 @@ func TestLoadConfig(t *testing.T) {
 				SamplesPerSecond: 99,
 				ReporterInterval: time.Second,
 				ProcFS:           "/host/proc",
-				Limits:           LimitsConfig{RingBufferBytes: 16 << 20, MaxProcesses: 1024},
+				Limits:           LimitsConfig{RingBufferBytes: 16 << 20, MaxProcesses: 1024, UnwindTableBytes: 8 << 20},
 			},
 		},
 		{
@@ -82,7 +82,7 @@ func TestLoadConfig(t *testing.T) {
 				SamplesPerSecond: 5000,
 				ReporterInterval: 10 * time.Millisecond,
 				ProcFS:           "proc",
-				Limits:           LimitsConfig{RingBufferBytes: 100000, MaxProcesses: 0},
+				Limits:           LimitsConfig{RingBufferBytes: 100000, MaxProcesses: 0, UnwindTableBytes: 1024},
 			},
 			wantInvalid: []string{
 				"samples_per_second: must be between 1 and 1000, got 5000",
@@ -90,6 +90,7 @@ func TestLoadConfig(t *testing.T) {
 				`procfs: must be an absolute path, got "proc"`,
 				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 100000",
 				"limits::max_processes: must be between 1 and 4194304, got 0",
+				"limits::unwind_table_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 1024",
 			},
 		},
 		{
@@ -229,6 +230,13 @@ func TestValidate(t *testing.T) {
 			},
 		},
 
+		{name: "unwind_table_bytes min", edit: func(c *Config) { c.Limits.UnwindTableBytes = 1 << 20 }},
+		{name: "unwind_table_bytes max", edit: func(c *Config) { c.Limits.UnwindTableBytes = 4 << 30 }},
+		{
+			name: "unwind_table_bytes below min",
+			edit: func(c *Config) { c.Limits.UnwindTableBytes = 1<<20 - 1 },
+			want: []string{"limits::unwind_table_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 1048575"},
+		},
 		{name: "max_processes min", edit: func(c *Config) { c.Limits.MaxProcesses = 1 }},
 		{name: "max_processes max", edit: func(c *Config) { c.Limits.MaxProcesses = 4 << 20 }},
 		{
@@ -252,6 +260,7 @@ func TestValidate(t *testing.T) {
 				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 0",
 				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 0",
 				"limits::max_processes: must be between 1 and 4194304, got 0",
+				"limits::unwind_table_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 0",
 			},
 		},
 	}

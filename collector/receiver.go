@@ -17,7 +17,6 @@ import (
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/internal/symbolize"
-	"github.com/sonde-dev/sonde/internal/unwind"
 	"github.com/sonde-dev/sonde/tracer"
 )
 
@@ -67,6 +66,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	tr, err := tracer.New(tracer.Options{
 		SamplesPerSecond: r.cfg.SamplesPerSecond,
 		RingBufferBytes:  r.cfg.Limits.RingBufferBytes,
+		MaxProcesses:     r.cfg.Limits.MaxProcesses,
 	})
 	if err != nil {
 		return fmt.Errorf("sonde receiver: %w", err)
@@ -78,7 +78,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{MaxProcesses: r.cfg.Limits.MaxProcesses})
 	syms := symbolize.New(r.log, symbolize.Options{})
 	r.resolver = newResolver(r.log, procs, syms)
-	r.preparer = newPreparer(r.log, tr, procs, syms, unwind.DefaultBudgetBytes)
+	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
