@@ -17,11 +17,11 @@ help: ## List the targets
 
 .PHONY: generate
 generate: ## Regenerate eBPF objects and Go bindings (clang-19, llvm-strip-19) and collector metadata
-	$(GO) generate ./support/... ./collector/...
+	$(GO) generate ./support/... ./collector/... ./exporter/...
 
 .PHONY: check-generated
 check-generated: generate ## Fail if committed generated files differ from their sources
-	@git diff --exit-code --stat -- support collector || \
+	@git diff --exit-code --stat -- support collector exporter || \
 	  { echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
 
 .PHONY: build
@@ -37,6 +37,14 @@ $(DIST): builder-config.yaml go.mod $(shell git ls-files '*.go' 2>/dev/null)
 .PHONY: run
 run: dist ## Profile this host with config/local.yaml (needs root or the capabilities in README)
 	$(DIST) --config $(CONFIG) --feature-gates=$(FEATURE_GATE)
+
+.PHONY: image
+image: dist ## Build an OCI image tarball of otelcol-profiling (no Docker engine needed)
+	$(GO) run ./internal/image/cmd/mkimage
+
+.PHONY: chart-test
+chart-test: dist ## Render and check the Helm chart, validating its Collector config with the distribution
+	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -count=1 ./deploy/...
 
 .PHONY: lint
 lint: ## gofmt and go vet
@@ -55,8 +63,8 @@ fuzz: ## Run every fuzz target for 2 minutes
 	$(MAKE) fuzz-short FUZZTIME=2m
 
 .PHONY: test
-test: check-generated lint ## Everything CI runs: generated files, lint, all tests (root runs the eBPF ones), short fuzzing
-	$(GO) test $(GOTEST_FLAGS) ./...
+test: check-generated lint dist ## Everything CI runs: generated files, lint, all tests (root runs the eBPF ones), short fuzzing
+	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test $(GOTEST_FLAGS) ./...
 	$(MAKE) fuzz-short FUZZTIME=5s
 
 .PHONY: bench

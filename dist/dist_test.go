@@ -9,12 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	pprof "github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/mod/modfile"
@@ -334,6 +336,7 @@ func profileWorkload(t *testing.T, bin string) {
 	})
 
 	output := filepath.Join(dir, "profiles.json")
+	pprofDir := filepath.Join(dir, "pprof")
 	cfg := writeFile(t, dir, "e2e.yaml", fmt.Sprintf(`
 receivers:
   sonde:
@@ -343,6 +346,10 @@ exporters:
   file:
     path: %s
     format: json
+  pprof:
+    directory: %s
+    folded: true
+    log_top: 5
 service:
   telemetry:
     metrics:
@@ -350,8 +357,8 @@ service:
   pipelines:
     profiles:
       receivers: [sonde]
-      exporters: [file]
-`, output))
+      exporters: [file, pprof]
+`, output, pprofDir))
 
 	logPath := filepath.Join(dir, "otelcol.log")
 	logFile, err := os.Create(logPath)
@@ -386,6 +393,7 @@ service:
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()
 	var last scan
+	var pprofFile string
 wait:
 	for {
 		select {
@@ -393,11 +401,16 @@ wait:
 			stopped = true
 			t.Fatalf("collector exited before a profile of the workload arrived: %v\n%s", err, collectorLog())
 		case <-deadline.C:
-			t.Fatalf("no profile of pid %d with stack %q within 60s; read %d profiles, %d of the workload, stacks seen: %q\ncollector log:\n%s",
-				pid, want, last.profiles, last.workloadSamples, last.stacks, collectorLog())
+			t.Fatalf("no profile of pid %d with stack %q within 60s (pprof file: %q); read %d profiles, %d of the workload, stacks seen: %q\ncollector log:\n%s",
+				pid, want, pprofFile, last.profiles, last.workloadSamples, last.stacks, collectorLog())
 		case <-poll.C:
-			last = scanOutput(t, output, pid, want)
-			if last.found {
+			if !last.found {
+				last = scanOutput(t, output, pid, want)
+			}
+			if pprofFile == "" {
+				pprofFile = findPprof(t, pprofDir, pid)
+			}
+			if last.found && pprofFile != "" {
 				break wait
 			}
 		}
@@ -414,6 +427,63 @@ wait:
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("collector still running 30s after SIGTERM\n%s", collectorLog())
+	}
+
+	checkPprof(t, pprofFile, pid, want)
+	if log := collectorLog(); !strings.Contains(log, "top 5 functions of") {
+		t.Errorf("collector log has no summary of the pprof exporter (log_top: 5):\n%s", log)
+	}
+}
+
+// findPprof returns a pprof file in dir that holds a sample of process pid,
+// or "" when there is none yet. Files appear by rename, so a file found is
+// complete.
+func findPprof(t *testing.T, dir string, pid int64) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.pb.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := pprof.Parse(r)
+		r.Close()
+		if err != nil {
+			t.Fatalf("%s is not a pprof profile: %v", f, err)
+		}
+		for _, s := range p.Sample {
+			if slices.Contains(s.Label["process.pid"], strconv.FormatInt(pid, 10)) {
+				return f
+			}
+		}
+	}
+	return ""
+}
+
+// checkPprof runs the reference reader, go tool pprof, on a file the pprof
+// exporter wrote, restricted to the workload, and expects every function of
+// want in its cumulative top list.
+func checkPprof(t *testing.T, file string, pid int64, want []string) {
+	t.Helper()
+	goTool := testutil.RequireTool(t, "go")
+	args := []string{"tool", "pprof", "-top", "-cum", fmt.Sprintf("-tagfocus=process.pid=^%d$", pid), file}
+	out, err := exec.CommandContext(t.Context(), goTool, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 6 {
+			names[f[5]] = true
+		}
+	}
+	for _, fn := range want {
+		if !names[fn] {
+			t.Errorf("go %s does not list %s:\n%s", strings.Join(args, " "), fn, out)
+		}
 	}
 }
 

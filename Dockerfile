@@ -1,0 +1,31 @@
+# otelcol-profiling image for those with a container engine. Without one,
+# `go run ./internal/image/cmd/mkimage` builds the same image as a tarball.
+#
+#   docker build -t ghcr.io/sonde-dev/otelcol-profiling:0.1.0 .
+#
+# The eBPF objects are committed (support/), so no clang is needed here.
+
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# A static binary: the final image has no libc.
+ENV CGO_ENABLED=0
+RUN go tool builder --config builder-config.yaml
+
+FROM scratch
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="otelcol-profiling" \
+      org.opencontainers.image.description="OpenTelemetry Collector with the Sonde eBPF profiler" \
+      org.opencontainers.image.source="https://github.com/sonde-dev/sonde" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}"
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --from=build --chmod=0755 /src/_build/otelcol-profiling /otelcol-profiling
+COPY config/agent.yaml /etc/otelcol/config.yaml
+# Root: loading eBPF and reading every process needs capabilities that a
+# non-root user would lose at exec. Grant them with --cap-add (see README).
+USER 0
+ENTRYPOINT ["/otelcol-profiling"]
+CMD ["--config=/etc/otelcol/config.yaml", "--feature-gates=service.profilesSupport"]
