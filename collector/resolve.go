@@ -132,10 +132,13 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 		}
 		if !ok {
 			r.stats.unmapped.Add(1)
-			r.frames = append(r.frames, profile.Frame{Type: profile.FrameNative, Address: pc})
+			r.frames = append(r.frames, profile.Frame{Type: profile.FrameNative, Address: pc,
+				FramePointer: rec.UserFlags[i]&tracer.FrameFromFramePointer != 0})
 			continue
 		}
-		r.frames = append(r.frames, r.userFrame(entry, m, pc, addr))
+		f := r.userFrame(entry, m, pc, addr)
+		f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
+		r.frames = append(r.frames, f)
 	}
 	s.Frames = r.frames
 }

@@ -70,6 +70,7 @@ type location struct {
 	mapping int32
 	address uint64
 	typ     FrameType
+	fp      bool // found by the frame-pointer fallback
 	lines   span // into Builder.lines
 }
 
@@ -240,7 +241,7 @@ func cacheSlot(v uint64, bits uint) uint64 {
 // comparisons are cheap when the caller reuses the strings it passed before.
 func (b *Builder) isLocation(i int32, typ FrameType, f *Frame) bool {
 	l := &b.locations[i]
-	if l.address != f.Address || l.typ != typ || int(l.lines.end-l.lines.start) != len(f.Lines) {
+	if l.address != f.Address || l.typ != typ || l.fp != f.FramePointer || int(l.lines.end-l.lines.start) != len(f.Lines) {
 		return false
 	}
 	if f.Mapping == nil {
@@ -264,6 +265,11 @@ func (b *Builder) internLocation(typ FrameType, f *Frame) int32 {
 	m := b.mapping(f.Mapping)
 	key := b.key[:0]
 	key = append(key, byte(typ))
+	if f.FramePointer {
+		key = append(key, 1)
+	} else {
+		key = append(key, 0)
+	}
 	key = binary.LittleEndian.AppendUint64(key, f.Address)
 	key = binary.AppendUvarint(key, uint64(m))
 	for i := range f.Lines {
@@ -280,7 +286,7 @@ func (b *Builder) internLocation(typ FrameType, f *Frame) int32 {
 	}
 	i := int32(len(b.locations))
 	b.locations = append(b.locations, location{
-		mapping: m, address: f.Address, typ: typ,
+		mapping: m, address: f.Address, typ: typ, fp: f.FramePointer,
 		lines: span{start, int32(len(b.lines))},
 	})
 	b.locationIdx[string(key)] = i
@@ -428,7 +434,7 @@ func (b *Builder) reset() {
 // location0Key is the encoding of the empty location (unknown type, address
 // 0, no mapping, no lines), which is index 0.
 func (b *Builder) location0Key() []byte {
-	key := append(b.key[:0], byte(FrameUnknown))
+	key := append(b.key[:0], byte(FrameUnknown), 0)
 	key = binary.LittleEndian.AppendUint64(key, 0)
 	key = binary.AppendUvarint(key, 0)
 	b.key = key

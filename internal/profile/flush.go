@@ -207,6 +207,9 @@ func (b *Builder) writeDictionary(d pprofile.ProfilesDictionary) {
 		if t := l.typ.String(); t != "" {
 			pl.AttributeIndices().Append(b.attrStr(b.str(attrFrameType), t))
 		}
+		if l.fp {
+			pl.AttributeIndices().Append(b.attrStr(b.str(attrUnwinder), unwinderFramePointer))
+		}
 		lines := b.lines[l.lines.start:l.lines.end]
 		pl.Lines().EnsureCapacity(len(lines))
 		for _, ln := range lines {

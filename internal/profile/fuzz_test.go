@@ -75,7 +75,7 @@ func FuzzBuilder(f *testing.F) {
 				Value:      int64(in.intn(3)),
 			}
 			for range in.intn(16) {
-				fr := Frame{Type: FrameType(in.intn(5)), Address: uint64(in.intn(4)), Mapping: mappings[in.intn(len(mappings))]}
+				fr := Frame{Type: FrameType(in.intn(5)), Address: uint64(in.intn(4)), Mapping: mappings[in.intn(len(mappings))], FramePointer: in.intn(2) == 1}
 				for range in.intn(3) {
 					fr.Lines = append(fr.Lines, Line{Function: pick(), SystemName: pick(), File: pick(), Line: int64(in.intn(3))})
 				}

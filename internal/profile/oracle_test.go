@@ -135,6 +135,12 @@ func expectFrame(f Frame) dFrame {
 	if t := f.Type.String(); t != "" {
 		d.Attrs = map[string]any{attrFrameType: t}
 	}
+	if f.FramePointer {
+		if d.Attrs == nil {
+			d.Attrs = map[string]any{}
+		}
+		d.Attrs[attrUnwinder] = unwinderFramePointer
+	}
 	if m := f.Mapping; m != nil {
 		d.Mapping = dMapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.File}
 		for k, v := range map[string]string{attrBuildIDGNU: m.GNUBuildID, attrBuildIDGo: m.GoBuildID, attrFileID: m.FileID} {
@@ -217,6 +223,9 @@ func handMadeSamples() []Sample {
 		{Function: "main.main", File: "/src/worker/main.go", Line: 10},
 	}}
 	unknown := Frame{Address: 0xdead_beef}
+	// The same frame found by the frame-pointer fallback is another location.
+	nMainByFP := nMain
+	nMainByFP.FramePointer = true
 
 	serverStack := []Frame{kSyscall, kEntry, nWrite, nHandle, nMain}
 	serverStackAgain := []Frame{kSyscall, kEntry, nWriteAgain, nHandle, nMain}
@@ -232,6 +241,7 @@ func handMadeSamples() []Sample {
 		{Resource: server, Kind: OffCPU, TID: 4244, ThreadName: "http-2", CPU: 1, Time: at(120), Value: 2_500_000,
 			Frames: []Frame{kSched, kSyscall, kEntry, nUnnamed, nHandle, nMain}},
 		{Resource: worker, Kind: OffCPU, TID: 778, CPU: 0, Time: at(130), Value: 40_000_000, Frames: []Frame{kSched, gWork, gMain}},
+		{Resource: server, TID: 4245, ThreadName: "http-3", CPU: 1, Time: at(140), Value: 1, Frames: []Frame{nWrite, nHandle, nMainByFP}},
 		{Resource: worker, TID: 777, ThreadName: "worker", CPU: 1, Time: at(160), Value: 1, Frames: []Frame{gHash, gWork, gMain}},
 		// A kernel thread of no known process, and a sample without frames.
 		{TID: 12, ThreadName: "kworker/0:1", CPU: 0, Time: at(200), Value: 1, Frames: []Frame{kSched}},

@@ -83,6 +83,9 @@ type Frame struct {
 	Address uint64   // the PC as the process saw it (kernel: the kernel address)
 	Mapping *Mapping // nil when unknown; the builder never writes through it
 	Lines   []Line   // innermost first; empty when unnamed
+	// FramePointer marks a frame found by the frame-pointer walk because no
+	// unwind table covered its callee yet; such a frame may be wrong.
+	FramePointer bool
 }
 
 // Resource identifies the process a sample belongs to. The builder groups
@@ -161,6 +164,10 @@ const (
 	attrCPU        = "cpu.logical_number"
 
 	attrFrameType = "profile.frame.type"
+	// attrUnwinder is Sonde's own location attribute: "frame_pointer" on
+	// frames the frame-pointer fallback found.
+	attrUnwinder         = "sonde.frame.unwinder"
+	unwinderFramePointer = "frame_pointer"
 
 	attrBuildIDGNU = "process.executable.build_id.gnu"
 	attrBuildIDGo  = "process.executable.build_id.go"
