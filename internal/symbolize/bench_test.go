@@ -73,7 +73,8 @@ func benchSymbolize(b *testing.B, s *Symbolizer, id elfx.FileID, offs []uint64) 
 	b.ReportMetric(float64(st.Hits)/float64(st.Lookups), "hit-ratio")
 }
 
-// BenchmarkSymbolizeCached looks up offsets that are all in the cache.
+// BenchmarkSymbolizeCached looks up offsets that are all in the cache
+// (libc, named from libc6-dbg where it is installed).
 func BenchmarkSymbolizeCached(b *testing.B) {
 	libc, offs := libcOffsets(b)
 	s := New(nil, Options{})
@@ -93,6 +94,17 @@ func BenchmarkSymbolizeCached(b *testing.B) {
 // first sighting of a PC.
 func BenchmarkSymbolizeUncached(b *testing.B) {
 	b.Run("libc-dynsym", func(b *testing.B) {
+		libc, offs := libcOffsets(b)
+		s := New(nil, Options{MaxCachedAddrs: 1, DebugDirs: []string{}})
+		info, err := s.Open(libc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchSymbolize(b, s, info.ID, offs)
+	})
+	// With libc6-dbg: .symtab, DWARF lines and inline chains from the
+	// separate debug file; units are parsed on first use and kept.
+	b.Run("libc-debuginfo", func(b *testing.B) {
 		libc, offs := libcOffsets(b)
 		s := New(nil, Options{MaxCachedAddrs: 1})
 		info, err := s.Open(libc)

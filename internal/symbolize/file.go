@@ -20,6 +20,15 @@ type fileSyms struct {
 // loadSyms reads the symbol data of f. maxDWARFBytes bounds the DWARF
 // sections it will index. A file without symbols gives an empty fileSyms.
 func loadSyms(f *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
+	return loadSymsWith(f, nil, maxDWARFBytes)
+}
+
+// loadSymsWith reads the symbol data of f and of its separate debug file
+// (nil when there is none). Function symbols come from the best source
+// present: the debug file's .symtab, f's .symtab, f's MiniDebugInfo
+// (.gnu_debugdata), f's .dynsym. DWARF comes from the debug file when it
+// has any, else from f.
+func loadSymsWith(f, debug *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
 	fs := &fileSyms{layout: &elf.File{FileHeader: f.FileHeader}}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
@@ -30,12 +39,16 @@ func loadSyms(f *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
 	if fs.goTab, err = loadGo(f); err != nil {
 		return nil, err
 	}
-	if fs.native, err = loadNative(f); err != nil {
+	if fs.native, err = loadNative(f, debug); err != nil {
 		return nil, err
 	}
 	// Go code is named from the pclntab; DWARF would only add memory.
 	if fs.goTab == nil {
-		if fs.lines, err = loadLines(f, maxDWARFBytes); err != nil {
+		dwarfFile := f
+		if debug != nil && hasDWARF(debug) {
+			dwarfFile = debug
+		}
+		if fs.lines, err = loadLines(dwarfFile, maxDWARFBytes); err != nil {
 			return nil, err
 		}
 	}
@@ -73,38 +86,54 @@ func (fs *fileSyms) frames(off uint64) []Frame {
 			return frames // debug/gosym builds a separate string per name
 		}
 	}
-	if fs.native == nil {
-		return nil
+	var chain []dwarfFrame
+	if fs.lines != nil {
+		chain = fs.lines.lookup(pc)
 	}
-	raw, ok := fs.native.lookup(pc)
-	if !ok {
-		return nil
+	var symName string
+	if fs.native != nil {
+		symName, _ = fs.native.lookup(pc)
 	}
-	fr := Frame{Function: demangled(raw)}
+	if symName == "" && (len(chain) == 0 || chain[len(chain)-1].name == "") {
+		return nil // no function to name: a line alone is not a frame
+	}
+	if len(chain) == 0 {
+		return []Frame{nativeFrame(symName, "", 0)}
+	}
+	frames := make([]Frame, len(chain))
+	for i, c := range chain {
+		name := c.name
+		if name == "" && i == len(chain)-1 {
+			name = symName // DWARF without a name for the function
+		}
+		frames[i] = nativeFrame(name, c.file, c.line)
+	}
+	return frames
+}
+
+// nativeFrame makes a frame from a raw (possibly mangled) name, copying the
+// strings so the frame does not pin the tables they come from.
+func nativeFrame(raw, file string, line int64) Frame {
+	fr := Frame{Function: demangled(raw), File: strings.Clone(file), Line: line}
 	if fr.Function == raw {
 		fr.Function = strings.Clone(raw)
 	} else {
 		fr.SystemName = strings.Clone(raw)
 	}
-	if fs.lines != nil {
-		if file, line, ok := fs.lines.lookup(pc); ok {
-			fr.File, fr.Line = file, line
-		}
-	}
-	return []Frame{fr}
+	return fr
 }
 
 // describe names the sources loaded, for logs.
 func (fs *fileSyms) describe() string {
 	var parts []string
 	if fs.goTab != nil {
-		parts = append(parts, fmt.Sprintf("pclntab (%d funcs)", len(fs.goTab.tab.Funcs)))
+		parts = append(parts, fmt.Sprintf("pclntab (%d funcs)", fs.goTab.numFuncs()))
 	}
 	if fs.native != nil {
 		parts = append(parts, fmt.Sprintf("%s (%d funcs)", fs.native.source, len(fs.native.syms)))
 	}
 	if fs.lines != nil {
-		parts = append(parts, fmt.Sprintf("dwarf lines (%d unit ranges)", len(fs.lines.units)))
+		parts = append(parts, fmt.Sprintf("dwarf (%d unit ranges)", len(fs.lines.units)))
 	}
 	if len(parts) == 0 {
 		return "no symbols"

@@ -4,48 +4,66 @@ import (
 	"debug/elf"
 	"debug/gosym"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/sonde-dev/sonde/internal/pclntab"
 )
 
-// maxPclntabBytes bounds the .gopclntab read for one binary; the largest Go
-// binaries in the wild have pclntabs of a few hundred MiB at most.
-const maxPclntabBytes = 512 << 20
-
-// maxGoFuncs bounds the functions a pclntab may declare. debug/gosym
-// allocates a Func and a Sym for each up front, so a forged count in a small
-// file would otherwise cost gigabytes. Large real binaries have ~300k.
+// maxGoFuncs bounds the functions a legacy (Go 1.2-1.17) pclntab may
+// declare: debug/gosym allocates a Func and a Sym for each up front, so a
+// forged count in a small file would otherwise cost gigabytes.
 const maxGoFuncs = 1 << 20
 
 // goFuncOverhead estimates the heap debug/gosym keeps per function (a Func,
-// its Sym and its name).
+// its Sym and its name), for legacy tables only.
 const goFuncOverhead = 160
 
-// goTable names PCs of a Go binary from its pclntab. debug/gosym tables are
-// safe for concurrent reads.
+// goTable names PCs of a Go binary from its pclntab: with internal/pclntab
+// (Go 1.18+, inline frames, no per-function memory) or, for older binaries,
+// with debug/gosym. Both are safe for concurrent reads.
 type goTable struct {
-	tab  *gosym.Table
-	size int64
+	pcln   *pclntab.Table
+	legacy *gosym.Table
+	size   int64
 }
 
-// pclntabSection returns the section holding the Go pclntab: .gopclntab, or
-// .data.rel.ro.gopclntab in externally linked PIE binaries.
-func pclntabSection(f *elf.File) *elf.Section {
-	for _, name := range []string{".gopclntab", ".data.rel.ro.gopclntab"} {
-		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS {
-			return s
-		}
+// numFuncs is how many functions the table names.
+func (g *goTable) numFuncs() int {
+	if g.pcln != nil {
+		return g.pcln.NumFuncs()
 	}
-	return nil
+	return len(g.legacy.Funcs)
 }
+
+// pclntabSection returns the section holding the Go pclntab, or nil.
+func pclntabSection(f *elf.File) *elf.Section { return pclntab.Section(f) }
 
 // loadGo builds the Go table of f, or returns nil when f has no pclntab.
-func loadGo(f *elf.File) (g *goTable, err error) {
-	sect := pclntabSection(f)
-	if sect == nil {
+func loadGo(f *elf.File) (*goTable, error) {
+	tab, err := pclntab.OpenELF(f)
+	switch {
+	case errors.Is(err, pclntab.ErrNoTable):
 		return nil, nil
+	case errors.Is(err, pclntab.ErrUnsupported):
+		return loadLegacyGo(f)
+	case err != nil:
+		return nil, err
 	}
-	if sect.Size > maxPclntabBytes {
-		return nil, fmt.Errorf("%s: %d bytes exceed the %d limit", sect.Name, sect.Size, maxPclntabBytes)
+	return newPclnGoTable(tab), nil
+}
+
+func newPclnGoTable(tab *pclntab.Table) *goTable {
+	g := &goTable{pcln: tab, size: tab.Size()}
+	return g
+}
+
+// loadLegacyGo reads a pre-1.18 pclntab with debug/gosym.
+func loadLegacyGo(f *elf.File) (*goTable, error) {
+	sect := pclntab.Section(f)
+	if sect.Size > pclntab.MaxSectionBytes {
+		return nil, fmt.Errorf("%s: %d bytes exceed the %d limit", sect.Name, sect.Size, uint64(pclntab.MaxSectionBytes))
 	}
 	data, err := sect.Data()
 	if err != nil {
@@ -55,15 +73,24 @@ func loadGo(f *elf.File) (g *goTable, err error) {
 	if text := f.Section(".text"); text != nil {
 		textStart = text.Addr
 	}
-	g, err = newGoTable(data, textStart, f.ByteOrder)
+	g, err := newGoTable(data, textStart, f.ByteOrder)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", sect.Name, err)
 	}
 	return g, nil
 }
 
-// newGoTable parses pclntab data for code starting at textStart.
+// newGoTable parses pclntab data for code starting at textStart. Without the
+// ELF file it cannot find the funcdata region, so Go 1.18+ tables made here
+// name PCs without inline expansion.
 func newGoTable(data []byte, textStart uint64, bo binary.ByteOrder) (g *goTable, err error) {
+	tab, err := pclntab.Open(data, textStart, nil)
+	if err == nil {
+		return newPclnGoTable(tab), nil
+	}
+	if !errors.Is(err, pclntab.ErrUnsupported) {
+		return nil, err
+	}
 	// Header: magic (4 bytes), two zero bytes, PC quantum, pointer size,
 	// then the function count (one pointer wide).
 	if len(data) < 16 {
@@ -88,28 +115,47 @@ func newGoTable(data []byte, textStart uint64, bo binary.ByteOrder) (g *goTable,
 		}
 	}()
 	// Go 1.3 and later keep no separate .gosymtab data; the pclntab has it all.
-	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, textStart))
+	legacy, err := gosym.NewTable(nil, gosym.NewLineTable(data, textStart))
 	if err != nil {
 		return nil, err
 	}
-	return &goTable{tab: tab, size: int64(len(data)) + int64(len(tab.Funcs))*goFuncOverhead}, nil
+	g = &goTable{legacy: legacy, size: int64(len(data)) + int64(len(legacy.Funcs))*goFuncOverhead}
+	return g, nil
 }
 
-// frames names pc, innermost first, or returns nil when no Go function
-// covers it (for example C code linked in with cgo).
-//
-// Inline expansion belongs here: when the pclntab's inline tree
-// (FUNCDATA_InlTree, PCDATA_InlTreeIndex) marks pc as inlined, the frames of
-// the inlined calls go before the outer function's frame. debug/gosym does
-// not decode that tree, so today the innermost position is reported under the
-// name of the outermost function.
-func (g *goTable) frames(pc uint64) (frames []Frame) {
+// frames names pc, innermost first: the calls inlined at pc, then the
+// physical function; nil when no Go function covers it (for example C code
+// linked in with cgo). The strings are copies: cached frames must not pin
+// the pclntab. Legacy tables give one frame, named after the physical
+// function, at the innermost position.
+func (g *goTable) frames(pc uint64) []Frame {
+	if g.legacy != nil {
+		return g.legacyFrames(pc)
+	}
+	raw, err := g.pcln.Frames(pc, make([]pclntab.Frame, 0, 4))
+	if err != nil && len(raw) == 0 {
+		return nil // a corrupt table: treat pc as unnamed
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	out := make([]Frame, len(raw))
+	for i, r := range raw {
+		out[i] = Frame{Function: strings.Clone(r.Function)}
+		if r.Line > 0 {
+			out[i].File, out[i].Line = strings.Clone(r.File), r.Line
+		}
+	}
+	return out
+}
+
+func (g *goTable) legacyFrames(pc uint64) (frames []Frame) {
 	defer func() {
 		if recover() != nil {
 			frames = nil // a corrupt line program: treat pc as unnamed
 		}
 	}()
-	file, line, fn := g.tab.PCToLine(pc)
+	file, line, fn := g.legacy.PCToLine(pc)
 	if fn == nil {
 		return nil
 	}

@@ -44,24 +44,41 @@ type nativeSym struct {
 	nameLen   uint32
 }
 
-// loadNative reads the function symbols of f from .symtab, or from .dynsym
-// when .symtab is absent or holds no functions (stripped binaries). It
-// returns nil without error when the file has neither.
-func loadNative(f *elf.File) (*nativeTable, error) {
-	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		for _, s := range f.Sections {
-			if s.Type != typ {
-				continue
-			}
-			t, err := readSymbols(f, s)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.Name, err)
-			}
-			if len(t.syms) > 0 {
-				return t, nil
-			}
-			break
+// loadNative reads the function symbols of the best source present: the
+// .symtab of debug (a separate debug file, may be nil), the .symtab of f,
+// f's MiniDebugInfo, then f's .dynsym. A source with no functions passes to
+// the next. A corrupt MiniDebugInfo is skipped: .dynsym still names exported
+// code. It returns nil without error when no source has functions.
+func loadNative(f, debug *elf.File) (*nativeTable, error) {
+	if debug != nil {
+		if t, err := symbolSection(debug, elf.SHT_SYMTAB); err != nil || t != nil {
+			return t, err
 		}
+	}
+	if t, err := symbolSection(f, elf.SHT_SYMTAB); err != nil || t != nil {
+		return t, err
+	}
+	if t, err := loadMiniDebug(f); err == nil && t != nil {
+		return t, nil
+	}
+	return symbolSection(f, elf.SHT_DYNSYM)
+}
+
+// symbolSection reads the first section of type typ; nil when there is none
+// or it holds no functions.
+func symbolSection(f *elf.File, typ elf.SectionType) (*nativeTable, error) {
+	for _, s := range f.Sections {
+		if s.Type != typ {
+			continue
+		}
+		t, err := readSymbols(f, s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		if len(t.syms) > 0 {
+			return t, nil
+		}
+		return nil, nil
 	}
 	return nil, nil
 }

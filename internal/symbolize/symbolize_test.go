@@ -36,6 +36,11 @@ func checkAgainstOracle(t *testing.T, bin string, syms []funcSym, oracle func([]
 		if err != nil {
 			t.Fatalf("Symbolize(%#x): %v", addr, err)
 		}
+		if len(got) > 1 {
+			// The oracles here name the outermost function with the innermost
+			// position; TestInlineChainsOracle compares whole inline chains.
+			got = []Frame{{Function: got[len(got)-1].Function, SystemName: got[len(got)-1].SystemName, File: got[0].File, Line: got[0].Line}}
+		}
 		var w []Frame
 		if want[i].Function != "??" && want[i].Function != "?" {
 			fr := Frame{Function: want[i].Function, File: want[i].File, Line: want[i].Line}
@@ -157,54 +162,14 @@ func TestSymbolizeCxx(t *testing.T) {
 		})
 }
 
-func TestSymbolizeGo(t *testing.T) {
-	tests := []struct {
-		name  string
-		flags []string
-	}{
-		{"exe", nil},
-		{"pie", []string{"-buildmode=pie"}},
-		{"stripped", []string{"-ldflags=-s -w"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			bin := testutil.BuildGo(t, "goprog", testdata("goprog"), tt.flags...)
-			nmBin := bin
-			if tt.name == "stripped" {
-				// go tool nm needs the ELF symbols -s removes; the unstripped
-				// build has the same code at the same addresses.
-				nmBin = testutil.BuildGo(t, "goprog-ref", testdata("goprog"))
-			}
-			all := goNMFunctions(t, nmBin)
-			syms := pick(t, all, "main.a", "main.b", "main.c", "main.main")
-			for i := 0; i < len(all); i += 37 { // and a spread of runtime and library code
-				syms = append(syms, all[i])
-			}
-
-			s := New(zaptest.NewLogger(t), Options{})
-			info, err := s.Open(bin)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !info.IsGo {
-				t.Error("IsGo = false for a Go binary")
-			}
-			if want := strings.TrimSpace(run(t, nil, goTool(t), "tool", "buildid", bin)); info.GoBuildID != want {
-				t.Errorf("GoBuildID = %q, go tool buildid says %q", info.GoBuildID, want)
-			}
-			oracleBin := bin
-			checkAgainstOracle(t, bin, syms, func(a []uint64) []sourcePos { return goAddr2line(t, oracleBin, a) }, nil)
-		})
-	}
-}
-
 func TestSymbolizeLibc(t *testing.T) {
 	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
 	dyn := nmFunctions(t, libc, true)
 	if len(dyn) == 0 {
 		t.Skipf("%s: no dynamic symbols", libc)
 	}
-	s := New(zaptest.NewLogger(t), Options{})
+	// Names from .dynsym alone: TestLibcDebugFile covers libc6-dbg.
+	s := New(zaptest.NewLogger(t), Options{DebugDirs: []string{}})
 	info, err := s.Open(libc)
 	if err != nil {
 		t.Fatal(err)

@@ -54,6 +54,12 @@ type Options struct {
 	MaxCachedAddrs int
 	// KallsymsPath is where Kernel reads symbols; default /proc/kallsyms.
 	KallsymsPath string
+	// DebugDirs are host directories searched for separate debug files
+	// (<dir>/.build-id/xx/yyyy.debug, and <dir>/<file's dir>/<debuglink>),
+	// after /usr/lib/debug inside the process's root for files opened
+	// through /proc/PID/root or /proc/PID/map_files. Default
+	// ["/usr/lib/debug"]; a non-nil empty slice searches no host directory.
+	DebugDirs []string
 }
 
 const (
@@ -87,6 +93,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KallsymsPath == "" {
 		o.KallsymsPath = defaultKallsymsPath
+	}
+	if o.DebugDirs == nil {
+		o.DebugDirs = []string{defaultDebugDir}
 	}
 	return o
 }
@@ -436,7 +445,22 @@ func (s *Symbolizer) loadPath(id elfx.FileID, size int64, path string) (*fileSym
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	syms, err := loadSyms(ef, uint64(s.opts.MaxDWARFBytes))
+	var debug *elf.File
+	df, err := findDebugFile(ef, viewOf(path), s.opts.DebugDirs)
+	if err != nil {
+		s.logger.Debug("debug file lookup", zap.String("path", path), zap.Error(err))
+	}
+	if df != nil {
+		defer df.Close()
+		debug = df.elf
+		s.logger.Debug("separate debug file", zap.String("path", path), zap.String("debug_file", df.path), zap.String("found_by", df.how))
+	}
+	syms, err := loadSymsWith(ef, debug, uint64(s.opts.MaxDWARFBytes))
+	if err != nil && debug != nil {
+		// A broken debug file must not cost the names the file itself has.
+		s.logger.Debug("unusable debug file", zap.String("debug_file", df.path), zap.Error(err))
+		syms, err = loadSyms(ef, uint64(s.opts.MaxDWARFBytes))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -1,0 +1,132 @@
+package symbolize
+
+import (
+	"bytes"
+	"debug/dwarf"
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// dwarfSeed packs a binary's .debug_abbrev, .debug_info, .debug_line and
+// .debug_str as the fuzz input of FuzzDWARF: four little-endian uint32
+// lengths, then the sections back to back.
+func dwarfSeed(f *testing.F, bin string) []byte {
+	f.Helper()
+	ef, err := elf.Open(bin)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer ef.Close()
+	var out []byte
+	var secs [][]byte
+	for _, name := range []string{"abbrev", "info", "line", "str"} {
+		b, err := debugSectionData(ef, name, 1<<24)
+		if err != nil {
+			f.Fatal(err)
+		}
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
+		secs = append(secs, b)
+	}
+	for _, b := range secs {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// FuzzDWARF indexes arbitrary DWARF (DWARF 4 sections, where the fuzzer can
+// reach the entry and line parsers directly) and expands inline chains at
+// unit boundaries; nothing may panic and chains stay bounded.
+func FuzzDWARF(f *testing.F) {
+	f.Add(dwarfSeed(f, testutil.BuildC(f, "seed", []string{"-O2", "-gdwarf-4"}, testdata("inline.c"))))
+	f.Add(dwarfSeed(f, testutil.BuildC(f, "seed5", []string{"-O1", "-g"}, testdata("inline.c"))))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var secs [4][]byte
+		if len(data) < 16 {
+			return
+		}
+		rest := data[16:]
+		for i := range secs {
+			n := int(binary.LittleEndian.Uint32(data[4*i:]))
+			if n > len(rest) {
+				return
+			}
+			secs[i], rest = rest[:n], rest[n:]
+		}
+		d, err := dwarf.New(secs[0], nil, nil, secs[1], secs[2], nil, nil, secs[3])
+		if err != nil {
+			return
+		}
+		lt, err := indexUnits(d, uint64(len(data)))
+		if err != nil {
+			return
+		}
+		for _, u := range lt.units[:min(len(lt.units), 16)] {
+			for _, pc := range []uint64{u.lo, u.lo + 1, (u.lo + u.hi) / 2, u.hi - 1} {
+				if chain := lt.lookup(pc); len(chain) > maxInlineDepth {
+					t.Fatalf("chain of %d levels", len(chain))
+				}
+			}
+		}
+		if _, evicted := lt.unitStats(); evicted > 0 && lt.parsedBytes > unitCacheBytes {
+			t.Fatalf("parsed units hold %d bytes past the bound", lt.parsedBytes)
+		}
+	})
+}
+
+// FuzzMiniDebugInfo parses arbitrary bytes as a .gnu_debugdata payload.
+func FuzzMiniDebugInfo(f *testing.F) {
+	xz := testutil.RequireTool(f, "xz")
+	bin := testutil.BuildC(f, "seed", []string{"-O0", "-Wl,-z,noseparate-code", "-Wl,-z,max-page-size=16"}, testdata("cprog.c"))
+	run(f, nil, xz, "--keep", bin)
+	seed, err := os.ReadFile(bin + ".xz")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add(seed[:len(seed)/2])
+	f.Add(append(append([]byte(nil), xzMagic...), 0, 1, 0, 0, 0, 0))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tab, err := parseMiniDebug(data, 1<<20)
+		if err != nil || tab == nil {
+			return
+		}
+		for _, s := range tab.syms {
+			if s.name+s.nameLen > uint32(len(tab.names)) {
+				t.Fatalf("symbol name out of range")
+			}
+		}
+	})
+}
+
+func TestUnxzBounds(t *testing.T) {
+	xz := testutil.RequireTool(t, "xz")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "big")
+	if err := os.WriteFile(p, bytes.Repeat([]byte("sonde "), 1<<18), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, nil, xz, "--keep", p)
+	data, err := os.ReadFile(p + ".xz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := unxz(data, 6<<18); err != nil || len(out) != 6<<18 {
+		t.Errorf("unxz = %d bytes, %v; want %d", len(out), err, 6<<18)
+	}
+	if _, err := unxz(data, 1<<10); err == nil {
+		t.Error("no error past the output limit")
+	}
+	run(t, nil, xz, "--keep", "--force", "--lzma2=dict=1GiB", p)
+	if data, err = os.ReadFile(p + ".xz"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unxz(data, 6<<18); err == nil {
+		t.Error("no error for a 1 GiB dictionary")
+	}
+}

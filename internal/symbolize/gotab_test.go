@@ -1,0 +1,143 @@
+package symbolize
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// TestSymbolizeGo compares Go frames with `go tool addr2line`, which names
+// a PC by its physical function at the innermost source position: the
+// symbolizer's inline chain collapses to that.
+func TestSymbolizeGo(t *testing.T) {
+	tests := []struct {
+		name  string
+		flags []string
+	}{
+		{"exe", nil},
+		{"pie", []string{"-buildmode=pie"}},
+		{"stripped", []string{"-ldflags=-s -w"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := testutil.BuildGo(t, "goprog", testdata("goprog"), tt.flags...)
+			nmBin := bin
+			if tt.name == "stripped" {
+				// go tool nm needs the ELF symbols -s removes; the unstripped
+				// build has the same code at the same addresses.
+				nmBin = testutil.BuildGo(t, "goprog-ref", testdata("goprog"))
+			}
+			all := goNMFunctions(t, nmBin)
+			syms := pick(t, all, "main.a", "main.b", "main.c", "main.main")
+			for i := 0; i < len(all); i += 37 { // and a spread of runtime and library code
+				syms = append(syms, all[i])
+			}
+
+			s := New(zaptest.NewLogger(t), Options{})
+			info, err := s.Open(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !info.IsGo {
+				t.Error("IsGo = false for a Go binary")
+			}
+			if want := strings.TrimSpace(run(t, nil, goTool(t), "tool", "buildid", bin)); info.GoBuildID != want {
+				t.Errorf("GoBuildID = %q, go tool buildid says %q", info.GoBuildID, want)
+			}
+			var addrs []uint64
+			var owners []funcSym
+			for _, sym := range syms {
+				for _, a := range probes(sym) {
+					addrs, owners = append(addrs, a), append(owners, sym)
+				}
+			}
+			want := goAddr2line(t, bin, addrs)
+			inlined := 0
+			for i, addr := range addrs {
+				got, err := s.Symbolize(info.ID, vaddrToOffset(t, bin, addr))
+				if err != nil {
+					t.Fatalf("Symbolize(%#x): %v", addr, err)
+				}
+				var w, g []Frame
+				if want[i].Function != "??" && want[i].Function != "?" {
+					w = []Frame{{Function: want[i].Function, File: want[i].File, Line: want[i].Line}}
+				}
+				if len(got) > 0 {
+					g = []Frame{{Function: got[len(got)-1].Function, File: got[0].File, Line: got[0].Line}}
+				}
+				if len(got) > 1 {
+					inlined++
+				}
+				if diff := cmp.Diff(w, g); diff != "" {
+					t.Errorf("%s+%#x (address %#x) (-want +got):\n%s", owners[i].name, addr-owners[i].addr, addr, diff)
+				}
+			}
+			if inlined == 0 {
+				t.Error("no probe inside an inlined call: inline frames are not expanded")
+			}
+		})
+	}
+}
+
+// TestSymbolizeGoInline runs the pclntab fixture, which prints the frames
+// runtime.CallersFrames gives for PCs it captured itself, some inside
+// inlined calls, and symbolizes the same PCs through the file offset.
+func TestSymbolizeGoInline(t *testing.T) {
+	bin := testutil.BuildGo(t, "inlprog", "../pclntab/testdata/inlprog")
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	type stack struct {
+		pc     uint64
+		frames []Frame
+	}
+	var stacks []stack
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "pc "); ok {
+			pc, err := strconv.ParseUint(rest, 16, 64)
+			if err != nil {
+				t.Fatalf("fixture line %q: %v", line, err)
+			}
+			stacks = append(stacks, stack{pc: pc})
+		} else if rest, ok := strings.CutPrefix(line, "frame "); ok {
+			f := strings.Split(rest, "\t")
+			n, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+			if len(f) != 3 || err != nil || len(stacks) == 0 {
+				t.Fatalf("fixture line %q", line)
+			}
+			stacks[len(stacks)-1].frames = append(stacks[len(stacks)-1].frames, Frame{Function: f[0], File: f[1], Line: n})
+		}
+	}
+	s := New(zaptest.NewLogger(t), Options{})
+	info, err := s.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inlined := 0
+	for _, st := range stacks {
+		got, err := s.Symbolize(info.ID, vaddrToOffset(t, bin, st.pc))
+		if err != nil {
+			t.Fatalf("Symbolize(%#x): %v", st.pc, err)
+		}
+		if diff := cmp.Diff(st.frames, got); diff != "" {
+			t.Errorf("%#x (-want +got):\n%s", st.pc, diff)
+		}
+		if len(st.frames) > 1 {
+			inlined++
+		}
+	}
+	if inlined < 4 {
+		t.Fatalf("fixture gave %d frames with inlined calls, want >= 4", inlined)
+	}
+}
