@@ -156,6 +156,7 @@ const (
 	SondeVarUnusedSampleFlags = "unused_sample_flags"
 	SondeVarUnusedTaskRecord  = "unused_task_record"
 	SondeVarUnusedUnwindRow   = "unused_unwind_row"
+	SondeVarWakeupBytes       = "wakeup_bytes"
 )
 
 // LoadSonde returns the embedded CollectionSpec for Sonde.
@@ -236,6 +237,7 @@ type SondeVariableSpecs struct {
 	UnusedSampleFlags *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord  *ebpf.VariableSpec `ebpf:"unused_task_record"`
 	UnusedUnwindRow   *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // SondeObjects contains all objects after they have been loaded into the kernel.
@@ -298,6 +300,7 @@ type SondeVariables struct {
 	UnusedSampleFlags *ebpf.Variable `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord  *ebpf.Variable `ebpf:"unused_task_record"`
 	UnusedUnwindRow   *ebpf.Variable `ebpf:"unused_unwind_row"`
+	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // SondePrograms contains all programs after they have been loaded into the kernel.

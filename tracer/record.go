@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -104,13 +105,22 @@ var ErrMalformed = errors.New("malformed record")
 // ReadInto blocks until a record arrives and decodes it into rec, reusing its
 // buffers. It returns ErrClosed after Close.
 func (t *Tracer) ReadInto(rec *Record) error {
-	if err := t.reader.ReadInto(&rec.raw); err != nil {
-		if errors.Is(err, ringbuf.ErrClosed) {
+	for {
+		// Records submitted without a wake-up are read when the deadline
+		// passes.
+		t.reader.SetDeadline(time.Now().Add(t.poll))
+		err := t.reader.ReadInto(&rec.raw)
+		switch {
+		case err == nil:
+			return rec.decode(rec.raw.RawSample, t.clock)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
+		case errors.Is(err, ringbuf.ErrClosed):
 			return ErrClosed
+		default:
+			return fmt.Errorf("read ring buffer: %w", err)
 		}
-		return fmt.Errorf("read ring buffer: %w", err)
 	}
-	return rec.decode(rec.raw.RawSample, t.clock)
 }
 
 func (rec *Record) decode(b []byte, c clock) error {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -47,7 +48,15 @@ type Options struct {
 	// MaxMappingPrefixes sizes the trie of executable mappings: each mapping
 	// takes one entry per aligned power-of-two block of its range.
 	MaxMappingPrefixes int
+	// PollInterval is how long ReadInto waits before it reads what the ring
+	// buffer holds without a wake-up; default 100 ms. The eBPF side wakes the
+	// reader only once an eighth of the ring buffer is full, so a record
+	// waits at most about this long.
+	PollInterval time.Duration
 }
+
+// DefaultPollInterval is the default Options.PollInterval.
+const DefaultPollInterval = 100 * time.Millisecond
 
 // Tracer is the loaded and attached set of eBPF programs.
 type Tracer struct {
@@ -56,6 +65,7 @@ type Tracer struct {
 	perf   []*perfEvent
 	reader *ringbuf.Reader
 	clock  clock
+	poll   time.Duration
 
 	closeOnce sync.Once
 	closeErr  error
@@ -91,8 +101,14 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err := vars.IncludeIdle.Set(opts.IncludeIdle); err != nil {
 		return nil, fmt.Errorf("set include_idle: %w", err)
 	}
+	if err := vars.WakeupBytes.Set(uint64(spec.Maps[support.SondeMapEvents].MaxEntries / 8)); err != nil {
+		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
 
-	t := &Tracer{clock: newClock()}
+	t := &Tracer{clock: newClock(), poll: opts.PollInterval}
 	defer func() {
 		if err != nil {
 			t.Close()

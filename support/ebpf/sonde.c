@@ -49,6 +49,18 @@ struct {
 	__type(value, struct sample_record);
 } scratch SEC(".maps");
 
+// Wake the reader only once this much data waits; it also polls on a
+// deadline, so nothing waits long. One wake-up per record would cost the
+// reader a context switch per sample. Set by the loader.
+volatile const __u64 wakeup_bytes = 0;
+
+static __always_inline __u64 wakeup_flags(void)
+{
+	if (wakeup_bytes == 0 || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -140,7 +152,7 @@ static __always_inline void send_sample(struct sample_record *s)
 		     (__u64)(s->kernel_len + s->user_len) * sizeof(__u64);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
-	if (bpf_ringbuf_output(&events, s, size, 0) == 0)
+	if (bpf_ringbuf_output(&events, s, size, wakeup_flags()) == 0)
 		count(COUNTER_SAMPLES_SENT);
 	else
 		count(COUNTER_SAMPLES_LOST);
@@ -164,7 +176,7 @@ static __always_inline void notify_unknown(__u32 pid)
 	r->pid = pid;
 	r->ktime = now;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, wakeup_flags());
 	count(COUNTER_UNKNOWN_SENT);
 }
 
@@ -426,7 +438,7 @@ static __always_inline void task_event(__u32 type, struct task_struct *task)
 	r->pid = BPF_CORE_READ(task, tgid);
 	r->ktime = bpf_ktime_get_ns();
 	BPF_CORE_READ_STR_INTO(&r->comm, task, comm);
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, wakeup_flags());
 	count(COUNTER_TASK_EVENTS_SENT);
 }
 
