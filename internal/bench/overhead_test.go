@@ -22,8 +22,10 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 
+	"github.com/cilium/ebpf"
 	"github.com/sonde-dev/sonde/collector"
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // The benchmark re-executes its own test binary as the agent, so the agent's
@@ -33,6 +35,9 @@ const agentEnv = "SONDE_BENCH_AGENT_HZ"
 // heapProfileEnv names a file the agent writes its heap profile to before it
 // stops, for finding where the memory goes.
 const heapProfileEnv = "SONDE_BENCH_HEAP_PROFILE"
+
+// cpuProfileEnv names a file the agent writes its CPU profile to.
+const cpuProfileEnv = "SONDE_BENCH_CPU_PROFILE"
 
 func writeHeapProfile(path string) error {
 	f, err := os.Create(path)
@@ -75,6 +80,15 @@ func runAgent(hz string) int {
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	if path := os.Getenv(cpuProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
 	begin = time.Now()
 	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -97,19 +111,56 @@ func runAgent(hz string) int {
 // fixedIterations makes the fixed task take about a second of CPU here.
 const fixedIterations = "400000000"
 
-// runFixed runs the fixed task n times and returns the median wall time.
-func runFixed(b *testing.B, bin string, n int) time.Duration {
+// runFixed runs the fixed task n times and returns the medians of its wall
+// time and of its CPU time (user + system). CPU time does not depend on the
+// share of the CPUs the scheduler gives the task among the busy workloads,
+// so it shows the cost profiling adds to the task itself with less noise.
+func runFixed(b *testing.B, bin string, n int) (wall, cpu time.Duration) {
 	b.Helper()
-	var d []time.Duration
+	var walls, cpus []time.Duration
 	for range n {
+		cmd := exec.Command(bin, fixedIterations)
 		start := time.Now()
-		if out, err := exec.Command(bin, fixedIterations).CombinedOutput(); err != nil {
+		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("fixed task: %v\n%s", err, out)
 		}
-		d = append(d, time.Since(start))
+		walls = append(walls, time.Since(start))
+		cpus = append(cpus, cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())
 	}
-	slices.Sort(d)
-	return d[len(d)/2]
+	slices.Sort(walls)
+	slices.Sort(cpus)
+	return walls[len(walls)/2], cpus[len(cpus)/2]
+}
+
+// bpfStats sums the kernel's run-time statistics of the newest loaded
+// programs with the given names: the agent's.
+func bpfStats(b *testing.B, names ...string) map[string]ebpf.ProgramStats {
+	b.Helper()
+	newest := map[string]ebpf.ProgramID{}
+	for id, err := ebpf.ProgramGetNextID(0); err == nil; id, err = ebpf.ProgramGetNextID(id) {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && slices.Contains(names, info.Name) && id > newest[info.Name] {
+			newest[info.Name] = id
+		}
+		p.Close()
+	}
+	out := map[string]ebpf.ProgramStats{}
+	for name, id := range newest {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := p.Stats()
+		p.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[name] = *st
+	}
+	return out
 }
 
 // procCPU is utime+stime of pid, in seconds.
@@ -152,12 +203,18 @@ func BenchmarkReceiverOverhead(b *testing.B) {
 	fixed := testutil.BuildWorkload(b, testutil.Fixed)
 	testutil.StartWorkload(b, burner)
 	testutil.StartWorkload(b, burner)
-	const runs = 5
-	window := 30 * time.Second
+	const runs = 7
+	window := 60 * time.Second
+	// The kernel keeps run-time statistics of BPF programs while this is open.
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable BPF run-time statistics: %v", err)
+	}
+	defer stats.Close()
 
 	for _, hz := range []int{19, 99} {
 		b.Run(fmt.Sprintf("%dHz", hz), func(b *testing.B) {
-			before := runFixed(b, fixed, runs)
+			beforeWall, beforeCPU := runFixed(b, fixed, runs)
 
 			agent := exec.Command(os.Args[0], "-test.run=^$")
 			agent.Env = append(os.Environ(), fmt.Sprintf("%s=%d", agentEnv, hz))
@@ -186,22 +243,32 @@ func BenchmarkReceiverOverhead(b *testing.B) {
 			firstProfile := readValue("first-profile")
 
 			cpu0, t0 := procCPU(b, agent.Process.Pid), time.Now()
-			during := runFixed(b, fixed, runs)
+			bpf0 := bpfStats(b, "sample_cpu", "unwind_user")
+			duringWall, duringCPU := runFixed(b, fixed, runs)
 			if rest := window - time.Since(t0); rest > 0 {
 				time.Sleep(rest) // measuring window, not synchronization
 			}
 			cpuPerMin := (procCPU(b, agent.Process.Pid) - cpu0) / time.Since(t0).Minutes()
+			bpf1 := bpfStats(b, "sample_cpu", "unwind_user")
 			rss := peakRSS(b, agent.Process.Pid)
-			after := runFixed(b, fixed, runs)
+			afterWall, afterCPU := runFixed(b, fixed, runs)
 			// The baseline is measured before and after; their gap shows the noise.
-			baseline := (before + after) / 2
+			baseCPU := (beforeCPU + afterCPU) / 2
+			baseWall := (beforeWall + afterWall) / 2
+			runs := bpf1["sample_cpu"].RunCount - bpf0["sample_cpu"].RunCount
+			bpfTime := bpf1["sample_cpu"].Runtime - bpf0["sample_cpu"].Runtime +
+				bpf1["unwind_user"].Runtime - bpf0["unwind_user"].Runtime
 
 			b.ReportMetric(cpuPerMin, "agent-cpu-s/min")
 			b.ReportMetric(rss, "peak-rss-MiB")
 			b.ReportMetric(started.Seconds(), "start-s")
 			b.ReportMetric(firstProfile.Seconds(), "first-profile-s")
-			b.ReportMetric((float64(during)/float64(baseline)-1)*100, "slowdown-%")
-			b.ReportMetric(float64(max(before, after)-min(before, after))/float64(baseline)*100, "baseline-noise-%")
+			b.ReportMetric((float64(duringCPU)/float64(baseCPU)-1)*100, "slowdown-cpu-%")
+			b.ReportMetric(float64(max(beforeCPU, afterCPU)-min(beforeCPU, afterCPU))/float64(baseCPU)*100, "noise-cpu-%")
+			b.ReportMetric((float64(duringWall)/float64(baseWall)-1)*100, "slowdown-wall-%")
+			if runs > 0 {
+				b.ReportMetric(float64(bpfTime.Nanoseconds())/float64(runs), "ebpf-ns/sample")
+			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}
