@@ -17,6 +17,8 @@ const (
 	defaultRingBufferBytes  = 4 << 20 // 4 MiB: about 20k samples of deep stacks in flight
 	defaultMaxProcesses     = 65536
 	defaultUnwindTableBytes = 64 << 20 // 64 MiB of kernel memory for unwind tables
+	defaultSymbolCacheBytes = 32 << 20 // 32 MiB of loaded symbol data
+	defaultDebugDir         = "/usr/lib/debug"
 )
 
 // Bounds checked by Validate.
@@ -32,6 +34,8 @@ const (
 	maxMaxProcesses     = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
 	minUnwindTableBytes = 1 << 20 // 1 MiB
 	maxUnwindTableBytes = 4 << 30 // 4 GiB
+	minSymbolCacheBytes = 1 << 20 // 1 MiB
+	maxSymbolCacheBytes = 4 << 30 // 4 GiB
 )
 
 // Config is the configuration of the sonde receiver.
@@ -50,10 +54,27 @@ type Config struct {
 	// the host's /proc elsewhere (for example /host/proc) sets it here.
 	ProcFS string `mapstructure:"procfs"`
 
+	// Symbolization says how frames are named on the host.
+	Symbolization SymbolizationConfig `mapstructure:"symbolization"`
+
 	// Limits bound the kernel and user-space resources the receiver uses.
 	Limits LimitsConfig `mapstructure:"limits"`
 
 	// Prevent unkeyed literals, so fields can be added later.
+	_ struct{}
+}
+
+// SymbolizationConfig says how frames are named on the host.
+type SymbolizationConfig struct {
+	// Native names C, C++ and Rust frames from the files on the host. Off,
+	// native frames keep only their addresses, mappings and build ids, for a
+	// backend that symbolizes. Kernel and Go frames are always named.
+	Native bool `mapstructure:"native"`
+
+	// DebugDirs are searched for separate debug files (by build id and by
+	// .gnu_debuglink), after /usr/lib/debug inside the process's own root.
+	DebugDirs []string `mapstructure:"debug_dirs"`
+
 	_ struct{}
 }
 
@@ -74,6 +95,11 @@ type LimitsConfig struct {
 	// frame pointers, and counted.
 	UnwindTableBytes int64 `mapstructure:"unwind_table_bytes"`
 
+	// SymbolCacheBytes bounds the symbol data (symbol tables, line tables,
+	// inline trees) kept loaded; the least recently used files are dropped
+	// past it and loaded again when needed.
+	SymbolCacheBytes int64 `mapstructure:"symbol_cache_bytes"`
+
 	_ struct{}
 }
 
@@ -82,10 +108,15 @@ func createDefaultConfig() *Config {
 		SamplesPerSecond: defaultSamplesPerSecond,
 		ReporterInterval: defaultReporterInterval,
 		ProcFS:           defaultProcFS,
+		Symbolization: SymbolizationConfig{
+			Native:    true,
+			DebugDirs: []string{defaultDebugDir},
+		},
 		Limits: LimitsConfig{
 			RingBufferBytes:  defaultRingBufferBytes,
 			MaxProcesses:     defaultMaxProcesses,
 			UnwindTableBytes: defaultUnwindTableBytes,
+			SymbolCacheBytes: defaultSymbolCacheBytes,
 		},
 	}
 }
@@ -107,6 +138,11 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.ProcFS) {
 		errs = append(errs, fmt.Errorf("procfs: must be an absolute path, got %q", c.ProcFS))
 	}
+	for i, dir := range c.Symbolization.DebugDirs {
+		if !filepath.IsAbs(dir) {
+			errs = append(errs, fmt.Errorf("symbolization::debug_dirs[%d]: must be an absolute path, got %q", i, dir))
+		}
+	}
 	errs = append(errs, c.Limits.validate()...)
 	return errors.Join(errs...)
 }
@@ -127,6 +163,10 @@ func (l *LimitsConfig) validate() []error {
 	if l.MaxProcesses < minMaxProcesses || l.MaxProcesses > maxMaxProcesses {
 		errs = append(errs, fmt.Errorf("limits::max_processes: must be between %d and %d, got %d",
 			minMaxProcesses, maxMaxProcesses, l.MaxProcesses))
+	}
+	if l.SymbolCacheBytes < minSymbolCacheBytes || l.SymbolCacheBytes > maxSymbolCacheBytes {
+		errs = append(errs, fmt.Errorf("limits::symbol_cache_bytes: must be between %d (1 MiB) and %d (4 GiB), got %d",
+			minSymbolCacheBytes, maxSymbolCacheBytes, l.SymbolCacheBytes))
 	}
 	if l.UnwindTableBytes < minUnwindTableBytes || l.UnwindTableBytes > maxUnwindTableBytes {
 		errs = append(errs, fmt.Errorf("limits::unwind_table_bytes: must be between %d (1 MiB) and %d (4 GiB), got %d",

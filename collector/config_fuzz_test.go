@@ -22,7 +22,7 @@ func FuzzValidate(f *testing.F) {
 			SamplesPerSecond: sps,
 			ReporterInterval: time.Duration(interval),
 			ProcFS:           procfs,
-			Limits:           LimitsConfig{RingBufferBytes: ringBytes, MaxProcesses: maxProcs, UnwindTableBytes: unwindBytes},
+			Limits:           LimitsConfig{RingBufferBytes: ringBytes, MaxProcesses: maxProcs, UnwindTableBytes: unwindBytes, SymbolCacheBytes: 32 << 20},
 		}
 		err := cfg.Validate()
 

@@ -76,8 +76,11 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	opts := profile.Options{SamplesPerSecond: r.cfg.SamplesPerSecond, ScopeVersion: moduleVersion()}
 	r.current, r.spare = profile.NewBuilder(opts), profile.NewBuilder(opts)
 	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{MaxProcesses: r.cfg.Limits.MaxProcesses})
-	syms := symbolize.New(r.log, symbolize.Options{})
-	r.resolver = newResolver(r.log, procs, syms)
+	syms := symbolize.New(r.log, symbolize.Options{
+		MaxSymbolBytes: r.cfg.Limits.SymbolCacheBytes,
+		DebugDirs:      append([]string{}, r.cfg.Symbolization.DebugDirs...),
+	})
+	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native)
 	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -24,9 +24,10 @@ const (
 // names of every frame. Its methods are called from the reader goroutine only,
 // except endInterval.
 type resolver struct {
-	log   *zap.Logger
-	procs *process.Table
-	syms  *symbolize.Symbolizer
+	log    *zap.Logger
+	procs  *process.Table
+	syms   *symbolize.Symbolizer
+	native bool // name native frames; Go and kernel frames are always named
 
 	procsByPID map[int]*procEntry
 	files      map[fileKey]*fileEntry
@@ -69,11 +70,12 @@ type fileEntry struct {
 	err  error
 }
 
-func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symbolizer) *resolver {
+func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symbolizer, native bool) *resolver {
 	return &resolver{
 		log:        log,
 		procs:      procs,
 		syms:       syms,
+		native:     native,
 		procsByPID: make(map[int]*procEntry),
 		files:      make(map[fileKey]*fileEntry),
 		kernelPCs:  make(map[uint64]kernelEntry),
@@ -152,6 +154,8 @@ func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint6
 	}
 	if fe.info.IsGo {
 		f.Type = profile.FrameGo
+	} else if !r.native {
+		return f
 	}
 	lines, err := r.syms.Symbolize(fe.info.ID, m.FileOffset(addr))
 	if err != nil {
