@@ -35,7 +35,9 @@ type flatSample struct {
 	TID        int64
 	ThreadName string
 	CPU        int64
-	Frames     []frame // leaf first
+	Frames     []frame  // leaf first
+	Files      []string // source file of each frame's innermost line
+	Lines      []int64  // line of each frame's innermost line
 	Count      int
 }
 
@@ -86,11 +88,16 @@ func flatten(pd pprofile.Profiles) []flatSample {
 						if v, ok := attr(loc.AttributeIndices().AsRaw(), "profile.frame.type"); ok {
 							f.Type = v.(string)
 						}
+						file, line := "", int64(0)
 						if loc.Lines().Len() > 0 {
-							fn := dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex()))
+							ln := loc.Lines().At(0)
+							fn := dict.FunctionTable().At(int(ln.FunctionIndex()))
 							f.Function = strs.At(int(fn.NameStrindex()))
+							file, line = strs.At(int(fn.FilenameStrindex())), ln.Line()
 						}
 						fs.Frames = append(fs.Frames, f)
+						fs.Files = append(fs.Files, file)
+						fs.Lines = append(fs.Lines, line)
 					}
 					out = append(out, fs)
 				}
@@ -118,14 +125,18 @@ func functions(frames []frame) string {
 	return strings.Join(names, " <- ")
 }
 
-// startReceiver runs the real receiver in-process with a sink consumer.
-func startReceiver(t *testing.T, sps int) *consumertest.ProfilesSink {
+// startReceiver runs the real receiver in-process with a sink consumer;
+// configure, when given, edits the configuration first.
+func startReceiver(t *testing.T, sps int, configure ...func(*collector.Config)) *consumertest.ProfilesSink {
 	t.Helper()
 	testutil.RequirePrivileges(t, "the sonde receiver")
 	f := collector.NewFactory().(xreceiver.Factory)
 	cfg := f.CreateDefaultConfig().(*collector.Config)
 	cfg.SamplesPerSecond = sps
 	cfg.ReporterInterval = 500 * time.Millisecond
+	for _, c := range configure {
+		c(cfg)
+	}
 	sink := new(consumertest.ProfilesSink)
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.Logger = zaptest.NewLogger(t)
