@@ -310,10 +310,10 @@ func TestRender(t *testing.T) {
 			if got, want := ctr.Resources.Requests.Cpu(), resource.MustParse("50m"); got.Cmp(want) != 0 {
 				t.Errorf("cpu request = %v, want %v", got, want)
 			}
-			if got, want := ctr.Resources.Requests.Memory(), resource.MustParse("64Mi"); got.Cmp(want) != 0 {
+			if got, want := ctr.Resources.Requests.Memory(), resource.MustParse("320Mi"); got.Cmp(want) != 0 {
 				t.Errorf("memory request = %v, want %v", got, want)
 			}
-			if got, want := ctr.Resources.Limits.Memory(), resource.MustParse("256Mi"); got.Cmp(want) != 0 {
+			if got, want := ctr.Resources.Limits.Memory(), resource.MustParse("512Mi"); got.Cmp(want) != 0 {
 				t.Errorf("memory limit = %v, want %v", got, want)
 			}
 

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 )
 
@@ -89,9 +90,13 @@ func BuildWorkload(tb testing.TB, name string) string {
 }
 
 // StartWorkload runs a binary until the test ends and returns its command.
+// The workload is killed with the test, and also when the test binary dies
+// without running its cleanups (killed, or its output pipe closed): a
+// leftover CPU burner would skew every later measurement on the machine.
 func StartWorkload(tb testing.TB, path string, args ...string) *exec.Cmd {
 	tb.Helper()
 	cmd := exec.Command(path, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", path, err)
 	}
