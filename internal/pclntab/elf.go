@@ -25,6 +25,21 @@ func Section(f *elf.File) *elf.Section {
 	return nil
 }
 
+// SectionData reads the pclntab section sect of f, bounded by
+// MaxSectionBytes, and returns it with the start of f's .text (0 without).
+func SectionData(f *elf.File, sect *elf.Section) (data []byte, textStart uint64, err error) {
+	if sect.Size > MaxSectionBytes {
+		return nil, 0, fmt.Errorf("%s: %d bytes exceed the %d limit", sect.Name, sect.Size, uint64(MaxSectionBytes))
+	}
+	if data, err = sect.Data(); err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", sect.Name, err)
+	}
+	if text := f.Section(".text"); text != nil {
+		textStart = text.Addr
+	}
+	return data, textStart, nil
+}
+
 // OpenELF reads the pclntab of a Go executable and opens it. It finds
 // textStart and the funcdata base from the runtime's moduledata, which
 // stripped binaries keep too; when the moduledata cannot be found it falls
@@ -35,16 +50,9 @@ func OpenELF(f *elf.File) (*Table, error) {
 	if sect == nil {
 		return nil, ErrNoTable
 	}
-	if sect.Size > MaxSectionBytes {
-		return nil, fmt.Errorf("%s: %d bytes exceed the %d limit", sect.Name, sect.Size, uint64(MaxSectionBytes))
-	}
-	data, err := sect.Data()
+	data, textStart, err := SectionData(f, sect)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", sect.Name, err)
-	}
-	var textStart uint64
-	if text := f.Section(".text"); text != nil {
-		textStart = text.Addr
+		return nil, err
 	}
 	var gofunc []byte
 	if md, ok := findModuledata(f, sect.Addr, data); ok {

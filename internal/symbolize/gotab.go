@@ -62,16 +62,9 @@ func newPclnGoTable(tab *pclntab.Table) *goTable {
 // loadLegacyGo reads a pre-1.18 pclntab with debug/gosym.
 func loadLegacyGo(f *elf.File) (*goTable, error) {
 	sect := pclntab.Section(f)
-	if sect.Size > pclntab.MaxSectionBytes {
-		return nil, fmt.Errorf("%s: %d bytes exceed the %d limit", sect.Name, sect.Size, uint64(pclntab.MaxSectionBytes))
-	}
-	data, err := sect.Data()
+	data, textStart, err := pclntab.SectionData(f, sect)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", sect.Name, err)
-	}
-	var textStart uint64
-	if text := f.Section(".text"); text != nil {
-		textStart = text.Addr
+		return nil, err
 	}
 	g, err := newGoTable(data, textStart, f.ByteOrder)
 	if err != nil {

@@ -17,14 +17,7 @@ var ErrNoCFI = errors.New("no call frame information")
 // Stats and leave a CFAUnknown gap; an error is returned only when no table
 // can be built.
 func FromELF(f *elf.File) (*Table, error) {
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
-		return nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 is supported", f.Class, f.Machine)
-	}
-	eh, err := sectionOf(f, ".eh_frame", false)
-	if err != nil {
-		return nil, err
-	}
-	dbg, err := sectionOf(f, ".debug_frame", true)
+	eh, dbg, err := frameSections(f)
 	if err != nil {
 		return nil, err
 	}
@@ -34,18 +27,26 @@ func FromELF(f *elf.File) (*Table, error) {
 	return fromSections(eh, dbg)
 }
 
+// frameSections returns f's .eh_frame and .debug_frame (nil when absent),
+// after checking f is an x86-64 file.
+func frameSections(f *elf.File) (eh, dbg *section, err error) {
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+		return nil, nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 is supported", f.Class, f.Machine)
+	}
+	if eh, err = sectionOf(f, ".eh_frame", false); err != nil {
+		return nil, nil, err
+	}
+	if dbg, err = sectionOf(f, ".debug_frame", true); err != nil {
+		return nil, nil, err
+	}
+	return eh, dbg, nil
+}
+
 // FromSeparateDebug builds the table of f (the loaded file) and adds the
 // .debug_frame of debug, its separate debug file (found through build id or
 // debuglink), for addresses the loaded file's CFI does not cover.
 func FromSeparateDebug(f, debug *elf.File) (*Table, error) {
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
-		return nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 is supported", f.Class, f.Machine)
-	}
-	eh, err := sectionOf(f, ".eh_frame", false)
-	if err != nil {
-		return nil, err
-	}
-	dbg, err := sectionOf(f, ".debug_frame", true)
+	eh, dbg, err := frameSections(f)
 	if err != nil {
 		return nil, err
 	}
