@@ -134,9 +134,9 @@ type kallsymsEntry struct {
 	name, module string
 }
 
-func readKallsymsOracle(t *testing.T) []kallsymsEntry {
+func readKallsymsOracle(t *testing.T, path string) []kallsymsEntry {
 	t.Helper()
-	f, err := os.Open("/proc/kallsyms")
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +166,21 @@ func readKallsymsOracle(t *testing.T) []kallsymsEntry {
 
 func TestKernelOracle(t *testing.T) {
 	testutil.RequirePrivileges(t, "reading kernel symbol addresses")
-	k, err := LoadKernel("/proc/kallsyms")
+	// One snapshot for both readers: kallsyms changes whenever a BPF
+	// program is loaded or unloaded, as other packages' tests do meanwhile.
+	data, err := os.ReadFile("/proc/kallsyms")
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries := readKallsymsOracle(t)
+	snapshot := filepath.Join(t.TempDir(), "kallsyms")
+	if err := os.WriteFile(snapshot, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k, err := LoadKernel(snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := readKallsymsOracle(t, snapshot)
 	slices.SortStableFunc(entries, func(a, b kallsymsEntry) int { return cmpUint(a.addr, b.addr) })
 	byAddr := map[uint64][]kallsymsEntry{}
 	var addrs []uint64
