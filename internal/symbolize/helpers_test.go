@@ -142,20 +142,7 @@ func addr2line(t testing.TB, bin string, addrs []uint64) []sourcePos {
 		args = append(args, fmt.Sprintf("%#x", a))
 	}
 	out := run(t, nil, testutil.RequireTool(t, "addr2line"), args...)
-	var groups []string
-	for _, line := range strings.SplitAfter(out, "\n") {
-		if strings.HasPrefix(line, "0x") {
-			groups = append(groups, "")
-			continue
-		}
-		if len(groups) == 0 {
-			t.Fatalf("addr2line output does not start with an address:\n%s", out)
-		}
-		groups[len(groups)-1] += line
-	}
-	if len(groups) != len(addrs) {
-		t.Fatalf("addr2line gave %d answers for %d addresses", len(groups), len(addrs))
-	}
+	groups := addr2lineGroups(t, out, len(addrs))
 	pos := make([]sourcePos, len(groups))
 	for i, g := range groups {
 		levels := parseAddr2line(t, g, strings.Count(g, "\n")/2)
@@ -204,3 +191,24 @@ func probes(s funcSym) []uint64 {
 }
 
 func testdata(name string) string { return filepath.Join("testdata", name) }
+
+// addr2lineGroups splits the output of addr2line -a into one group of lines
+// per address (the lines after each "0x..." line), expecting n of them.
+func addr2lineGroups(t testing.TB, out string, n int) []string {
+	t.Helper()
+	var groups []string
+	for _, line := range strings.SplitAfter(out, "\n") {
+		if strings.HasPrefix(line, "0x") {
+			groups = append(groups, "")
+			continue
+		}
+		if len(groups) == 0 {
+			t.Fatalf("addr2line output does not start with an address:\n%s", out)
+		}
+		groups[len(groups)-1] += line
+	}
+	if len(groups) != n {
+		t.Fatalf("addr2line gave %d answers for %d addresses", len(groups), n)
+	}
+	return groups
+}

@@ -30,21 +30,7 @@ func addr2lineChains(t testing.TB, bin string, addrs []uint64) [][]sourcePos {
 		for _, a := range batch {
 			args = append(args, fmt.Sprintf("%#x", a))
 		}
-		text := run(t, nil, tool, args...)
-		var groups []string
-		for _, line := range strings.SplitAfter(text, "\n") {
-			if strings.HasPrefix(line, "0x") {
-				groups = append(groups, "")
-				continue
-			}
-			if len(groups) == 0 {
-				t.Fatalf("addr2line output does not start with an address:\n%s", text)
-			}
-			groups[len(groups)-1] += line
-		}
-		if len(groups) != len(batch) {
-			t.Fatalf("addr2line gave %d answers for %d addresses", len(groups), len(batch))
-		}
+		groups := addr2lineGroups(t, run(t, nil, tool, args...), len(batch))
 		for _, g := range groups {
 			levels := parseAddr2line(t, g, strings.Count(g, "\n")/2)
 			if len(levels) == 1 && (levels[0].Function == "??" || levels[0].Function == "?") {
