@@ -220,8 +220,22 @@ func TestCChainWithFramePointers(t *testing.T) {
 	if s.TID != int64(pid) || s.ThreadName != "cchain" {
 		t.Errorf("thread = %d %q, want %d %q", s.TID, s.ThreadName, pid, "cchain")
 	}
-	if s.Frames[0] != chain[0] {
-		t.Errorf("leaf frame = %+v, want %+v (stacks are leaf first)", s.Frames[0], chain[0])
+	// Stacks are leaf first: kernel frames (the sample may interrupt the
+	// return to user mode), then the user leaf.
+	var user []frame
+	for i, f := range s.Frames {
+		if f.Type != "kernel" {
+			user = s.Frames[i:]
+			break
+		}
+	}
+	for _, f := range user {
+		if f.Type == "kernel" {
+			t.Errorf("kernel frame %+v below a user frame in %s", f, functions(s.Frames))
+		}
+	}
+	if len(user) == 0 || user[0] != chain[0] {
+		t.Errorf("user leaf frame of %s, want %+v (stacks are leaf first)", functions(s.Frames), chain[0])
 	}
 }
 
