@@ -20,8 +20,9 @@ import (
 	"github.com/sonde-dev/sonde/tracer"
 )
 
-// profilesReceiver runs the pipeline: the tracer's records are resolved
-// (process, mapping, names) on one reader goroutine and added to the current
+// profilesReceiver runs the pipeline: a reader goroutine decodes the
+// tracer's records and hands them, in order, to a resolver goroutine, which
+// finds their process, mapping and names and adds them to the current
 // interval's builder; a reporter goroutine swaps builders every
 // reporter_interval and hands the finished interval to the next consumer.
 type profilesReceiver struct {
@@ -80,15 +81,26 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		MaxSymbolBytes: r.cfg.Limits.SymbolCacheBytes,
 		DebugDirs:      append([]string{}, r.cfg.Symbolization.DebugDirs...),
 	})
-	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native)
 	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes)
+	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native, r.preparer.loader)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(4)
+	// Records wait here between the reader and the resolver; a record is
+	// taken from free before each read, so at most pendingRecords wait.
+	records := make(chan *tracer.Record, pendingRecords)
+	free := make(chan *tracer.Record, pendingRecords)
+	for range pendingRecords {
+		free <- new(tracer.Record)
+	}
+	r.wg.Add(5)
 	go func() {
 		defer r.wg.Done()
 		r.prepare(ctx)
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.resolve(records, free)
 	}()
 	go func() {
 		defer r.wg.Done()
@@ -96,7 +108,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	}()
 	go func() {
 		defer r.wg.Done()
-		r.read()
+		r.read(records, free)
 	}()
 	go func() {
 		defer r.wg.Done()
@@ -121,13 +133,20 @@ func (r *profilesReceiver) prepare(ctx context.Context) {
 	}
 }
 
-// read decodes records until the tracer is closed.
-func (r *profilesReceiver) read() {
-	var rec tracer.Record
-	var sample profile.Sample
+// pendingRecords bounds the records decoded but not yet resolved. When the
+// resolver falls that far behind (loading a big file's symbols), the reader
+// waits and the ring buffer, whose drops are counted, absorbs the rest.
+const pendingRecords = 256
+
+// read decodes records until the tracer is closed. Samples, exec and exit go
+// in order to the resolver; requests for unwind information go straight to
+// the preparer, so a resolver busy naming frames never delays unwinding.
+func (r *profilesReceiver) read(records chan<- *tracer.Record, free chan *tracer.Record) {
+	defer close(records)
 	var loggedDecode bool
 	for {
-		err := r.tracer.ReadInto(&rec)
+		rec := <-free
+		err := r.tracer.ReadInto(rec)
 		if errors.Is(err, tracer.ErrClosed) {
 			return
 		}
@@ -138,24 +157,41 @@ func (r *profilesReceiver) read() {
 				r.log.Warn("dropping undecodable ring buffer records (logged once)", zap.Error(err))
 				loggedDecode = true
 			}
+			free <- rec
 			continue
 		}
 		switch rec.Type {
+		case tracer.RecordExec:
+			r.preparer.enqueue(int(rec.PID), prepareExec)
+		case tracer.RecordExit:
+			r.preparer.enqueue(int(rec.PID), prepareExit)
+		case tracer.RecordUnknown:
+			r.preparer.enqueue(int(rec.PID), prepareUnknown)
+			free <- rec
+			continue
+		}
+		records <- rec
+	}
+}
+
+// resolve turns records into samples of the current interval until the
+// reader stops.
+func (r *profilesReceiver) resolve(records <-chan *tracer.Record, free chan<- *tracer.Record) {
+	var sample profile.Sample
+	for rec := range records {
+		switch rec.Type {
 		case tracer.RecordSample:
-			r.resolver.resolve(&rec, &sample)
+			r.resolver.resolve(rec, &sample)
 			r.mu.Lock()
 			r.current.Add(sample)
 			r.mu.Unlock()
 			r.stats.samples.Add(1)
 		case tracer.RecordExec:
 			r.resolver.exec(int(rec.PID))
-			r.preparer.enqueue(int(rec.PID), prepareExec)
 		case tracer.RecordExit:
 			r.resolver.exit(int(rec.PID))
-			r.preparer.enqueue(int(rec.PID), prepareExit)
-		case tracer.RecordUnknown:
-			r.preparer.enqueue(int(rec.PID), prepareUnknown)
 		}
+		free <- rec
 	}
 }
 

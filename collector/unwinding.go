@@ -86,9 +86,11 @@ func (p *preparer) handle(w prepareWork) {
 	}
 	proc, err := p.procs.Get(w.pid)
 	if err == nil && w.kind == prepareUnknown && p.loader.Prepared(w.pid) {
-		// Known but sampled outside its mappings: something was mapped
-		// since (dlopen). Refresh is rate-limited per process.
-		proc, err = p.procs.Refresh(w.pid)
+		// Known but sampled outside its mappings, or in one that was
+		// replaced: something was mapped or unmapped since (dlopen,
+		// dlclose). The eBPF side rate-limits these requests per process,
+		// so the maps are read again every time.
+		proc, err = p.procs.Reread(w.pid)
 	}
 	if err != nil {
 		if !errors.Is(err, process.ErrGone) {

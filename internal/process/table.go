@@ -182,6 +182,12 @@ func (t *Table) Refresh(pid int) (*Process, error) {
 	return t.load(pid, loadRefresh, true)
 }
 
+// Reread is Refresh without its rate limit, for when the caller knows the
+// mappings changed (the unwinder found one of them replaced).
+func (t *Table) Reread(pid int) (*Process, error) {
+	return t.load(pid, loadRefresh, true)
+}
+
 // Exec marks pid for reload: the process replaced its image, so the next Get
 // reads it again.
 func (t *Table) Exec(pid int) {

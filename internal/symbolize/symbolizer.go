@@ -339,6 +339,18 @@ func identify(f *os.File, size int64, path string) (*FileInfo, error) {
 	return info, nil
 }
 
+// Info returns the FileInfo of a file Open returned, while it is remembered
+// (Options.MaxKnownFiles).
+func (s *Symbolizer) Info(id elfx.FileID) (*FileInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.known.peek(id)
+	if !ok {
+		return nil, false
+	}
+	return k.info, true
+}
+
 // Symbolize names the code at fileOffset of a file previously returned by
 // Open; frames innermost first. A file without any symbols, or an offset no
 // symbol covers, gives (nil, nil). The returned slice is shared with the

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -41,6 +42,13 @@ const (
 	DLOpen = "dlopen"
 	// DLOpenLib: the shared library DLOpen loads.
 	DLOpenLib = "dlopenlib.so"
+	// DLSwap: C, no frame pointers: alternates DLSwapA (argv[1]) and
+	// DLSwapB (argv[2]), argv[3] ms each: dlopen, main -> run ->
+	// a_outer -> a_inner (b_ in B), dlclose.
+	DLSwap = "dlswap"
+	// DLSwapA and DLSwapB: the libraries DLSwap alternates.
+	DLSwapA = "dlswapa.so"
+	DLSwapB = "dlswapb.so"
 	// GoLeaf: Go: main.main -> main.alpha -> main.beta -> main.leaf, where
 	// leaf is frameless: only the pclntab's SP deltas find beta.
 	GoLeaf = "goleaf"
@@ -76,12 +84,12 @@ func BuildWorkload(tb testing.TB, name string) string {
 		bin := BuildC(tb, name, append([]string{"-rdynamic"}, noFramePointers...), filepath.Join(dir, CChain+".c"))
 		run(tb, exec.Command(RequireTool(tb, "strip"), "--strip-all", bin))
 		return bin
-	case QSort, Signal, Recurse, DLOpen:
+	case QSort, Signal, Recurse, DLOpen, DLSwap:
 		return BuildC(tb, name, noFramePointers, filepath.Join(dir, name+".c"))
 	case Throw:
 		return BuildCXX(tb, name, noFramePointers, filepath.Join(dir, name+".cc"))
-	case DLOpenLib:
-		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, "dlopenlib.c"))
+	case DLOpenLib, DLSwapA, DLSwapB:
+		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, strings.TrimSuffix(name, ".so")+".c"))
 	case GoChain, GoLeaf:
 		return BuildGo(tb, name, filepath.Join(dir, name))
 	}

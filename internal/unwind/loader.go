@@ -71,11 +71,22 @@ type Loader struct {
 	nextID uint32
 	clock  uint64 // ticks on every use, for LRU eviction
 	stats  LoaderStats
+
+	// Every file gets a handle the unwinder reports frames with. Handles
+	// are never reused; those of evicted files are still answered for a
+	// while (retired), as samples naming them may still be in flight.
+	nextHandle uint32
+	handles    map[uint32]elfx.FileID
+	retired    []uint32
 }
+
+// maxRetiredHandles bounds the handles of evicted files still answered.
+const maxRetiredHandles = 4096
 
 // loadedFile is a file's table: loaded in the kernel (id != 0) or known to
 // be unusable (err != nil), with the segments that turn mappings into biases.
 type loadedFile struct {
+	handle   uint32
 	id       uint32
 	rows     uint32
 	base     uint64
@@ -107,6 +118,7 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 		files:    make(map[elfx.FileID]*loadedFile),
 		procs:    make(map[int][]procMapping),
 		nextID:   1,
+		handles:  make(map[uint32]elfx.FileID),
 	}
 }
 
@@ -124,7 +136,10 @@ func (l *Loader) Prepare(p *process.Process) error {
 			continue
 		}
 		lf := l.file(path)
-		pm := procMapping{m: tracer.Mapping{Start: m.Start, End: m.End}, file: lf}
+		pm := procMapping{m: tracer.Mapping{
+			Start: m.Start, End: m.End,
+			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
+		}, file: lf}
 		if lf.id != 0 {
 			if bias, ok := lf.bias(m); ok {
 				pm.m.Bias, pm.m.Table, pm.m.Rows = bias, lf.id, lf.rows
@@ -166,6 +181,24 @@ func (l *Loader) Prepared(pid int) bool {
 	defer l.mu.Unlock()
 	_, ok := l.procs[pid]
 	return ok
+}
+
+// File returns the id of the file the unwinder reports as handle.
+func (l *Loader) File(handle uint32) (elfx.FileID, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, ok := l.handles[handle]
+	return id, ok
+}
+
+// retire keeps answering for handle until maxRetiredHandles newer ones were
+// retired. Called with l.mu held.
+func (l *Loader) retire(handle uint32) {
+	l.retired = append(l.retired, handle)
+	if len(l.retired) > maxRetiredHandles {
+		delete(l.handles, l.retired[0])
+		l.retired = l.retired[1:]
+	}
 }
 
 // Stats returns the Loader's counters.
@@ -215,6 +248,12 @@ func (l *Loader) file(path string) *loadedFile {
 	l.clock++
 	lf.lastUsed = l.clock
 	l.files[id] = lf
+	l.nextHandle++
+	if l.nextHandle == 0 {
+		l.nextHandle++
+	}
+	lf.handle = l.nextHandle
+	l.handles[lf.handle] = id
 	switch {
 	case errors.Is(lf.err, ErrNoCFI):
 		l.stats.NoCFI++
@@ -354,6 +393,7 @@ func (l *Loader) evictOne() bool {
 		return false
 	}
 	delete(l.files, victimID)
+	l.retire(victim.handle)
 	if victim.id == 0 {
 		return true // an unusable file's record: free to drop
 	}
