@@ -85,15 +85,15 @@ func (o *objects) Close() error {
 
 // Tracer is the loaded and attached set of eBPF programs.
 type Tracer struct {
-	objs   objects
+	objs objects
 	// CheckedMappings: the unwinder checks each mapping entry against the
 	// live mapping (bpf_find_vma), so a stale entry is never used.
 	checked bool
-	links  []link.Link
-	perf   []*perfEvent
-	reader *ringbuf.Reader
-	clock  clock
-	poll   time.Duration
+	links   []link.Link
+	perf    []*perfEvent
+	reader  *ringbuf.Reader
+	clock   clock
+	poll    time.Duration
 
 	closeOnce sync.Once
 	closeErr  error
