@@ -54,6 +54,19 @@ type Config struct {
 	// the host's /proc elsewhere (for example /host/proc) sets it here.
 	ProcFS string `mapstructure:"procfs"`
 
+	// IncludeEnvVars names environment variables to read from each
+	// process's initial environment: each one set becomes the resource
+	// attribute process.environment_variable.<NAME>. The key and its
+	// meaning are those of the reference profiling receiver; its
+	// comma-separated string form ("A,B") is accepted too.
+	IncludeEnvVars []string `mapstructure:"include_env_vars"`
+
+	// IncludeCommandLine adds each process's command line (arguments
+	// joined by spaces, at most 4 KiB) as the resource attribute
+	// process.command_line. Off by default: command lines can carry
+	// secrets, and they make every resource larger.
+	IncludeCommandLine bool `mapstructure:"include_command_line"`
+
 	// Symbolization says how frames are named on the host.
 	Symbolization SymbolizationConfig `mapstructure:"symbolization"`
 
@@ -108,6 +121,8 @@ func createDefaultConfig() *Config {
 		SamplesPerSecond: defaultSamplesPerSecond,
 		ReporterInterval: defaultReporterInterval,
 		ProcFS:           defaultProcFS,
+		// Empty, not nil: what `include_env_vars: []` unmarshals to.
+		IncludeEnvVars: []string{},
 		Symbolization: SymbolizationConfig{
 			Native:    true,
 			DebugDirs: []string{defaultDebugDir},
@@ -138,6 +153,7 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.ProcFS) {
 		errs = append(errs, fmt.Errorf("procfs: must be an absolute path, got %q", c.ProcFS))
 	}
+	errs = append(errs, validateEnvVarNames("include_env_vars", c.IncludeEnvVars)...)
 	for i, dir := range c.Symbolization.DebugDirs {
 		if !filepath.IsAbs(dir) {
 			errs = append(errs, fmt.Errorf("symbolization::debug_dirs[%d]: must be an absolute path, got %q", i, dir))
@@ -173,4 +189,42 @@ func (l *LimitsConfig) validate() []error {
 			minUnwindTableBytes, maxUnwindTableBytes, l.UnwindTableBytes))
 	}
 	return errs
+}
+
+// validateEnvVarNames checks a list of environment variable names: each one
+// not empty, made of ASCII letters, digits and '_' and not starting with a
+// digit (the portable names of POSIX, in either case), and listed once.
+func validateEnvVarNames(key string, names []string) []error {
+	var errs []error
+	first := make(map[string]int, len(names))
+	for i, name := range names {
+		switch {
+		case name == "":
+			errs = append(errs, fmt.Errorf("%s[%d]: must not be empty", key, i))
+			continue
+		case !isEnvVarName(name):
+			errs = append(errs, fmt.Errorf("%s[%d]: must be an environment variable name (letters, digits and '_', not starting with a digit), got %q",
+				key, i, name))
+			continue
+		}
+		if j, dup := first[name]; dup {
+			errs = append(errs, fmt.Errorf("%s[%d]: %q is already listed at %s[%d]", key, i, name, key, j))
+			continue
+		}
+		first[name] = i
+	}
+	return errs
+}
+
+func isEnvVarName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
 }

@@ -76,7 +76,11 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 
 	opts := profile.Options{SamplesPerSecond: r.cfg.SamplesPerSecond, ScopeVersion: moduleVersion()}
 	r.current, r.spare = profile.NewBuilder(opts), profile.NewBuilder(opts)
-	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{MaxProcesses: r.cfg.Limits.MaxProcesses})
+	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{
+		MaxProcesses: r.cfg.Limits.MaxProcesses,
+		EnvVars:      r.cfg.IncludeEnvVars,
+		CommandLine:  r.cfg.IncludeCommandLine,
+	})
 	syms := symbolize.New(r.log, symbolize.Options{
 		MaxSymbolBytes: r.cfg.Limits.SymbolCacheBytes,
 		DebugDirs:      append([]string{}, r.cfg.Symbolization.DebugDirs...),

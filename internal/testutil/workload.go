@@ -59,6 +59,9 @@ const (
 	// CChainStripped: CChainNoFP with .symtab stripped; names come from
 	// .dynsym (-rdynamic), frames from .eh_frame.
 	CChainStripped = "cchain-stripped"
+	// Threads: C: a thread named argv[1] burns CPU (spin -> burn) while the
+	// main thread waits in pthread_join.
+	Threads = "threads"
 )
 
 // Flags without frame pointers, keeping calls as calls so the chain is real.
@@ -78,6 +81,8 @@ func BuildWorkload(tb testing.TB, name string) string {
 	switch name {
 	case CChain, Syscalls, Fixed:
 		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}, filepath.Join(dir, name+".c"))
+	case Threads:
+		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-pthread"}, filepath.Join(dir, name+".c"))
 	case CChainNoFP:
 		return BuildC(tb, name, noFramePointers, filepath.Join(dir, CChain+".c"))
 	case CChainStripped:
@@ -104,13 +109,25 @@ func BuildWorkload(tb testing.TB, name string) string {
 func StartWorkload(tb testing.TB, path string, args ...string) *exec.Cmd {
 	tb.Helper()
 	cmd := exec.Command(path, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	StartCmd(tb, cmd)
+	return cmd
+}
+
+// StartCmd starts a command the test prepared (its environment, namespaces,
+// a wrapper such as CommandInCgroup) with the guarantees of StartWorkload:
+// it is killed and reaped when the test ends or the test binary dies.
+// Settings already in cmd.SysProcAttr are kept.
+func StartCmd(tb testing.TB, cmd *exec.Cmd) {
+	tb.Helper()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start %s: %v", path, err)
+		tb.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	return cmd
 }
