@@ -134,7 +134,7 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 		for i, pc := range rec.User {
 			// The unwinder saw each frame's file: that still names it.
 			f := profile.Frame{Type: profile.FrameNative, Address: pc}
-			if he := r.handle(rec.UserFiles[i].File); he != nil {
+			if he := r.handle(fileRef(rec, i).File); he != nil {
 				f = r.namedFrame(&he.fileEntry, he.mapping, pc, r.fileOffset(rec, i))
 			}
 			f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
@@ -155,11 +155,11 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 			addr--
 		}
 		m, ok := entry.proc.FindMapping(addr)
-		if he := r.handle(rec.UserFiles[i].File); he != nil {
+		if he := r.handle(fileRef(rec, i).File); he != nil {
 			// The unwinder named the file and offset at sampling time; the
 			// process's mapping, if it still holds that file there, gives
 			// the frame its mapping, else the file's own.
-			off := rec.UserFiles[i].Offset
+			off := fileRef(rec, i).Offset
 			mapping := he.mapping
 			if ok && m.Start-m.Offset == pc-off {
 				r.file(entry, m)
@@ -203,11 +203,19 @@ func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint6
 // fileOffset is where user frame i of rec is named in its file: at its
 // offset, or one byte before for a return address (the call instruction).
 func (r *resolver) fileOffset(rec *tracer.Record, i int) uint64 {
-	off := rec.UserFiles[i].Offset
+	off := fileRef(rec, i).Offset
 	if rec.UserFlags[i]&tracer.FrameInterrupted == 0 && off > 0 {
 		off--
 	}
 	return off
+}
+
+// fileRef is where the unwinder placed user frame i of rec (zero: nowhere).
+func fileRef(rec *tracer.Record, i int) tracer.FileRef {
+	if i < len(rec.UserFiles) {
+		return rec.UserFiles[i]
+	}
+	return tracer.FileRef{}
 }
 
 // namedFrame is the frame at pc, named at offset in fe's file.

@@ -29,7 +29,7 @@ func TestResolveResource(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get(%d) = %v", pid, err)
 	}
-	r := newResolver(zap.NewNop(), procs, nil, true)
+	r := newResolver(zap.NewNop(), procs, nil, true, nil)
 	var s profile.Sample
 	r.resolve(&tracer.Record{Type: tracer.RecordSample, PID: uint32(pid), TID: uint32(pid), Comm: "sleep"}, &s)
 	want := profile.Resource{
@@ -53,7 +53,7 @@ func TestResolveResource(t *testing.T) {
 // samples, attributed by what the kernel recorded.
 func TestResolveGoneProcess(t *testing.T) {
 	procs := process.NewTable(t.TempDir(), nil, process.Options{})
-	r := newResolver(zap.NewNop(), procs, nil, true)
+	r := newResolver(zap.NewNop(), procs, nil, true, nil)
 	var s profile.Sample
 	rec := tracer.Record{Type: tracer.RecordSample, PID: 4242, TID: 4243, Comm: "short-lived",
 		User: []uint64{0x401000, 0x401234}, UserFlags: []tracer.FrameFlags{tracer.FrameInterrupted, 0}}
