@@ -81,7 +81,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		DebugDirs:      append([]string{}, r.cfg.Symbolization.DebugDirs...),
 	})
 	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native)
-	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes)
+	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

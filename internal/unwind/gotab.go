@@ -54,9 +54,11 @@ func FromGo(t *pclntab.Table) (*Table, error) {
 }
 
 // fromFile builds the table of an ELF file: from the pclntab for Go code
-// and from CFI for the rest (C code in cgo binaries, every other file).
-func fromFile(f *elf.File) (*Table, error) {
-	cfi, cfiErr := FromELF(f)
+// and from CFI for the rest (C code in cgo binaries, every other file). debug
+// is f's separate debug file or nil; its .debug_frame adds to f's CFI as
+// FromSeparateDebug does.
+func fromFile(f, debug *elf.File) (*Table, error) {
+	cfi, cfiErr := FromSeparateDebug(f, debug)
 	if pclntab.Section(f) == nil {
 		return cfi, cfiErr
 	}

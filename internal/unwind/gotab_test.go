@@ -31,7 +31,7 @@ func TestFromGoFramelessLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tab, err := fromFile(f)
+	tab, err := fromFile(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
