@@ -142,7 +142,7 @@ func Open(pclntab []byte, textStart uint64, gofunc []byte) (*Table, error) {
 	// The function table holds nfunc (entry, func offset) pairs of uint32
 	// and the end PC of the last function.
 	nfunc := word(0)
-	if nfunc == 0 || nfunc > uint64(len(t.funcs)-4)/8 {
+	if nfunc == 0 || len(t.funcs) < 4 || nfunc > uint64(len(t.funcs)-4)/8 {
 		return nil, fmt.Errorf("pclntab: %d functions do not fit in %d bytes", nfunc, len(t.funcs))
 	}
 	t.nfunc = uint32(nfunc)
