@@ -47,6 +47,9 @@ const DefaultBudgetBytes = 64 << 20
 // map itself), counted against the budget.
 const tableOverhead = 512
 
+// tableBytes is the kernel memory a table of n rows is counted as.
+func tableBytes(n int) int64 { return int64(n)*tracer.RowSize + tableOverhead }
+
 // LoaderStats are the Loader's counters; they only grow, except the gauges.
 type LoaderStats struct {
 	Tables     int   // gauge: tables loaded in the kernel
@@ -352,7 +355,7 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 // load puts lf's rows in the kernel, evicting unreferenced tables if the
 // budget needs it. Called with l.mu held.
 func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
-	need := int64(len(rows))*tracer.RowSize + tableOverhead
+	need := tableBytes(len(rows))
 	if need > l.budget {
 		l.stats.OverBudget++
 		return fmt.Errorf("table of %d bytes exceeds the %d-byte budget", need, l.budget)
