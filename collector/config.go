@@ -85,7 +85,8 @@ type SymbolizationConfig struct {
 	Native bool `mapstructure:"native"`
 
 	// DebugDirs are searched for separate debug files (by build id and by
-	// .gnu_debuglink), after /usr/lib/debug inside the process's own root.
+	// .gnu_debuglink), after /usr/lib/debug inside the process's own root,
+	// for symbols and for the CFI (.debug_frame) of unwind tables.
 	DebugDirs []string `mapstructure:"debug_dirs"`
 
 	_ struct{}

@@ -85,7 +85,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		MaxSymbolBytes: r.cfg.Limits.SymbolCacheBytes,
 		DebugDirs:      append([]string{}, r.cfg.Symbolization.DebugDirs...),
 	})
-	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes)
+	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
 	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native, r.preparer.loader)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -42,7 +42,10 @@ type prepareWork struct {
 
 const prepareQueue = 4096
 
-func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms *symbolize.Symbolizer, budget int64) *preparer {
+// newPreparer returns a preparer whose Loader keeps tables within budget
+// bytes and reads separate debug files' CFI from debugDirs (as the
+// symbolizer does; nil searches no host directory).
+func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms *symbolize.Symbolizer, budget int64, debugDirs []string) *preparer {
 	identify := func(path string) (elfx.FileID, error) {
 		fi, err := syms.Open(path)
 		if err != nil {
@@ -50,10 +53,14 @@ func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms 
 		}
 		return fi.ID, nil
 	}
+	loader := unwind.NewLoader(tr, identify, log, unwind.LoaderOptions{
+		BudgetBytes: budget,
+		DebugDirs:   append([]string{}, debugDirs...),
+	})
 	return &preparer{
 		log:    log,
 		procs:  procs,
-		loader: unwind.NewLoader(tr, identify, log, unwind.LoaderOptions{BudgetBytes: budget}),
+		loader: loader,
 		work:   make(chan prepareWork, prepareQueue),
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 
 	"go.uber.org/zap"
@@ -32,6 +31,13 @@ type LoaderOptions struct {
 	// process maps any more are evicted, least recently used first, to make
 	// room. Default 64 MiB.
 	BudgetBytes int64
+	// DebugDirs are host directories searched for separate debug files
+	// (<dir>/.build-id/xx/yyyy.debug, and <dir>/<file's dir>/<debuglink>)
+	// whose .debug_frame fills what the file's own CFI lacks; they are
+	// searched after /usr/lib/debug inside the process's root for files
+	// seen through /proc/PID/root or /proc/PID/map_files. Default
+	// ["/usr/lib/debug"]; a non-nil empty slice searches no host directory.
+	DebugDirs []string
 }
 
 // DefaultBudgetBytes is the default bound on table memory in the kernel.
@@ -40,6 +46,9 @@ const DefaultBudgetBytes = 64 << 20
 // tableOverhead is what a table costs the kernel beyond its rows (the inner
 // map itself), counted against the budget.
 const tableOverhead = 512
+
+// tableBytes is the kernel memory a table of n rows is counted as.
+func tableBytes(n int) int64 { return int64(n)*tracer.RowSize + tableOverhead }
 
 // LoaderStats are the Loader's counters; they only grow, except the gauges.
 type LoaderStats struct {
@@ -52,6 +61,7 @@ type LoaderStats struct {
 	NoCFI      uint64 // files without CFI: their frames use frame pointers
 	OverBudget uint64 // tables that did not fit in the budget even after eviction
 	Failures   uint64 // files that could not be read or parsed
+	DebugFiles uint64 // tables built with a separate debug file's .debug_frame
 }
 
 // Loader keeps the eBPF unwinder's tables and per-process mappings in step
@@ -63,6 +73,7 @@ type Loader struct {
 	identify Identify
 	log      *zap.Logger
 	budget   int64
+	debug    []string // DebugDirs
 
 	mu     sync.Mutex
 	files  map[elfx.FileID]*loadedFile
@@ -94,6 +105,7 @@ type loadedFile struct {
 	refs     int
 	lastUsed uint64
 	segments []segment
+	debug    string // the separate debug file whose CFI the table uses
 	err      error
 }
 
@@ -110,11 +122,15 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 	if opts.BudgetBytes <= 0 {
 		opts.BudgetBytes = DefaultBudgetBytes
 	}
+	if opts.DebugDirs == nil {
+		opts.DebugDirs = []string{elfx.DefaultDebugDir}
+	}
 	return &Loader{
 		k:        k,
 		identify: identify,
 		log:      log,
 		budget:   opts.BudgetBytes,
+		debug:    append([]string(nil), opts.DebugDirs...),
 		files:    make(map[elfx.FileID]*loadedFile),
 		procs:    make(map[int][]procMapping),
 		nextID:   1,
@@ -239,7 +255,7 @@ func (l *Loader) file(path string) *loadedFile {
 	}
 	l.mu.Unlock()
 
-	lf, rows := buildFile(path)
+	lf, rows := buildFile(path, l.debug, l.log)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if existing, ok := l.files[id]; ok {
@@ -254,6 +270,9 @@ func (l *Loader) file(path string) *loadedFile {
 	}
 	lf.handle = l.nextHandle
 	l.handles[lf.handle] = id
+	if lf.debug != "" {
+		l.stats.DebugFiles++
+	}
 	switch {
 	case errors.Is(lf.err, ErrNoCFI):
 		l.stats.NoCFI++
@@ -270,9 +289,11 @@ func (l *Loader) file(path string) *loadedFile {
 	return lf
 }
 
-// buildFile parses the file's CFI into kernel rows.
-func buildFile(path string) (*loadedFile, []tracer.Row) {
-	f, err := os.Open(path)
+// buildFile parses the file's CFI into kernel rows, with the .debug_frame
+// of its separate debug file (searched in debugDirs) where the file has no
+// .debug_frame of its own.
+func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, []tracer.Row) {
+	f, err := elfx.OpenFile(path)
 	if err != nil {
 		return &loadedFile{err: err}, nil
 	}
@@ -287,7 +308,26 @@ func buildFile(path string) (*loadedFile, []tracer.Row) {
 			lf.segments = append(lf.segments, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
 		}
 	}
-	t, err := fromFile(ef)
+	var debug *elf.File
+	if !hasSection(ef, ".debug_frame") {
+		df, err := elfx.FindDebugFile(ef, elfx.ViewOf(path), debugDirs)
+		if err != nil {
+			log.Debug("debug file lookup", zap.String("file", path), zap.Error(err))
+		}
+		if df != nil {
+			defer df.Close()
+			if hasSection(df.ELF, ".debug_frame") {
+				debug, lf.debug = df.ELF, df.Path
+			}
+		}
+	}
+	t, err := fromFile(ef, debug)
+	if err != nil && debug != nil && !errors.Is(err, ErrNoCFI) {
+		// A broken debug file must not cost the CFI the file itself has.
+		log.Debug("unusable debug file", zap.String("file", path), zap.String("debug_file", lf.debug), zap.Error(err))
+		lf.debug = ""
+		t, err = fromFile(ef, nil)
+	}
 	if err != nil {
 		lf.err = err
 		return lf, nil
@@ -299,6 +339,12 @@ func buildFile(path string) (*loadedFile, []tracer.Row) {
 	}
 	lf.base = base
 	return lf, rows
+}
+
+// hasSection reports whether f has a section name with content in the file.
+func hasSection(f *elf.File, name string) bool {
+	s := f.Section(name)
+	return s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0
 }
 
 // kernelRows converts a table to the eBPF side's compact rows, with PCs
@@ -348,7 +394,7 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 // load puts lf's rows in the kernel, evicting unreferenced tables if the
 // budget needs it. Called with l.mu held.
 func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
-	need := int64(len(rows))*tracer.RowSize + tableOverhead
+	need := tableBytes(len(rows))
 	if need > l.budget {
 		l.stats.OverBudget++
 		return fmt.Errorf("table of %d bytes exceeds the %d-byte budget", need, l.budget)
