@@ -3,7 +3,9 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -23,19 +25,20 @@ const (
 
 // Bounds checked by Validate.
 const (
-	minSamplesPerSecond = 1
-	maxSamplesPerSecond = 1000
-	minReporterInterval = 100 * time.Millisecond
-	maxReporterInterval = 10 * time.Minute
-	ringBufferPageSize  = 4096
-	minRingBufferBytes  = 64 << 10  // 64 KiB
-	maxRingBufferBytes  = 256 << 20 // 256 MiB
-	minMaxProcesses     = 1
-	maxMaxProcesses     = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
-	minUnwindTableBytes = 1 << 20 // 1 MiB
-	maxUnwindTableBytes = 4 << 30 // 4 GiB
-	minSymbolCacheBytes = 1 << 20 // 1 MiB
-	maxSymbolCacheBytes = 4 << 30 // 4 GiB
+	minSamplesPerSecond    = 1
+	maxSamplesPerSecond    = 1000
+	minReporterInterval    = 100 * time.Millisecond
+	maxReporterInterval    = 10 * time.Minute
+	ringBufferPageSize     = 4096
+	minRingBufferBytes     = 64 << 10  // 64 KiB
+	maxRingBufferBytes     = 256 << 20 // 256 MiB
+	minMaxProcesses        = 1
+	maxMaxProcesses        = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
+	minUnwindTableBytes    = 1 << 20 // 1 MiB
+	maxUnwindTableBytes    = 4 << 30 // 4 GiB
+	minSymbolCacheBytes    = 1 << 20 // 1 MiB
+	maxSymbolCacheBytes    = 4 << 30 // 4 GiB
+	maxFilterMinProcessAge = 24 * time.Hour
 )
 
 // Config is the configuration of the sonde receiver.
@@ -67,6 +70,17 @@ type Config struct {
 	// secrets, and they make every resource larger.
 	IncludeCommandLine bool `mapstructure:"include_command_line"`
 
+	// FilterMinProcessAge leaves processes younger than this unprofiled
+	// until they reach it (the reference profiling receiver's key): short
+	// build steps and health checks cost nothing. 0 profiles every process.
+	FilterMinProcessAge time.Duration `mapstructure:"filter_min_process_age"`
+
+	// Filters choose which processes are profiled. The decision is made
+	// once per process (and again after an exec) in user space and enforced
+	// in the kernel: an excluded process's samples are dropped before any
+	// unwinding and take no ring-buffer space.
+	Filters FiltersConfig `mapstructure:"filters"`
+
 	// Symbolization says how frames are named on the host.
 	Symbolization SymbolizationConfig `mapstructure:"symbolization"`
 
@@ -91,6 +105,48 @@ type SymbolizationConfig struct {
 
 	_ struct{}
 }
+
+// FiltersConfig chooses the profiled processes. A process is profiled when
+// it passes every rule that is set.
+type FiltersConfig struct {
+	// IncludeExecutables, when not empty, profiles only processes whose
+	// executable matches one of these globs (path.Match syntax): a pattern
+	// with a '/' is matched against the executable's path, one without
+	// against its name ("nginx", "python3*", "/opt/app/bin/*").
+	IncludeExecutables []string `mapstructure:"include_executables"`
+
+	// ExcludeExecutables leaves out processes whose executable matches one
+	// of these globs, with the same syntax; it wins over the include list.
+	ExcludeExecutables []string `mapstructure:"exclude_executables"`
+
+	// Containers selects by container.id: "any" (default), "only"
+	// (processes in a container) or "none" (processes on the host).
+	Containers string `mapstructure:"containers"`
+
+	// IncludeCgroups, when not empty, profiles only processes whose cgroup
+	// path is one of these or below one ("/kubepods.slice").
+	IncludeCgroups []string `mapstructure:"include_cgroups"`
+
+	// ExcludeCgroups leaves out processes in these cgroups or below them;
+	// it wins over the include list.
+	ExcludeCgroups []string `mapstructure:"exclude_cgroups"`
+
+	// IncludeIdle keeps the samples of idle CPUs (the idle task, pid 0).
+	IncludeIdle bool `mapstructure:"include_idle"`
+
+	// IncludeKernelThreads keeps the samples of kernel threads, which have
+	// kernel stacks only.
+	IncludeKernelThreads bool `mapstructure:"include_kernel_threads"`
+
+	_ struct{}
+}
+
+// Values of filters::containers.
+const (
+	containersAny  = "any"
+	containersOnly = "only"
+	containersNone = "none"
+)
 
 // LimitsConfig bounds the resources the receiver allocates.
 type LimitsConfig struct {
@@ -124,6 +180,13 @@ func createDefaultConfig() *Config {
 		ProcFS:           defaultProcFS,
 		// Empty, not nil: what `include_env_vars: []` unmarshals to.
 		IncludeEnvVars: []string{},
+		Filters: FiltersConfig{
+			IncludeExecutables: []string{},
+			ExcludeExecutables: []string{},
+			Containers:         containersAny,
+			IncludeCgroups:     []string{},
+			ExcludeCgroups:     []string{},
+		},
 		Symbolization: SymbolizationConfig{
 			Native:    true,
 			DebugDirs: []string{defaultDebugDir},
@@ -155,6 +218,11 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("procfs: must be an absolute path, got %q", c.ProcFS))
 	}
 	errs = append(errs, validateEnvVarNames("include_env_vars", c.IncludeEnvVars)...)
+	if c.FilterMinProcessAge < 0 || c.FilterMinProcessAge > maxFilterMinProcessAge {
+		errs = append(errs, fmt.Errorf("filter_min_process_age: must be between 0s and %v, got %v",
+			maxFilterMinProcessAge, c.FilterMinProcessAge))
+	}
+	errs = append(errs, c.Filters.validate()...)
 	for i, dir := range c.Symbolization.DebugDirs {
 		if !filepath.IsAbs(dir) {
 			errs = append(errs, fmt.Errorf("symbolization::debug_dirs[%d]: must be an absolute path, got %q", i, dir))
@@ -188,6 +256,40 @@ func (l *LimitsConfig) validate() []error {
 	if l.UnwindTableBytes < minUnwindTableBytes || l.UnwindTableBytes > maxUnwindTableBytes {
 		errs = append(errs, fmt.Errorf("limits::unwind_table_bytes: must be between %d (1 MiB) and %d (4 GiB), got %d",
 			minUnwindTableBytes, maxUnwindTableBytes, l.UnwindTableBytes))
+	}
+	return errs
+}
+
+// validate checks the filters; see LimitsConfig.validate for the name.
+func (f *FiltersConfig) validate() []error {
+	var errs []error
+	for _, list := range []struct {
+		key      string
+		patterns []string
+	}{{"filters::include_executables", f.IncludeExecutables}, {"filters::exclude_executables", f.ExcludeExecutables}} {
+		for i, p := range list.patterns {
+			if p == "" {
+				errs = append(errs, fmt.Errorf("%s[%d]: must not be empty", list.key, i))
+			} else if _, err := path.Match(p, ""); err != nil {
+				errs = append(errs, fmt.Errorf("%s[%d]: %q is not a valid glob: %w", list.key, i, p, err))
+			}
+		}
+	}
+	switch f.Containers {
+	case "", containersAny, containersOnly, containersNone: // "": any
+	default:
+		errs = append(errs, fmt.Errorf("filters::containers: must be %q, %q or %q, got %q",
+			containersAny, containersOnly, containersNone, f.Containers))
+	}
+	for _, list := range []struct {
+		key      string
+		prefixes []string
+	}{{"filters::include_cgroups", f.IncludeCgroups}, {"filters::exclude_cgroups", f.ExcludeCgroups}} {
+		for i, p := range list.prefixes {
+			if !strings.HasPrefix(p, "/") {
+				errs = append(errs, fmt.Errorf("%s[%d]: must be a cgroup path starting with '/', got %q", list.key, i, p))
+			}
+		}
 	}
 	return errs
 }

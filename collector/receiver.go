@@ -34,6 +34,7 @@ type profilesReceiver struct {
 	tracer   *tracer.Tracer
 	resolver *resolver
 	preparer *preparer
+	filter   *procFilter
 
 	mu      sync.Mutex // guards current
 	current *profile.Builder
@@ -52,6 +53,7 @@ type receiverStats struct {
 	records        atomic.Uint64
 	samples        atomic.Uint64
 	decodeErrors   atomic.Uint64
+	filtered       atomic.Uint64 // samples of excluded processes dropped in user space
 	exports        atomic.Uint64
 	exportFailures atomic.Uint64
 }
@@ -64,10 +66,18 @@ func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Prof
 // pipeline. It returns one error naming what the host lacks.
 func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	started := time.Now()
+	r.filter = newProcFilter(r.cfg)
+	var pending time.Duration
+	if r.filter.active {
+		pending = filterPending
+	}
 	tr, err := tracer.New(tracer.Options{
-		SamplesPerSecond: r.cfg.SamplesPerSecond,
-		RingBufferBytes:  r.cfg.Limits.RingBufferBytes,
-		MaxProcesses:     r.cfg.Limits.MaxProcesses,
+		SamplesPerSecond:     r.cfg.SamplesPerSecond,
+		RingBufferBytes:      r.cfg.Limits.RingBufferBytes,
+		MaxProcesses:         r.cfg.Limits.MaxProcesses,
+		IncludeIdle:          r.cfg.Filters.IncludeIdle,
+		IncludeKernelThreads: r.cfg.Filters.IncludeKernelThreads,
+		FilterPending:        pending,
 	})
 	if err != nil {
 		return fmt.Errorf("sonde receiver: %w", err)
@@ -85,7 +95,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		MaxSymbolBytes: r.cfg.Limits.SymbolCacheBytes,
 		DebugDirs:      append([]string{}, r.cfg.Symbolization.DebugDirs...),
 	})
-	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
+	r.preparer = newPreparer(r.log, tr, procs, syms, r.filter, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
 	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native, r.preparer.loader)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -131,6 +141,13 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 func (r *profilesReceiver) prepare(ctx context.Context) {
 	if err := r.resolver.procs.Scan(); err != nil && ctx.Err() == nil {
 		r.log.Warn("initial process scan incomplete; processes load on their first sample", zap.Error(err))
+	}
+	if r.filter.active {
+		// Decide about every running process now, so an excluded one
+		// costs nothing from here on, not from its first sample.
+		for _, pid := range r.resolver.procs.PIDs() {
+			r.preparer.enqueue(pid, prepareFilter)
+		}
 	}
 	if _, err := r.resolver.syms.Kernel(); err != nil && ctx.Err() == nil {
 		r.log.Warn("kernel symbols unavailable; kernel frames stay unnamed", zap.Error(err))
@@ -185,6 +202,10 @@ func (r *profilesReceiver) resolve(records <-chan *tracer.Record, free chan<- *t
 	for rec := range records {
 		switch rec.Type {
 		case tracer.RecordSample:
+			if r.excludedSample(rec) {
+				r.stats.filtered.Add(1)
+				break
+			}
 			r.resolver.resolve(rec, &sample)
 			r.mu.Lock()
 			r.current.Add(sample)
@@ -197,6 +218,17 @@ func (r *profilesReceiver) resolve(records <-chan *tracer.Record, free chan<- *t
 		}
 		free <- rec
 	}
+}
+
+// excludedSample reports whether rec is of a process the filters exclude,
+// sampled before the kernel knew: the decision is taken here if the
+// preparer has not taken it yet.
+func (r *profilesReceiver) excludedSample(rec *tracer.Record) bool {
+	if !r.filter.active {
+		return false
+	}
+	p, err := r.resolver.procs.Get(int(rec.PID))
+	return err == nil && r.filter.decide(p).excluded
 }
 
 // report emits one profile per interval until ctx ends. A failing consumer is

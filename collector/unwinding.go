@@ -23,8 +23,14 @@ type preparer struct {
 	procs  *process.Table
 	loader *unwind.Loader
 	work   chan prepareWork
+	// filter decides which processes are profiled; kernel enforces it.
+	filter *procFilter
+	kernel interface {
+		Filter(pid uint32, until uint64) error
+	}
 
-	dropped atomic.Uint64
+	dropped  atomic.Uint64
+	excluded atomic.Uint64 // process images the filters excluded
 }
 
 type prepareKind uint8
@@ -33,6 +39,7 @@ const (
 	prepareUnknown prepareKind = iota // sampled without (current) unwind information
 	prepareExec                       // a new image: its old mappings are gone
 	prepareExit
+	prepareFilter // a process found by the start-up scan: filter it only
 )
 
 type prepareWork struct {
@@ -45,7 +52,8 @@ const prepareQueue = 4096
 // newPreparer returns a preparer whose Loader keeps tables within budget
 // bytes and reads separate debug files' CFI from debugDirs (as the
 // symbolizer does; nil searches no host directory).
-func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms *symbolize.Symbolizer, budget int64, debugDirs []string) *preparer {
+func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms *symbolize.Symbolizer,
+	filter *procFilter, budget int64, debugDirs []string) *preparer {
 	identify := func(path string) (elfx.FileID, error) {
 		fi, err := syms.Open(path)
 		if err != nil {
@@ -62,6 +70,8 @@ func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms 
 		procs:  procs,
 		loader: loader,
 		work:   make(chan prepareWork, prepareQueue),
+		filter: filter,
+		kernel: tr,
 	}
 }
 
@@ -87,9 +97,16 @@ func (p *preparer) run(ctx context.Context) {
 }
 
 func (p *preparer) handle(w prepareWork) {
-	if w.kind == prepareExit {
+	switch w.kind {
+	case prepareExit:
+		p.filter.forget(w.pid)
 		_ = p.loader.Forget(w.pid)
 		return
+	case prepareExec:
+		// The resolver marks the image stale too, in sample order; this
+		// may run first.
+		p.procs.Exec(w.pid)
+		p.filter.forget(w.pid)
 	}
 	proc, err := p.procs.Get(w.pid)
 	if err == nil && w.kind == prepareUnknown && p.loader.Prepared(w.pid) {
@@ -104,6 +121,20 @@ func (p *preparer) handle(w prepareWork) {
 			p.log.Debug("cannot prepare unwinding", zap.Int("pid", w.pid), zap.Error(err))
 		}
 		_ = p.loader.Forget(w.pid)
+		return
+	}
+	if p.filter.active {
+		d := p.filter.decide(proc)
+		if err := p.kernel.Filter(uint32(w.pid), d.kernelUntil()); err != nil {
+			p.log.Debug("cannot set the process filter", zap.Int("pid", w.pid), zap.Error(err))
+		}
+		if d.excluded {
+			p.excluded.Add(1)
+			_ = p.loader.Forget(w.pid)
+			return
+		}
+	}
+	if w.kind == prepareFilter {
 		return
 	}
 	if err := p.loader.Prepare(proc); err != nil {

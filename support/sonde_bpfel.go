@@ -168,6 +168,7 @@ const (
 	SondeProgSampleCpu           = "sample_cpu"
 	SondeProgUnwindUser          = "unwind_user"
 	SondeProgUnwindUserUnchecked = "unwind_user_unchecked"
+	SondeVarFilterPendingNs      = "filter_pending_ns"
 	SondeVarIncludeIdle          = "include_idle"
 	SondeVarIncludeKernelThreads = "include_kernel_threads"
 	SondeVarThreadSize           = "thread_size"
@@ -254,6 +255,7 @@ type SondeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeVariableSpecs struct {
+	FilterPendingNs      *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
 	ThreadSize           *ebpf.VariableSpec `ebpf:"thread_size"`
@@ -323,6 +325,7 @@ func (m *SondeMaps) Close() error {
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeVariables struct {
+	FilterPendingNs      *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
 	ThreadSize           *ebpf.Variable `ebpf:"thread_size"`

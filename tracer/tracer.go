@@ -47,6 +47,10 @@ type Options struct {
 	// IncludeKernelThreads keeps samples of kernel threads (kernel stacks
 	// only).
 	IncludeKernelThreads bool
+	// FilterPending, when not zero, turns per-process filtering on: a
+	// process that execs is not sampled for this long, or until Filter
+	// decides about it.
+	FilterPending time.Duration
 	// MaxProcesses sizes the per-process unwind maps.
 	MaxProcesses int
 	// MaxMappingPrefixes sizes the trie of executable mappings: each mapping
@@ -139,6 +143,9 @@ func New(opts Options) (_ *Tracer, err error) {
 	}
 	if err := vars.IncludeKernelThreads.Set(opts.IncludeKernelThreads); err != nil {
 		return nil, fmt.Errorf("set include_kernel_threads: %w", err)
+	}
+	if err := vars.FilterPendingNs.Set(uint64(max(opts.FilterPending, 0))); err != nil {
+		return nil, fmt.Errorf("set filter_pending_ns: %w", err)
 	}
 	if err := vars.WakeupBytes.Set(uint64(spec.Maps[support.SondeMapEvents].MaxEntries / 8)); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)

@@ -228,6 +228,17 @@ func (t *Table) Len() int {
 	return len(t.entries)
 }
 
+// PIDs returns the pids of the cached processes, in no order.
+func (t *Table) PIDs() []int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	pids := make([]int, 0, len(t.entries))
+	for pid := range t.entries {
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
 // Stats returns the table's counters.
 func (t *Table) Stats() Stats {
 	return Stats{

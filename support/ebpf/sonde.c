@@ -30,6 +30,9 @@ const struct pid_stats *unused_pid_stats __attribute__((unused));
 // Set by the loader before the programs are loaded.
 volatile const bool include_idle = false;
 volatile const bool include_kernel_threads = false;
+// With filters on, a process that execs is not sampled for this long (or
+// until user space decides about its new image, if sooner); 0: filters off.
+volatile const __u64 filter_pending_ns = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -605,6 +608,16 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
 {
 	forget_task(task);
+	// Costs are per image: what the forked copy cost is not the new program's.
+	__u32 pid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&pid_costs, &pid);
+	if (filter_pending_ns) {
+		// Not sampled until user space has filtered the new image, so an
+		// excluded program costs nothing from its first instruction.
+		__u32 tgid = BPF_CORE_READ(task, tgid);
+		__u64 until = bpf_ktime_get_ns() + filter_pending_ns;
+		bpf_map_update_elem(&pid_filter, &tgid, &until, BPF_ANY);
+	}
 	task_event(RECORD_EXEC, task);
 	return 0;
 }
