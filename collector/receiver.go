@@ -44,7 +44,8 @@ type profilesReceiver struct {
 	lastLost uint64 // the tracer's lost-record counters at the last flush
 
 	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	wg           sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
+	readers      sync.WaitGroup // the reader and resolver: they stop when the tracer closes
 	shutdownOnce sync.Once
 }
 
@@ -107,14 +108,10 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	for range pendingRecords {
 		free <- new(tracer.Record)
 	}
-	r.wg.Add(5)
+	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
 		r.prepare(ctx)
-	}()
-	go func() {
-		defer r.wg.Done()
-		r.resolve(records, free)
 	}()
 	go func() {
 		defer r.wg.Done()
@@ -122,11 +119,16 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	}()
 	go func() {
 		defer r.wg.Done()
+		r.report(ctx)
+	}()
+	r.readers.Add(2)
+	go func() {
+		defer r.readers.Done()
 		r.read(records, free)
 	}()
 	go func() {
-		defer r.wg.Done()
-		r.report(ctx)
+		defer r.readers.Done()
+		r.resolve(records, free)
 	}()
 	r.log.Info("sonde receiver started",
 		zap.Int("cpus", tr.CPUs()),
@@ -297,10 +299,12 @@ func (r *profilesReceiver) Shutdown(context.Context) error {
 		if r.cancel != nil {
 			r.cancel()
 		}
+		// The preparer writes to the tracer's maps: it stops first.
+		r.wg.Wait()
 		if r.tracer != nil {
 			err = r.tracer.Close()
 		}
-		r.wg.Wait()
+		r.readers.Wait()
 	})
 	return err
 }
