@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 
+	"github.com/sonde-dev/sonde/collector/internal/metadata"
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -39,6 +40,7 @@ type profilesReceiver struct {
 	spare   *profile.Builder // owned by the reporter between flushes
 
 	stats    receiverStats
+	tel      *telemetry
 	lastLost uint64 // the tracer's lost-record counters at the last flush
 
 	cancel       context.CancelFunc
@@ -56,7 +58,11 @@ type receiverStats struct {
 }
 
 func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*profilesReceiver, error) {
-	return &profilesReceiver{set: set, cfg: cfg, next: next, log: set.Logger}, nil
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	return &profilesReceiver{set: set, cfg: cfg, next: next, log: set.Logger, tel: newTelemetry(tb)}, nil
 }
 
 // Start checks the host, loads and attaches the eBPF programs and starts the
@@ -82,6 +88,10 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	})
 	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native)
 	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes)
+	if err := r.tel.register(r, metadata.Meter(r.set.TelemetrySettings)); err != nil {
+		r.tracer = nil
+		return errors.Join(fmt.Errorf("sonde receiver: %w", err), tr.Close())
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -144,9 +154,11 @@ func (r *profilesReceiver) read() {
 		case tracer.RecordSample:
 			r.resolver.resolve(&rec, &sample)
 			r.mu.Lock()
+			n := r.current.Len()
 			r.current.Add(sample)
-			r.mu.Unlock()
 			r.stats.samples.Add(1)
+			r.tel.countSample(&rec, r.current.Len() > n)
+			r.mu.Unlock()
 		case tracer.RecordExec:
 			r.resolver.exec(int(rec.PID))
 			r.preparer.enqueue(int(rec.PID), prepareExec)
@@ -190,8 +202,10 @@ func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
 	if n == 0 {
 		return
 	}
+	profiles := pd.ProfileCount() // pd belongs to the consumer once handed over
 	if err := r.next.ConsumeProfiles(ctx, pd); err != nil {
 		r.stats.exportFailures.Add(1)
+		r.tel.refused(n)
 		if ctx.Err() == nil {
 			r.log.Warn("next consumer refused the interval's profiles; dropped",
 				zap.Int("samples", n), zap.Uint64("failures_total", r.stats.exportFailures.Load()), zap.Error(err))
@@ -199,6 +213,7 @@ func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
 		return
 	}
 	r.stats.exports.Add(1)
+	r.tel.exported(profiles, n)
 }
 
 // reportLost logs, once per interval, the records the ring buffer could not
@@ -225,8 +240,10 @@ func (r *profilesReceiver) Shutdown(context.Context) error {
 		if r.cancel != nil {
 			r.cancel()
 		}
+		// The metrics callback reads the tracer's maps: stop it first.
+		err = r.tel.unregister()
 		if r.tracer != nil {
-			err = r.tracer.Close()
+			err = errors.Join(err, r.tracer.Close())
 		}
 		r.wg.Wait()
 	})
