@@ -110,6 +110,33 @@ func sampleValues(pd pprofile.Profiles) int64 {
 	return n
 }
 
+// hasFunction reports whether a sample of process pid in pd has a frame
+// named fn.
+func hasFunction(pd pprofile.Profiles, pid int, fn string) bool {
+	dict := pd.Dictionary()
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				for _, s := range p.Samples().All() {
+					stack := dict.StackTable().At(int(s.StackIndex()))
+					for _, li := range stack.LocationIndices().All() {
+						for _, ln := range dict.LocationTable().At(int(li)).Lines().All() {
+							f := dict.FunctionTable().At(int(ln.FunctionIndex()))
+							if dict.StringTable().At(int(f.NameStrindex())) == fn {
+								return true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
 // TestTelemetry runs the real receiver with a workload and a consumer that
 // refuses the first intervals, accepts the next ones and then holds one. While
 // it holds, the reporter cannot flush and the test holds the builder's lock, so
@@ -117,10 +144,11 @@ func sampleValues(pd pprofile.Profiles) int64 {
 // refused, dropped by a full interval, in the held interval, or in the open one.
 func TestTelemetry(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde receiver")
-	const (
-		refuse = 2 // intervals 1 and 2 are refused
-		hold   = 5 // intervals 3 and 4 are accepted, 5 is held
-	)
+	// Intervals 1 and 2 are refused. The one held is the first after at
+	// least one accepted interval and after an interval with a workload
+	// stack down to _start, whose unwind row marks the outermost frame:
+	// by then at least one complete stack was received.
+	const refuse = 2
 
 	tt := componenttest.NewTelemetry()
 	t.Cleanup(func() { _ = tt.Shutdown(context.Background()) })
@@ -134,6 +162,9 @@ func TestTelemetry(t *testing.T) {
 		release           = make(chan struct{})
 		releaseOnce       sync.Once
 		errBackend        = errors.New("backend unavailable")
+		sawStart          int  // the first call with a workload stack down to _start
+		holding           bool // an interval is held or was
+		pid               int
 	)
 	releaseConsumer := func() { releaseOnce.Do(func() { close(release) }) }
 	next, err := xconsumer.NewProfiles(func(_ context.Context, pd pprofile.Profiles) error {
@@ -141,13 +172,18 @@ func TestTelemetry(t *testing.T) {
 		mu.Lock()
 		calls++
 		call := calls
+		if sawStart == 0 && hasFunction(pd, pid, "_start") {
+			sawStart = call
+		}
 		if call <= refuse {
 			refused += n
 			mu.Unlock()
 			return errBackend
 		}
+		hold := !holding && call >= refuse+2 && sawStart != 0 && call > sawStart
+		holding = holding || hold
 		mu.Unlock()
-		if call == hold {
+		if hold {
 			held <- n
 			<-release
 		}
@@ -171,7 +207,7 @@ func TestTelemetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rcv.(*profilesReceiver)
-	testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChainNoFP))
+	pid = testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChainNoFP)).Process.Pid
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +224,7 @@ func TestTelemetry(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("the consumer saw %d intervals in 60s, want %d", calls, hold)
+		t.Fatalf("no interval held in 60s: the consumer saw %d, the first workload stack down to _start in interval %d", calls, sawStart)
 	}
 
 	// The reporter is held inside ConsumeProfiles; with the lock the reader
@@ -261,8 +297,8 @@ func TestTelemetry(t *testing.T) {
 		t.Logf("  stacks %s: %d (frame pointer used: %d)", o, m.sum("sonde.unwind.stacks", attribute.String("outcome", o)),
 			m.sum("sonde.unwind.stacks", attribute.String("outcome", o), attribute.Bool("frame_pointer", true)))
 	}
-	// The workload has CFI and no frame pointers: its stacks end at _start's
-	// undefined return address.
+	// A stack reached _start before the held interval; its unwind row marks
+	// the outermost frame.
 	if n := m.sum("sonde.unwind.stacks", attribute.String("outcome", "complete")); n <= 0 {
 		t.Errorf("sonde.unwind.stacks{outcome=complete} = %d, want > 0", n)
 	}
