@@ -44,7 +44,8 @@ type profilesReceiver struct {
 	lastLost uint64 // the tracer's lost-record counters at the last flush
 
 	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	wg           sync.WaitGroup // the reader: it stops when the tracer closes
+	workers      sync.WaitGroup // the goroutines that stop on cancel and use the tracer's maps
 	shutdownOnce sync.Once
 }
 
@@ -95,22 +96,23 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(4)
+	r.workers.Add(3)
 	go func() {
-		defer r.wg.Done()
+		defer r.workers.Done()
 		r.prepare(ctx)
 	}()
 	go func() {
-		defer r.wg.Done()
+		defer r.workers.Done()
 		r.preparer.run(ctx)
 	}()
 	go func() {
-		defer r.wg.Done()
-		r.read()
+		defer r.workers.Done()
+		r.report(ctx)
 	}()
+	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.report(ctx)
+		r.read()
 	}()
 	r.log.Info("sonde receiver started",
 		zap.Int("cpus", tr.CPUs()),
@@ -240,8 +242,10 @@ func (r *profilesReceiver) Shutdown(context.Context) error {
 		if r.cancel != nil {
 			r.cancel()
 		}
-		// The metrics callback reads the tracer's maps: stop it first.
+		// The metrics callback, the preparer and the reporter use the
+		// tracer's maps: stop them before the maps close.
 		err = r.tel.unregister()
+		r.workers.Wait()
 		if r.tracer != nil {
 			err = errors.Join(err, r.tracer.Close())
 		}
