@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 
+	"github.com/sonde-dev/sonde/collector/internal/metadata"
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -41,6 +42,7 @@ type profilesReceiver struct {
 	spare   *profile.Builder // owned by the reporter between flushes
 
 	stats    receiverStats
+	tel      *telemetry
 	lastLost uint64 // the tracer's lost-record counters at the last flush
 
 	cancel       context.CancelFunc
@@ -60,7 +62,11 @@ type receiverStats struct {
 }
 
 func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*profilesReceiver, error) {
-	return &profilesReceiver{set: set, cfg: cfg, next: next, log: set.Logger}, nil
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	return &profilesReceiver{set: set, cfg: cfg, next: next, log: set.Logger, tel: newTelemetry(tb)}, nil
 }
 
 // Start checks the host, loads and attaches the eBPF programs and starts the
@@ -98,6 +104,10 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	})
 	r.preparer = newPreparer(r.log, tr, procs, syms, r.filter, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
 	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native, r.preparer.loader)
+	if err := r.tel.register(r, metadata.Meter(r.set.TelemetrySettings)); err != nil {
+		r.tracer = nil
+		return errors.Join(fmt.Errorf("sonde receiver: %w", err), tr.Close())
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -210,9 +220,11 @@ func (r *profilesReceiver) resolve(records <-chan *tracer.Record, free chan<- *t
 			}
 			r.resolver.resolve(rec, &sample)
 			r.mu.Lock()
+			n := r.current.Len()
 			r.current.Add(sample)
-			r.mu.Unlock()
 			r.stats.samples.Add(1)
+			r.tel.countSample(rec, r.current.Len() > n)
+			r.mu.Unlock()
 		case tracer.RecordExec:
 			r.resolver.exec(int(rec.PID))
 		case tracer.RecordExit:
@@ -264,8 +276,10 @@ func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
 	if n == 0 {
 		return
 	}
+	profiles := pd.ProfileCount() // pd belongs to the consumer once handed over
 	if err := r.next.ConsumeProfiles(ctx, pd); err != nil {
 		r.stats.exportFailures.Add(1)
+		r.tel.refused(n)
 		if ctx.Err() == nil {
 			r.log.Warn("next consumer refused the interval's profiles; dropped",
 				zap.Int("samples", n), zap.Uint64("failures_total", r.stats.exportFailures.Load()), zap.Error(err))
@@ -273,6 +287,7 @@ func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
 		return
 	}
 	r.stats.exports.Add(1)
+	r.tel.exported(profiles, n)
 }
 
 // reportLost logs, once per interval, the records the ring buffer could not
@@ -299,10 +314,12 @@ func (r *profilesReceiver) Shutdown(context.Context) error {
 		if r.cancel != nil {
 			r.cancel()
 		}
-		// The preparer writes to the tracer's maps: it stops first.
+		// The metrics callback, the preparer and the reporter use the
+		// tracer's maps: stop them before the maps close.
+		err = r.tel.unregister()
 		r.wg.Wait()
 		if r.tracer != nil {
-			err = r.tracer.Close()
+			err = errors.Join(err, r.tracer.Close())
 		}
 		r.readers.Wait()
 	})

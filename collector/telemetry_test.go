@@ -1,0 +1,342 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sonde-dev/sonde/collector/internal/metadatatest"
+	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/internal/unwind"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+func TestClassifyStack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		flags  uint32
+		frames int
+		want   stackClass
+		fp     bool
+	}{
+		{"kernel thread", 0, 0, stackNone, false},
+		{"complete by CFI", tracer.FlagUserComplete, 5, stackComplete, false},
+		{"complete after a frame-pointer frame", tracer.FlagUserComplete | tracer.FlagFramePointers, 5, stackComplete, true},
+		{"frame-pointer chain ran out", tracer.FlagFramePointers, 4, stackEnded, true},
+		{"return address zero", 0, 3, stackEnded, false},
+		{"truncated", tracer.FlagUserTruncated, 256, stackTruncated, false},
+		{"unknown rule", tracer.FlagUnknownRule, 2, stackUnknownRule, false},
+		{"read error after frame pointers", tracer.FlagUserReadErr | tracer.FlagFramePointers, 2, stackReadError, true},
+		{"tail call failed before the walk", tracer.FlagUserStackErr, 0, stackStackError, false},
+		{"kernel stack error only", tracer.FlagKernelStackErr, 0, stackNone, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, fp := classifyStack(tc.flags, tc.frames)
+			if c != tc.want || fp != tc.fp {
+				t.Errorf("classifyStack(%#x, %d) = %d, %v; want %d, %v", tc.flags, tc.frames, c, fp, tc.want, tc.fp)
+			}
+		})
+	}
+}
+
+// collected is one collection of the receiver's metrics: data points by
+// metric name.
+type collected map[string][]metricdata.DataPoint[int64]
+
+func collect(t *testing.T, tt *componenttest.Telemetry) collected {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := tt.Reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("collect metrics: %v", err)
+	}
+	out := collected{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				out[m.Name] = d.DataPoints
+			case metricdata.Gauge[int64]:
+				out[m.Name] = d.DataPoints
+			default:
+				t.Errorf("metric %s has data of type %T, want int64 sum or gauge", m.Name, m.Data)
+			}
+		}
+	}
+	return out
+}
+
+// sum adds the points of name whose attributes include every one of match.
+func (c collected) sum(name string, match ...attribute.KeyValue) int64 {
+	var total int64
+	for _, dp := range c[name] {
+		ok := true
+		for _, kv := range match {
+			if v, found := dp.Attributes.Value(kv.Key); !found || v != kv.Value {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += dp.Value
+		}
+	}
+	return total
+}
+
+// sampleValues is what a consumer counts as samples: the sum of the values.
+func sampleValues(pd pprofile.Profiles) int64 {
+	var n int64
+	for _, rp := range pd.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				for _, s := range p.Samples().All() {
+					for _, v := range s.Values().All() {
+						n += v
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// hasFunction reports whether a sample of process pid in pd has a frame
+// named fn.
+func hasFunction(pd pprofile.Profiles, pid int, fn string) bool {
+	dict := pd.Dictionary()
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				for _, s := range p.Samples().All() {
+					stack := dict.StackTable().At(int(s.StackIndex()))
+					for _, li := range stack.LocationIndices().All() {
+						for _, ln := range dict.LocationTable().At(int(li)).Lines().All() {
+							f := dict.FunctionTable().At(int(ln.FunctionIndex()))
+							if dict.StringTable().At(int(f.NameStrindex())) == fn {
+								return true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestTelemetry runs the real receiver with a workload and a consumer that
+// refuses the first intervals, accepts the next ones and then holds one. While
+// it holds, the reporter cannot flush and the test holds the builder's lock, so
+// nothing the receiver counts can move: every sample received is exported,
+// refused, dropped by a full interval, in the held interval, or in the open one.
+func TestTelemetry(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver")
+	// Intervals 1 and 2 are refused. The one held is the first after at
+	// least one accepted interval and after an interval with a workload
+	// stack down to _start, whose unwind row marks the outermost frame:
+	// by then at least one complete stack was received.
+	const refuse = 2
+
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tt.Shutdown(context.Background()) })
+
+	var (
+		mu                sync.Mutex
+		calls             int
+		refused, accepted int64 // sample values
+		acceptedProfiles  int64
+		held              = make(chan int64, 1) // the held interval's samples
+		release           = make(chan struct{})
+		releaseOnce       sync.Once
+		errBackend        = errors.New("backend unavailable")
+		sawStart          int  // the first call with a workload stack down to _start
+		holding           bool // an interval is held or was
+		pid               int
+	)
+	releaseConsumer := func() { releaseOnce.Do(func() { close(release) }) }
+	next, err := xconsumer.NewProfiles(func(_ context.Context, pd pprofile.Profiles) error {
+		n, profiles := sampleValues(pd), int64(pd.ProfileCount())
+		mu.Lock()
+		calls++
+		call := calls
+		if sawStart == 0 && hasFunction(pd, pid, "_start") {
+			sawStart = call
+		}
+		if call <= refuse {
+			refused += n
+			mu.Unlock()
+			return errBackend
+		}
+		hold := !holding && call >= refuse+2 && sawStart != 0 && call > sawStart
+		holding = holding || hold
+		mu.Unlock()
+		if hold {
+			held <- n
+			<-release
+		}
+		mu.Lock()
+		accepted += n
+		acceptedProfiles += profiles
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := createDefaultConfig()
+	cfg.SamplesPerSecond = 99
+	cfg.ReporterInterval = 300 * time.Millisecond
+	set := metadatatest.NewSettings(tt)
+	set.Logger = zaptest.NewLogger(t)
+	rcv, err := createProfiles(context.Background(), set, cfg, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rcv.(*profilesReceiver)
+	pid = testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChainNoFP)).Process.Pid
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	t.Cleanup(releaseConsumer) // runs first: Shutdown waits for the reporter
+
+	var inFlight int64
+	select {
+	case inFlight = <-held:
+	case <-time.After(60 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("no interval held in 60s: the consumer saw %d, the first workload stack down to _start in interval %d", calls, sawStart)
+	}
+
+	// The reporter is held inside ConsumeProfiles; with the lock the reader
+	// cannot add a sample either. The preparer runs on: take a collection
+	// its stats did not change across.
+	var (
+		pending int64
+		m       collected
+		ls      unwind.LoaderStats
+	)
+	func() {
+		r.mu.Lock()
+		defer r.mu.Unlock() // a failed assertion must not leave the reader blocked
+		pending = int64(r.current.Len())
+		for range 100 {
+			before := r.preparer.loader.Stats()
+			m = collect(t, tt)
+			ls = r.preparer.loader.Stats()
+			if ls == before {
+				break
+			}
+		}
+	}()
+	// The export counters cannot move until the consumer is released.
+	mu.Lock()
+	acceptedAtHold, profilesAtHold, refusedAtHold := accepted, acceptedProfiles, refused
+	mu.Unlock()
+	metadatatest.AssertEqualExportErrors(t, tt, []metricdata.DataPoint[int64]{{Value: refuse}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualExportSamples(t, tt, []metricdata.DataPoint[int64]{{Value: acceptedAtHold}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualExportProfiles(t, tt, []metricdata.DataPoint[int64]{{Value: profilesAtHold}}, metricdatatest.IgnoreTimestamp())
+	releaseConsumer()
+
+	for _, name := range []string{
+		"sonde.samples.received", "sonde.samples.lost", "sonde.records.lost", "sonde.records.malformed",
+		"sonde.unwind.stacks", "sonde.unwind.errors", "sonde.unwind.frames", "sonde.unwind.processes",
+		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",
+		"sonde.unwind.table.size", "sonde.unwind.table.builds", "sonde.unwind.table.evictions",
+		"sonde.unwind.table.failures", "sonde.processes.tracked", "sonde.symbolize.cache.requests",
+		"sonde.symbolize.cache.loads", "sonde.symbolize.cache.evictions", "sonde.symbolize.cache.size",
+		"sonde.export.profiles", "sonde.export.samples", "sonde.export.errors",
+	} {
+		if len(m[name]) == 0 {
+			t.Errorf("metric %s not reported", name)
+		}
+	}
+
+	received := m.sum("sonde.samples.received")
+	exported := m.sum("sonde.export.samples")
+	exportFailed := m.sum("sonde.samples.lost", attribute.String("reason", "export_failed"))
+	intervalFull := m.sum("sonde.samples.lost", attribute.String("reason", "interval_full"))
+	t.Logf("received %d = exported %d + refused %d + interval full %d + held %d + open %d; ring buffer full %d",
+		received, exported, exportFailed, intervalFull, inFlight, pending,
+		m.sum("sonde.samples.lost", attribute.String("reason", "ring_buffer_full")))
+	if received <= 0 {
+		t.Errorf("sonde.samples.received = %d, want > 0", received)
+	}
+	if exported != acceptedAtHold {
+		t.Errorf("sonde.export.samples = %d, the consumer accepted %d", exported, acceptedAtHold)
+	}
+	if exportFailed != refusedAtHold {
+		t.Errorf("sonde.samples.lost{export_failed} = %d, the consumer refused %d", exportFailed, refusedAtHold)
+	}
+	if got := exported + exportFailed + intervalFull + inFlight + pending; received != got {
+		t.Errorf("sonde.samples.received = %d, want exported + refused + interval full + held + open = %d", received, got)
+	}
+	if stacks := m.sum("sonde.unwind.stacks"); stacks != received {
+		t.Errorf("sonde.unwind.stacks sums to %d, want sonde.samples.received = %d", stacks, received)
+	}
+	for _, o := range []string{"complete", "ended", "truncated", "failed", "none"} {
+		t.Logf("  stacks %s: %d (frame pointer used: %d)", o, m.sum("sonde.unwind.stacks", attribute.String("outcome", o)),
+			m.sum("sonde.unwind.stacks", attribute.String("outcome", o), attribute.Bool("frame_pointer", true)))
+	}
+	// A stack reached _start before the held interval; its unwind row marks
+	// the outermost frame.
+	if n := m.sum("sonde.unwind.stacks", attribute.String("outcome", "complete")); n <= 0 {
+		t.Errorf("sonde.unwind.stacks{outcome=complete} = %d, want > 0", n)
+	}
+	if n := m.sum("sonde.unwind.frames", attribute.String("method", "cfi")); n <= 0 {
+		t.Errorf("sonde.unwind.frames{method=cfi} = %d, want > 0", n)
+	}
+
+	if n := m.sum("sonde.processes.tracked"); n < 1 {
+		t.Errorf("sonde.processes.tracked = %d, want >= 1", n)
+	}
+	tables, rows, size := m.sum("sonde.unwind.table.count"), m.sum("sonde.unwind.table.rows"), m.sum("sonde.unwind.table.size")
+	t.Logf("unwind tables: %d, %d rows, %d bytes; loader: %+v", tables, rows, size, ls)
+	if tables < 1 {
+		t.Errorf("sonde.unwind.table.count = %d, want >= 1", tables)
+	}
+	if tables != int64(ls.Tables) || rows != ls.Rows || size != ls.Bytes || m.sum("sonde.unwind.processes") != int64(ls.Processes) {
+		t.Errorf("unwind metrics: %d tables, %d rows, %d bytes, %d processes; the loader says %+v",
+			tables, rows, size, m.sum("sonde.unwind.processes"), ls)
+	}
+	if n := m.sum("sonde.unwind.table.builds"); n != int64(ls.Built) || n < tables {
+		t.Errorf("sonde.unwind.table.builds = %d, want the loader's %d, at least the %d tables loaded", n, ls.Built, tables)
+	}
+	// README: 12 bytes a row plus 512 a table.
+	if want := rows*tracer.RowSize + tables*512; size != want {
+		t.Errorf("sonde.unwind.table.size = %d, want %d rows * %d + %d tables * 512 = %d", size, rows, tracer.RowSize, tables, want)
+	}
+
+	hits := m.sum("sonde.symbolize.cache.requests", attribute.String("result", "hit"))
+	misses := m.sum("sonde.symbolize.cache.requests", attribute.String("result", "miss"))
+	t.Logf("symbolization: %d hits, %d misses, %d files loaded, %d bytes", hits, misses,
+		m.sum("sonde.symbolize.cache.loads"), m.sum("sonde.symbolize.cache.size"))
+	if hits+misses <= 0 {
+		t.Errorf("sonde.symbolize.cache.requests: %d hits + %d misses, want > 0", hits, misses)
+	}
+	if n := m.sum("sonde.symbolize.cache.loads"); n < 1 {
+		t.Errorf("sonde.symbolize.cache.loads = %d, want >= 1", n)
+	}
+	if n := m.sum("sonde.symbolize.cache.size"); n <= 0 {
+		t.Errorf("sonde.symbolize.cache.size = %d, want > 0", n)
+	}
+}
