@@ -215,7 +215,31 @@ type funcInfo struct {
 	pcsp, pcfile, pcln uint32
 	npcdata, cuOffset  uint32
 	nfuncdata          uint32
+	flag               FuncFlag
 	tail               []byte // pcdata then funcdata offsets
+}
+
+// FuncFlag holds the runtime's flags of a function (internal/abi.FuncFlag,
+// Go 1.17 and later).
+type FuncFlag uint8
+
+const (
+	// FuncFlagTopFrame: the function is the outermost frame of its stack
+	// (runtime.goexit, runtime.mstart, ...).
+	FuncFlagTopFrame FuncFlag = 1 << 0
+	// FuncFlagSPWrite: the function writes an arbitrary value to SP (it
+	// switches stacks), so from some point its SP-delta table no longer
+	// says where its frame is.
+	FuncFlagSPWrite FuncFlag = 1 << 1
+	// FuncFlagAsm: the function is written in assembly.
+	FuncFlagAsm FuncFlag = 1 << 2
+)
+
+// Func is one function of the table.
+type Func struct {
+	Entry, End uint64 // [Entry, End): its code
+	Name       string
+	Flag       FuncFlag
 }
 
 // Layout of _func (runtime/runtime2.go); Go 1.20 added startLine, moving
@@ -280,6 +304,7 @@ func (t *Table) funcAt(i uint32) (f funcInfo, ok bool, err error) {
 		pcln:      t.u32(b[24:]),
 		npcdata:   t.u32(b[28:]),
 		cuOffset:  t.u32(b[32:]),
+		flag:      FuncFlag(b[size-3]),
 		nfuncdata: uint32(b[size-1]),
 	}
 	// The pcdata and funcdata offsets follow the record.
@@ -387,6 +412,21 @@ func (t *Table) SPDeltas(yield func(start, end uint64, delta int32) bool) error 
 			continue
 		}
 		if !t.spRanges(&f, yield) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Funcs calls yield for every function in address order until yield
+// returns false.
+func (t *Table) Funcs(yield func(Func) bool) error {
+	for i := uint32(0); i < t.nfunc; i++ {
+		f, ok, err := t.funcAt(i)
+		if err != nil {
+			return err
+		}
+		if ok && !yield(Func{Entry: f.entry, End: f.end, Name: t.name(f.nameOff), Flag: f.flag}) {
 			return nil
 		}
 	}
