@@ -11,7 +11,6 @@ import (
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/symbolize"
 	"github.com/sonde-dev/sonde/internal/unwind"
-	"github.com/sonde-dev/sonde/tracer"
 )
 
 // preparer keeps the eBPF unwinder's tables in step with processes, off the
@@ -24,7 +23,13 @@ type preparer struct {
 	loader *unwind.Loader
 	work   chan prepareWork
 
+	queued  atomic.Uint64 // requests accepted
+	handled atomic.Uint64 // requests handled; queued - handled are waiting
 	dropped atomic.Uint64
+	// gone counts processes that exited before or while being prepared:
+	// whatever was set for them is forgotten. Normal for short-lived
+	// processes, so counted, not logged.
+	gone atomic.Uint64
 }
 
 type prepareKind uint8
@@ -42,7 +47,8 @@ type prepareWork struct {
 
 const prepareQueue = 4096
 
-func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms *symbolize.Symbolizer, budget int64) *preparer {
+// newPreparer returns a preparer that loads tables into k (the tracer).
+func newPreparer(log *zap.Logger, k unwind.Kernel, procs *process.Table, syms *symbolize.Symbolizer, budget int64) *preparer {
 	identify := func(path string) (elfx.FileID, error) {
 		fi, err := syms.Open(path)
 		if err != nil {
@@ -53,7 +59,7 @@ func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms 
 	return &preparer{
 		log:    log,
 		procs:  procs,
-		loader: unwind.NewLoader(tr, identify, log, unwind.LoaderOptions{BudgetBytes: budget}),
+		loader: unwind.NewLoader(k, identify, log, unwind.LoaderOptions{BudgetBytes: budget}),
 		work:   make(chan prepareWork, prepareQueue),
 	}
 }
@@ -62,6 +68,7 @@ func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms 
 func (p *preparer) enqueue(pid int, kind prepareKind) {
 	select {
 	case p.work <- prepareWork{pid, kind}:
+		p.queued.Add(1)
 	default:
 		p.dropped.Add(1)
 	}
@@ -75,6 +82,7 @@ func (p *preparer) run(ctx context.Context) {
 			return
 		case w := <-p.work:
 			p.handle(w)
+			p.handled.Add(1)
 		}
 	}
 }
@@ -91,13 +99,20 @@ func (p *preparer) handle(w prepareWork) {
 		proc, err = p.procs.Refresh(w.pid)
 	}
 	if err != nil {
-		if !errors.Is(err, process.ErrGone) {
+		if errors.Is(err, process.ErrGone) {
+			p.gone.Add(1)
+		} else {
 			p.log.Debug("cannot prepare unwinding", zap.Int("pid", w.pid), zap.Error(err))
 		}
 		_ = p.loader.Forget(w.pid)
 		return
 	}
-	if err := p.loader.Prepare(proc); err != nil {
+	// A Process from the table's cache may have exited since: Prepare then
+	// sets nothing and forgets the pid.
+	switch err := p.loader.Prepare(proc); {
+	case errors.Is(err, process.ErrGone):
+		p.gone.Add(1)
+	case err != nil:
 		p.log.Debug("preparing unwinding failed", zap.Int("pid", w.pid), zap.Error(err))
 	}
 }
