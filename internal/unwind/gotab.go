@@ -34,6 +34,8 @@ type asmFrame struct {
 	// callbacks, systemstack, vDSO calls on the system stack). Its SP
 	// deltas stop saying where its frame is once it does, but RBP still
 	// points at the frame it opened: the CFA is RBP+16 throughout its body.
+	// (runtime.mcall clears RBP before it enters the scheduler, which
+	// never returns to it: the walk ends there.)
 	switches bool
 }
 
