@@ -3,7 +3,9 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -23,19 +25,20 @@ const (
 
 // Bounds checked by Validate.
 const (
-	minSamplesPerSecond = 1
-	maxSamplesPerSecond = 1000
-	minReporterInterval = 100 * time.Millisecond
-	maxReporterInterval = 10 * time.Minute
-	ringBufferPageSize  = 4096
-	minRingBufferBytes  = 64 << 10  // 64 KiB
-	maxRingBufferBytes  = 256 << 20 // 256 MiB
-	minMaxProcesses     = 1
-	maxMaxProcesses     = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
-	minUnwindTableBytes = 1 << 20 // 1 MiB
-	maxUnwindTableBytes = 4 << 30 // 4 GiB
-	minSymbolCacheBytes = 1 << 20 // 1 MiB
-	maxSymbolCacheBytes = 4 << 30 // 4 GiB
+	minSamplesPerSecond    = 1
+	maxSamplesPerSecond    = 1000
+	minReporterInterval    = 100 * time.Millisecond
+	maxReporterInterval    = 10 * time.Minute
+	ringBufferPageSize     = 4096
+	minRingBufferBytes     = 64 << 10  // 64 KiB
+	maxRingBufferBytes     = 256 << 20 // 256 MiB
+	minMaxProcesses        = 1
+	maxMaxProcesses        = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
+	minUnwindTableBytes    = 1 << 20 // 1 MiB
+	maxUnwindTableBytes    = 4 << 30 // 4 GiB
+	minSymbolCacheBytes    = 1 << 20 // 1 MiB
+	maxSymbolCacheBytes    = 4 << 30 // 4 GiB
+	maxFilterMinProcessAge = 24 * time.Hour
 )
 
 // Config is the configuration of the sonde receiver.
@@ -53,6 +56,30 @@ type Config struct {
 	// ProcFS is where the host's procfs is mounted. A node agent that mounts
 	// the host's /proc elsewhere (for example /host/proc) sets it here.
 	ProcFS string `mapstructure:"procfs"`
+
+	// IncludeEnvVars names environment variables to read from each
+	// process's initial environment: each one set becomes the resource
+	// attribute process.environment_variable.<NAME>. The key and its
+	// meaning are those of the reference profiling receiver; its
+	// comma-separated string form ("A,B") is accepted too.
+	IncludeEnvVars []string `mapstructure:"include_env_vars"`
+
+	// IncludeCommandLine adds each process's command line (arguments
+	// joined by spaces, at most 4 KiB) as the resource attribute
+	// process.command_line. Off by default: command lines can carry
+	// secrets, and they make every resource larger.
+	IncludeCommandLine bool `mapstructure:"include_command_line"`
+
+	// FilterMinProcessAge leaves processes younger than this unprofiled
+	// until they reach it (the reference profiling receiver's key): short
+	// build steps and health checks cost nothing. 0 profiles every process.
+	FilterMinProcessAge time.Duration `mapstructure:"filter_min_process_age"`
+
+	// Filters choose which processes are profiled. The decision is made
+	// once per process (and again after an exec) in user space and enforced
+	// in the kernel: an excluded process's samples are dropped before any
+	// unwinding and take no ring-buffer space.
+	Filters FiltersConfig `mapstructure:"filters"`
 
 	// Symbolization says how frames are named on the host.
 	Symbolization SymbolizationConfig `mapstructure:"symbolization"`
@@ -72,11 +99,54 @@ type SymbolizationConfig struct {
 	Native bool `mapstructure:"native"`
 
 	// DebugDirs are searched for separate debug files (by build id and by
-	// .gnu_debuglink), after /usr/lib/debug inside the process's own root.
+	// .gnu_debuglink), after /usr/lib/debug inside the process's own root,
+	// for symbols and for the CFI (.debug_frame) of unwind tables.
 	DebugDirs []string `mapstructure:"debug_dirs"`
 
 	_ struct{}
 }
+
+// FiltersConfig chooses the profiled processes. A process is profiled when
+// it passes every rule that is set.
+type FiltersConfig struct {
+	// IncludeExecutables, when not empty, profiles only processes whose
+	// executable matches one of these globs (path.Match syntax): a pattern
+	// with a '/' is matched against the executable's path, one without
+	// against its name ("nginx", "python3*", "/opt/app/bin/*").
+	IncludeExecutables []string `mapstructure:"include_executables"`
+
+	// ExcludeExecutables leaves out processes whose executable matches one
+	// of these globs, with the same syntax; it wins over the include list.
+	ExcludeExecutables []string `mapstructure:"exclude_executables"`
+
+	// Containers selects by container.id: "any" (default), "only"
+	// (processes in a container) or "none" (processes on the host).
+	Containers string `mapstructure:"containers"`
+
+	// IncludeCgroups, when not empty, profiles only processes whose cgroup
+	// path is one of these or below one ("/kubepods.slice").
+	IncludeCgroups []string `mapstructure:"include_cgroups"`
+
+	// ExcludeCgroups leaves out processes in these cgroups or below them;
+	// it wins over the include list.
+	ExcludeCgroups []string `mapstructure:"exclude_cgroups"`
+
+	// IncludeIdle keeps the samples of idle CPUs (the idle task, pid 0).
+	IncludeIdle bool `mapstructure:"include_idle"`
+
+	// IncludeKernelThreads keeps the samples of kernel threads, which have
+	// kernel stacks only.
+	IncludeKernelThreads bool `mapstructure:"include_kernel_threads"`
+
+	_ struct{}
+}
+
+// Values of filters::containers.
+const (
+	containersAny  = "any"
+	containersOnly = "only"
+	containersNone = "none"
+)
 
 // LimitsConfig bounds the resources the receiver allocates.
 type LimitsConfig struct {
@@ -108,6 +178,15 @@ func createDefaultConfig() *Config {
 		SamplesPerSecond: defaultSamplesPerSecond,
 		ReporterInterval: defaultReporterInterval,
 		ProcFS:           defaultProcFS,
+		// Empty, not nil: what `include_env_vars: []` unmarshals to.
+		IncludeEnvVars: []string{},
+		Filters: FiltersConfig{
+			IncludeExecutables: []string{},
+			ExcludeExecutables: []string{},
+			Containers:         containersAny,
+			IncludeCgroups:     []string{},
+			ExcludeCgroups:     []string{},
+		},
 		Symbolization: SymbolizationConfig{
 			Native:    true,
 			DebugDirs: []string{defaultDebugDir},
@@ -138,6 +217,12 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.ProcFS) {
 		errs = append(errs, fmt.Errorf("procfs: must be an absolute path, got %q", c.ProcFS))
 	}
+	errs = append(errs, validateEnvVarNames("include_env_vars", c.IncludeEnvVars)...)
+	if c.FilterMinProcessAge < 0 || c.FilterMinProcessAge > maxFilterMinProcessAge {
+		errs = append(errs, fmt.Errorf("filter_min_process_age: must be between 0s and %v, got %v",
+			maxFilterMinProcessAge, c.FilterMinProcessAge))
+	}
+	errs = append(errs, c.Filters.validate()...)
 	for i, dir := range c.Symbolization.DebugDirs {
 		if !filepath.IsAbs(dir) {
 			errs = append(errs, fmt.Errorf("symbolization::debug_dirs[%d]: must be an absolute path, got %q", i, dir))
@@ -173,4 +258,76 @@ func (l *LimitsConfig) validate() []error {
 			minUnwindTableBytes, maxUnwindTableBytes, l.UnwindTableBytes))
 	}
 	return errs
+}
+
+// validate checks the filters; see LimitsConfig.validate for the name.
+func (f *FiltersConfig) validate() []error {
+	var errs []error
+	for _, list := range []struct {
+		key      string
+		patterns []string
+	}{{"filters::include_executables", f.IncludeExecutables}, {"filters::exclude_executables", f.ExcludeExecutables}} {
+		for i, p := range list.patterns {
+			if p == "" {
+				errs = append(errs, fmt.Errorf("%s[%d]: must not be empty", list.key, i))
+			} else if _, err := path.Match(p, ""); err != nil {
+				errs = append(errs, fmt.Errorf("%s[%d]: %q is not a valid glob: %w", list.key, i, p, err))
+			}
+		}
+	}
+	switch f.Containers {
+	case "", containersAny, containersOnly, containersNone: // "": any
+	default:
+		errs = append(errs, fmt.Errorf("filters::containers: must be %q, %q or %q, got %q",
+			containersAny, containersOnly, containersNone, f.Containers))
+	}
+	for _, list := range []struct {
+		key      string
+		prefixes []string
+	}{{"filters::include_cgroups", f.IncludeCgroups}, {"filters::exclude_cgroups", f.ExcludeCgroups}} {
+		for i, p := range list.prefixes {
+			if !strings.HasPrefix(p, "/") {
+				errs = append(errs, fmt.Errorf("%s[%d]: must be a cgroup path starting with '/', got %q", list.key, i, p))
+			}
+		}
+	}
+	return errs
+}
+
+// validateEnvVarNames checks a list of environment variable names: each one
+// not empty, made of ASCII letters, digits and '_' and not starting with a
+// digit (the portable names of POSIX, in either case), and listed once.
+func validateEnvVarNames(key string, names []string) []error {
+	var errs []error
+	first := make(map[string]int, len(names))
+	for i, name := range names {
+		switch {
+		case name == "":
+			errs = append(errs, fmt.Errorf("%s[%d]: must not be empty", key, i))
+			continue
+		case !isEnvVarName(name):
+			errs = append(errs, fmt.Errorf("%s[%d]: must be an environment variable name (letters, digits and '_', not starting with a digit), got %q",
+				key, i, name))
+			continue
+		}
+		if j, dup := first[name]; dup {
+			errs = append(errs, fmt.Errorf("%s[%d]: %q is already listed at %s[%d]", key, i, name, key, j))
+			continue
+		}
+		first[name] = i
+	}
+	return errs
+}
+
+func isEnvVarName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
 }

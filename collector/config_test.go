@@ -58,11 +58,23 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "custom"),
 			want: &Config{
-				SamplesPerSecond: 99,
-				ReporterInterval: time.Second,
-				ProcFS:           "/host/proc",
-				Symbolization:    SymbolizationConfig{Native: false, DebugDirs: []string{"/debug", "/opt/debug"}},
-				Limits:           LimitsConfig{RingBufferBytes: 16 << 20, MaxProcesses: 1024, UnwindTableBytes: 8 << 20, SymbolCacheBytes: 16 << 20},
+				SamplesPerSecond:    99,
+				ReporterInterval:    time.Second,
+				ProcFS:              "/host/proc",
+				IncludeEnvVars:      []string{"DEPLOY_ENV", "REGION", "http_proxy"},
+				IncludeCommandLine:  true,
+				FilterMinProcessAge: 2 * time.Second,
+				Filters: FiltersConfig{
+					IncludeExecutables:   []string{"nginx", "/opt/app/bin/*"},
+					ExcludeExecutables:   []string{"otelcol-profiling"},
+					Containers:           "only",
+					IncludeCgroups:       []string{"/kubepods.slice"},
+					ExcludeCgroups:       []string{"/kubepods.slice/system"},
+					IncludeIdle:          true,
+					IncludeKernelThreads: true,
+				},
+				Symbolization: SymbolizationConfig{Native: false, DebugDirs: []string{"/debug", "/opt/debug"}},
+				Limits:        LimitsConfig{RingBufferBytes: 16 << 20, MaxProcesses: 1024, UnwindTableBytes: 8 << 20, SymbolCacheBytes: 16 << 20},
 			},
 		},
 		{
@@ -73,6 +85,23 @@ func TestLoadConfig(t *testing.T) {
 			}),
 		},
 		{
+			id:   component.NewIDWithName(metadata.Type, "env_vars_string"),
+			want: withDefaults(func(c *Config) { c.IncludeEnvVars = []string{"DEPLOY_ENV", "REGION"} }),
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "invalid_env_vars"),
+			want: withDefaults(func(c *Config) {
+				c.IncludeEnvVars = []string{"DEPLOY_ENV", "", "1ST", "REGION ", "DEPLOY_ENV", "A-B", "REGION"}
+			}),
+			wantInvalid: []string{
+				"include_env_vars[1]: must not be empty",
+				`include_env_vars[2]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "1ST"`,
+				`include_env_vars[3]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "REGION "`,
+				`include_env_vars[4]: "DEPLOY_ENV" is already listed at include_env_vars[0]`,
+				`include_env_vars[5]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "A-B"`,
+			},
+		},
+		{
 			id:          component.NewIDWithName(metadata.Type, "invalid_samples_per_second"),
 			want:        withDefaults(func(c *Config) { c.SamplesPerSecond = 0 }),
 			wantInvalid: []string{"samples_per_second: must be between 1 and 1000, got 0"},
@@ -80,16 +109,31 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "invalid_all"),
 			want: &Config{
-				SamplesPerSecond: 5000,
-				ReporterInterval: 10 * time.Millisecond,
-				ProcFS:           "proc",
-				Symbolization:    SymbolizationConfig{Native: true, DebugDirs: []string{"debug"}},
-				Limits:           LimitsConfig{RingBufferBytes: 100000, MaxProcesses: 0, UnwindTableBytes: 1024, SymbolCacheBytes: 1},
+				SamplesPerSecond:    5000,
+				ReporterInterval:    10 * time.Millisecond,
+				ProcFS:              "proc",
+				IncludeEnvVars:      []string{"X=1"},
+				FilterMinProcessAge: -time.Second,
+				Filters: FiltersConfig{
+					IncludeExecutables: []string{"", "[a-"},
+					ExcludeExecutables: []string{},
+					Containers:         "sometimes",
+					IncludeCgroups:     []string{},
+					ExcludeCgroups:     []string{"kubepods"},
+				},
+				Symbolization: SymbolizationConfig{Native: true, DebugDirs: []string{"debug"}},
+				Limits:        LimitsConfig{RingBufferBytes: 100000, MaxProcesses: 0, UnwindTableBytes: 1024, SymbolCacheBytes: 1},
 			},
 			wantInvalid: []string{
 				"samples_per_second: must be between 1 and 1000, got 5000",
 				"reporter_interval: must be between 100ms and 10m0s, got 10ms",
 				`procfs: must be an absolute path, got "proc"`,
+				`include_env_vars[0]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "X=1"`,
+				"filter_min_process_age: must be between 0s and 24h0m0s, got -1s",
+				"filters::include_executables[0]: must not be empty",
+				`filters::include_executables[1]: "[a-" is not a valid glob: syntax error in pattern`,
+				`filters::containers: must be "any", "only" or "none", got "sometimes"`,
+				`filters::exclude_cgroups[0]: must be a cgroup path starting with '/', got "kubepods"`,
 				`symbolization::debug_dirs[0]: must be an absolute path, got "debug"`,
 				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 100000",
 				"limits::max_processes: must be between 1 and 4194304, got 0",
@@ -246,6 +290,35 @@ func TestValidate(t *testing.T) {
 			want: []string{`symbolization::debug_dirs[1]: must be an absolute path, got "dbg"`},
 		},
 		{name: "debug_dirs empty", edit: func(c *Config) { c.Symbolization.DebugDirs = nil }},
+
+		{name: "include_env_vars nil", edit: func(c *Config) { c.IncludeEnvVars = nil }},
+		{name: "include_env_vars portable names", edit: func(c *Config) {
+			c.IncludeEnvVars = []string{"A", "_", "_x9", "DEPLOY_ENV", "http_proxy", "Z0"}
+		}},
+		{
+			name: "include_env_vars empty name",
+			edit: func(c *Config) { c.IncludeEnvVars = []string{"A", ""} },
+			want: []string{"include_env_vars[1]: must not be empty"},
+		},
+		{
+			name: "include_env_vars leading digit, '=', space, dot, non-ASCII",
+			edit: func(c *Config) { c.IncludeEnvVars = []string{"9A", "A=B", " A", "a.b", "É"} },
+			want: []string{
+				`include_env_vars[0]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "9A"`,
+				`include_env_vars[1]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "A=B"`,
+				`include_env_vars[2]: must be an environment variable name (letters, digits and '_', not starting with a digit), got " A"`,
+				`include_env_vars[3]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "a.b"`,
+				`include_env_vars[4]: must be an environment variable name (letters, digits and '_', not starting with a digit), got "É"`,
+			},
+		},
+		{
+			name: "include_env_vars duplicates, each reported against the first",
+			edit: func(c *Config) { c.IncludeEnvVars = []string{"A", "B", "A", "a", "A"} },
+			want: []string{
+				`include_env_vars[2]: "A" is already listed at include_env_vars[0]`,
+				`include_env_vars[4]: "A" is already listed at include_env_vars[0]`,
+			},
+		},
 		{name: "unwind_table_bytes min", edit: func(c *Config) { c.Limits.UnwindTableBytes = 1 << 20 }},
 		{name: "unwind_table_bytes max", edit: func(c *Config) { c.Limits.UnwindTableBytes = 4 << 30 }},
 		{

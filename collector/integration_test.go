@@ -29,6 +29,7 @@ type frame struct {
 // flatSample is one sample read back through the dictionary, as a consumer
 // of the OTLP output sees it.
 type flatSample struct {
+	Resource   map[string]any // the resource's attributes, shared by its samples
 	PID        int64
 	ExeName    string
 	ExePath    string
@@ -56,7 +57,7 @@ func flatten(pd pprofile.Profiles) []flatSample {
 	var out []flatSample
 	for _, rp := range pd.ResourceProfiles().All() {
 		res := rp.Resource().Attributes()
-		base := flatSample{}
+		base := flatSample{Resource: res.AsRaw()}
 		if v, ok := res.Get("process.pid"); ok {
 			base.PID = v.Int()
 		}

@@ -20,8 +20,9 @@ import (
 	"github.com/sonde-dev/sonde/tracer"
 )
 
-// profilesReceiver runs the pipeline: the tracer's records are resolved
-// (process, mapping, names) on one reader goroutine and added to the current
+// profilesReceiver runs the pipeline: a reader goroutine decodes the
+// tracer's records and hands them, in order, to a resolver goroutine, which
+// finds their process, mapping and names and adds them to the current
 // interval's builder; a reporter goroutine swaps builders every
 // reporter_interval and hands the finished interval to the next consumer.
 type profilesReceiver struct {
@@ -33,6 +34,7 @@ type profilesReceiver struct {
 	tracer   *tracer.Tracer
 	resolver *resolver
 	preparer *preparer
+	filter   *procFilter
 
 	mu      sync.Mutex // guards current
 	current *profile.Builder
@@ -42,7 +44,8 @@ type profilesReceiver struct {
 	lastLost uint64 // the tracer's lost-record counters at the last flush
 
 	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	wg           sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
+	readers      sync.WaitGroup // the reader and resolver: they stop when the tracer closes
 	shutdownOnce sync.Once
 }
 
@@ -51,6 +54,7 @@ type receiverStats struct {
 	records        atomic.Uint64
 	samples        atomic.Uint64
 	decodeErrors   atomic.Uint64
+	filtered       atomic.Uint64 // samples of excluded processes dropped in user space
 	exports        atomic.Uint64
 	exportFailures atomic.Uint64
 }
@@ -63,10 +67,18 @@ func newProfilesReceiver(set receiver.Settings, cfg *Config, next xconsumer.Prof
 // pipeline. It returns one error naming what the host lacks.
 func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	started := time.Now()
+	r.filter = newProcFilter(r.cfg)
+	var pending time.Duration
+	if r.filter.active {
+		pending = filterPending
+	}
 	tr, err := tracer.New(tracer.Options{
-		SamplesPerSecond: r.cfg.SamplesPerSecond,
-		RingBufferBytes:  r.cfg.Limits.RingBufferBytes,
-		MaxProcesses:     r.cfg.Limits.MaxProcesses,
+		SamplesPerSecond:     r.cfg.SamplesPerSecond,
+		RingBufferBytes:      r.cfg.Limits.RingBufferBytes,
+		MaxProcesses:         r.cfg.Limits.MaxProcesses,
+		IncludeIdle:          r.cfg.Filters.IncludeIdle,
+		IncludeKernelThreads: r.cfg.Filters.IncludeKernelThreads,
+		FilterPending:        pending,
 	})
 	if err != nil {
 		return fmt.Errorf("sonde receiver: %w", err)
@@ -75,17 +87,28 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 
 	opts := profile.Options{SamplesPerSecond: r.cfg.SamplesPerSecond, ScopeVersion: moduleVersion()}
 	r.current, r.spare = profile.NewBuilder(opts), profile.NewBuilder(opts)
-	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{MaxProcesses: r.cfg.Limits.MaxProcesses})
+	procs := process.NewTable(r.cfg.ProcFS, r.log, process.Options{
+		MaxProcesses: r.cfg.Limits.MaxProcesses,
+		EnvVars:      r.cfg.IncludeEnvVars,
+		CommandLine:  r.cfg.IncludeCommandLine,
+	})
 	syms := symbolize.New(r.log, symbolize.Options{
 		MaxSymbolBytes: r.cfg.Limits.SymbolCacheBytes,
 		DebugDirs:      append([]string{}, r.cfg.Symbolization.DebugDirs...),
 	})
-	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native)
-	r.preparer = newPreparer(r.log, tr, procs, syms, r.cfg.Limits.UnwindTableBytes)
+	r.preparer = newPreparer(r.log, tr, procs, syms, r.filter, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
+	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native, r.preparer.loader)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(4)
+	// Records wait here between the reader and the resolver; a record is
+	// taken from free before each read, so at most pendingRecords wait.
+	records := make(chan *tracer.Record, pendingRecords)
+	free := make(chan *tracer.Record, pendingRecords)
+	for range pendingRecords {
+		free <- new(tracer.Record)
+	}
+	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
 		r.prepare(ctx)
@@ -96,11 +119,16 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	}()
 	go func() {
 		defer r.wg.Done()
-		r.read()
+		r.report(ctx)
+	}()
+	r.readers.Add(2)
+	go func() {
+		defer r.readers.Done()
+		r.read(records, free)
 	}()
 	go func() {
-		defer r.wg.Done()
-		r.report(ctx)
+		defer r.readers.Done()
+		r.resolve(records, free)
 	}()
 	r.log.Info("sonde receiver started",
 		zap.Int("cpus", tr.CPUs()),
@@ -116,18 +144,32 @@ func (r *profilesReceiver) prepare(ctx context.Context) {
 	if err := r.resolver.procs.Scan(); err != nil && ctx.Err() == nil {
 		r.log.Warn("initial process scan incomplete; processes load on their first sample", zap.Error(err))
 	}
+	if r.filter.active {
+		// Decide about every running process now, so an excluded one
+		// costs nothing from here on, not from its first sample.
+		for _, pid := range r.resolver.procs.PIDs() {
+			r.preparer.enqueue(pid, prepareFilter)
+		}
+	}
 	if _, err := r.resolver.syms.Kernel(); err != nil && ctx.Err() == nil {
 		r.log.Warn("kernel symbols unavailable; kernel frames stay unnamed", zap.Error(err))
 	}
 }
 
-// read decodes records until the tracer is closed.
-func (r *profilesReceiver) read() {
-	var rec tracer.Record
-	var sample profile.Sample
+// pendingRecords bounds the records decoded but not yet resolved. When the
+// resolver falls that far behind (loading a big file's symbols), the reader
+// waits and the ring buffer, whose drops are counted, absorbs the rest.
+const pendingRecords = 256
+
+// read decodes records until the tracer is closed. Samples, exec and exit go
+// in order to the resolver; requests for unwind information go straight to
+// the preparer, so a resolver busy naming frames never delays unwinding.
+func (r *profilesReceiver) read(records chan<- *tracer.Record, free chan *tracer.Record) {
+	defer close(records)
 	var loggedDecode bool
 	for {
-		err := r.tracer.ReadInto(&rec)
+		rec := <-free
+		err := r.tracer.ReadInto(rec)
 		if errors.Is(err, tracer.ErrClosed) {
 			return
 		}
@@ -138,25 +180,57 @@ func (r *profilesReceiver) read() {
 				r.log.Warn("dropping undecodable ring buffer records (logged once)", zap.Error(err))
 				loggedDecode = true
 			}
+			free <- rec
 			continue
 		}
 		switch rec.Type {
+		case tracer.RecordExec:
+			r.preparer.enqueue(int(rec.PID), prepareExec)
+		case tracer.RecordExit:
+			r.preparer.enqueue(int(rec.PID), prepareExit)
+		case tracer.RecordUnknown:
+			r.preparer.enqueue(int(rec.PID), prepareUnknown)
+			free <- rec
+			continue
+		}
+		records <- rec
+	}
+}
+
+// resolve turns records into samples of the current interval until the
+// reader stops.
+func (r *profilesReceiver) resolve(records <-chan *tracer.Record, free chan<- *tracer.Record) {
+	var sample profile.Sample
+	for rec := range records {
+		switch rec.Type {
 		case tracer.RecordSample:
-			r.resolver.resolve(&rec, &sample)
+			if r.excludedSample(rec) {
+				r.stats.filtered.Add(1)
+				break
+			}
+			r.resolver.resolve(rec, &sample)
 			r.mu.Lock()
 			r.current.Add(sample)
 			r.mu.Unlock()
 			r.stats.samples.Add(1)
 		case tracer.RecordExec:
 			r.resolver.exec(int(rec.PID))
-			r.preparer.enqueue(int(rec.PID), prepareExec)
 		case tracer.RecordExit:
 			r.resolver.exit(int(rec.PID))
-			r.preparer.enqueue(int(rec.PID), prepareExit)
-		case tracer.RecordUnknown:
-			r.preparer.enqueue(int(rec.PID), prepareUnknown)
 		}
+		free <- rec
 	}
+}
+
+// excludedSample reports whether rec is of a process the filters exclude,
+// sampled before the kernel knew: the decision is taken here if the
+// preparer has not taken it yet.
+func (r *profilesReceiver) excludedSample(rec *tracer.Record) bool {
+	if !r.filter.active {
+		return false
+	}
+	p, err := r.resolver.procs.Get(int(rec.PID))
+	return err == nil && r.filter.decide(p).excluded
 }
 
 // report emits one profile per interval until ctx ends. A failing consumer is
@@ -225,10 +299,12 @@ func (r *profilesReceiver) Shutdown(context.Context) error {
 		if r.cancel != nil {
 			r.cancel()
 		}
+		// The preparer writes to the tracer's maps: it stops first.
+		r.wg.Wait()
 		if r.tracer != nil {
 			err = r.tracer.Close()
 		}
-		r.wg.Wait()
+		r.readers.Wait()
 	})
 	return err
 }

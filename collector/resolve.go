@@ -2,10 +2,12 @@ package collector
 
 import (
 	"errors"
+	"strings"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 
+	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -21,13 +23,17 @@ const (
 
 // resolver turns the tracer's raw records into profile samples: it finds the
 // process and mapping of every user PC, the file behind each mapping, and the
-// names of every frame. Its methods are called from the reader goroutine only,
+// names of every frame. Its methods are called from the resolver goroutine only,
 // except endInterval.
 type resolver struct {
 	log    *zap.Logger
 	procs  *process.Table
 	syms   *symbolize.Symbolizer
 	native bool // name native frames; Go and kernel frames are always named
+	// unwinder answers which file the unwinder meant by a frame's file
+	// handle, and which processes it has mappings for (the unwind Loader).
+	unwinder fileHandles
+	byHandle map[uint32]*handleEntry
 
 	procsByPID map[int]*procEntry
 	files      map[fileKey]*fileEntry
@@ -70,12 +76,31 @@ type fileEntry struct {
 	err  error
 }
 
-func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symbolizer, native bool) *resolver {
+// handleEntry is the file behind an unwinder file handle, with the mapping
+// its frames get when their process's own mapping is gone.
+type handleEntry struct {
+	fileEntry
+	mapping *profile.Mapping
+}
+
+// maxHandles bounds the resolver's handle cache.
+const maxHandles = 4096
+
+// fileHandles is what the resolver asks the unwind Loader.
+type fileHandles interface {
+	File(handle uint32) (elfx.FileID, bool)
+	Prepared(pid int) bool
+}
+
+func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symbolizer, native bool,
+	unwinder fileHandles) *resolver {
 	return &resolver{
 		log:        log,
 		procs:      procs,
 		syms:       syms,
 		native:     native,
+		unwinder:   unwinder,
+		byHandle:   make(map[uint32]*handleEntry),
 		procsByPID: make(map[int]*procEntry),
 		files:      make(map[fileKey]*fileEntry),
 		kernelPCs:  make(map[uint64]kernelEntry),
@@ -106,8 +131,14 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 		// named by what the kernel told us.
 		r.resource = profile.Resource{PID: int64(pid), ExecutableName: rec.Comm}
 		s.Resource = &r.resource
-		for _, pc := range rec.User {
-			r.frames = append(r.frames, profile.Frame{Type: profile.FrameNative, Address: pc})
+		for i, pc := range rec.User {
+			// The unwinder saw each frame's file: that still names it.
+			f := profile.Frame{Type: profile.FrameNative, Address: pc}
+			if he := r.handle(fileRef(rec, i).File); he != nil {
+				f = r.namedFrame(&he.fileEntry, he.mapping, pc, r.fileOffset(rec, i))
+			}
+			f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
+			r.frames = append(r.frames, f)
 		}
 		s.Frames = r.frames
 		return
@@ -124,7 +155,26 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 			addr--
 		}
 		m, ok := entry.proc.FindMapping(addr)
-		if !ok && !refreshed {
+		if he := r.handle(fileRef(rec, i).File); he != nil {
+			// The unwinder named the file and offset at sampling time; the
+			// process's mapping, if it still holds that file there, gives
+			// the frame its mapping, else the file's own.
+			off := fileRef(rec, i).Offset
+			mapping := he.mapping
+			if ok && m.Start-m.Offset == pc-off {
+				r.file(entry, m)
+				mapping = entry.maps[m.Start]
+			}
+			f := r.namedFrame(&he.fileEntry, mapping, pc, r.fileOffset(rec, i))
+			f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
+			r.frames = append(r.frames, f)
+			continue
+		}
+		// A file-backed frame the unwinder could not place in a prepared
+		// process: its mapping changed since (dlclose, dlopen), so the
+		// cached maps are suspect too.
+		suspect := ok && m.FileBacked() && r.unwinder != nil && r.unwinder.Prepared(pid)
+		if (!ok || suspect) && !refreshed {
 			refreshed = true
 			if e, err := r.refresh(pid); err == nil {
 				entry = e
@@ -146,19 +196,41 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 }
 
 func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint64) profile.Frame {
-	f := profile.Frame{Type: profile.FrameNative, Address: pc}
 	fe := r.file(entry, m)
-	f.Mapping = entry.maps[m.Start]
+	return r.namedFrame(fe, entry.maps[m.Start], pc, m.FileOffset(addr))
+}
+
+// fileOffset is where user frame i of rec is named in its file: at its
+// offset, or one byte before for a return address (the call instruction).
+func (r *resolver) fileOffset(rec *tracer.Record, i int) uint64 {
+	off := fileRef(rec, i).Offset
+	if rec.UserFlags[i]&tracer.FrameInterrupted == 0 && off > 0 {
+		off--
+	}
+	return off
+}
+
+// fileRef is where the unwinder placed user frame i of rec (zero: nowhere).
+func fileRef(rec *tracer.Record, i int) tracer.FileRef {
+	if i < len(rec.UserFiles) {
+		return rec.UserFiles[i]
+	}
+	return tracer.FileRef{}
+}
+
+// namedFrame is the frame at pc, named at offset in fe's file.
+func (r *resolver) namedFrame(fe *fileEntry, mapping *profile.Mapping, pc, offset uint64) profile.Frame {
+	f := profile.Frame{Type: profile.FrameNative, Address: pc, Mapping: mapping}
 	if fe.err != nil {
 		return f
 	}
 	if !fe.info.IsGo && !r.native {
 		return f
 	}
-	lines, err := r.syms.Symbolize(fe.info.ID, m.FileOffset(addr))
+	lines, err := r.syms.Symbolize(fe.info.ID, offset)
 	if err != nil {
 		r.stats.symbolizeErrs.Add(1)
-		r.logOnce("symbolization failed", zap.String("file", m.Path), zap.Error(err))
+		r.logOnce("symbolization failed", zap.String("file", fe.info.Path), zap.Error(err))
 		if fe.info.IsGo {
 			f.Type = profile.FrameGo
 		}
@@ -174,6 +246,52 @@ func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint6
 	}
 	f.Lines = lines
 	return f
+}
+
+// handle returns the file the unwinder reported as h, or nil when h is 0 or
+// no longer known (then the frame is resolved through the process's maps).
+func (r *resolver) handle(h uint32) *handleEntry {
+	if h == 0 || r.unwinder == nil {
+		return nil
+	}
+	if he, ok := r.byHandle[h]; ok {
+		return he
+	}
+	id, ok := r.unwinder.File(h)
+	if !ok {
+		return nil
+	}
+	info, ok := r.syms.Info(id)
+	if !ok {
+		return nil
+	}
+	he := &handleEntry{fileEntry: fileEntry{info: info}}
+	he.mapping = &profile.Mapping{
+		File:       displayPath(info.Path),
+		GNUBuildID: info.GNUBuildID,
+		GoBuildID:  info.GoBuildID,
+		FileID:     info.ID.String(),
+	}
+	if len(r.byHandle) >= maxHandles {
+		clear(r.byHandle)
+		r.stats.cacheResets.Add(1)
+	}
+	r.byHandle[h] = he
+	return he
+}
+
+// displayPath is a file's path as its process sees it: without the
+// /proc/PID/root prefix it was opened through.
+func displayPath(p string) string {
+	rest, ok := strings.CutPrefix(p, "/proc/")
+	if !ok {
+		return p
+	}
+	_, inRoot, ok := strings.Cut(rest, "/root/")
+	if !ok {
+		return p
+	}
+	return "/" + inRoot
 }
 
 // file returns the identity of the file behind m, opening it once per file
@@ -284,6 +402,9 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 			ExecutablePath: p.ExePath,
 			ContainerID:    p.ContainerID,
 			ServiceName:    p.ServiceName,
+			EnvVars:        p.Env,
+			CommandLine:    p.CommandLine,
+			NamespacePID:   int64(p.NamespacePID),
 		},
 		mappings: make(map[uint64]*fileEntry),
 		maps:     make(map[uint64]*profile.Mapping),

@@ -250,3 +250,83 @@ func TestUnwindCgo(t *testing.T) {
 		})
 	}
 }
+
+// A library swapped by dlclose and dlopen usually lands where the last one
+// was. Its frames must never be unwound with the old library's table nor
+// named with its symbols: the unwinder checks each mapping entry against the
+// live mapping (where the kernel allows) and user space then re-reads the
+// process's maps. Samples taken between the swap and that re-read (tens of
+// milliseconds per phase on a busy machine) may be incomplete, never wrong:
+// no sample may mix the libraries, and at least 90 % must be complete.
+func TestUnwindAcrossDLClose(t *testing.T) {
+	sink := startReceiver(t, 499)
+	bin := testutil.BuildWorkload(t, testutil.DLSwap)
+	libA := testutil.BuildWorkload(t, testutil.DLSwapA)
+	libB := testutil.BuildWorkload(t, testutil.DLSwapB)
+	cmd := testutil.StartWorkload(t, bin, libA, libB, "1500")
+	pid := cmd.Process.Pid
+
+	chains := map[byte][]string{
+		'a': {"a_inner", "a_outer", "run", "main"},
+		'b': {"b_inner", "b_outer", "run", "main"},
+	}
+	inLib := func(name string) byte {
+		if len(name) > 2 && name[1] == '_' && (name[0] == 'a' || name[0] == 'b') &&
+			(name[2:] == "inner" || name[2:] == "outer") {
+			return name[0]
+		}
+		return 0
+	}
+	var total, complete, mixed int
+	var bad []flatSample
+	completeBy := map[byte]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	read := 0
+	// At least four phases: each library is loaded twice or more, mostly at
+	// one address.
+	for (completeBy['a'] < 1000 || completeBy['b'] < 1000) && time.Now().Before(deadline) {
+		all := sink.AllProfiles()
+		for _, pd := range all[read:] {
+			for _, s := range flatten(pd) {
+				if s.PID != int64(pid) {
+					continue
+				}
+				var lib byte
+				for _, name := range userNames(s.Frames) {
+					switch l := inLib(name); {
+					case l == 0:
+					case lib == 0:
+						lib = l
+					case l != lib:
+						mixed += s.Count
+						t.Errorf("frames of both libraries in one sample: %s", functions(s.Frames))
+					}
+				}
+				if lib == 0 {
+					continue // in dlopen, dlclose or the loop
+				}
+				total += s.Count
+				if fullChain(s.Frames, chains[lib]) {
+					complete += s.Count
+					completeBy[lib] += s.Count
+				} else if len(bad) < 8 {
+					bad = append(bad, s)
+				}
+			}
+		}
+		read = len(all)
+		waitForExport(sink, read, time.Until(deadline))
+	}
+	share := 100 * float64(complete) / float64(max(total, 1))
+	t.Logf("dlswap: %d of %d samples in the libraries (%.2f %%) carry the full chain (a: %d, b: %d); %d mixed",
+		complete, total, share, completeBy['a'], completeBy['b'], mixed)
+	for _, s := range bad {
+		t.Logf("  incomplete: %s", functions(s.Frames))
+	}
+	if completeBy['a'] < 1000 || completeBy['b'] < 1000 {
+		t.Errorf("complete samples in a: %d, in b: %d; want at least 1000 of each", completeBy['a'], completeBy['b'])
+	}
+	if share < 90 {
+		t.Errorf("%.2f %% of %d samples complete, want at least 90 %%", share, total)
+	}
+}

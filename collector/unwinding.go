@@ -22,14 +22,27 @@ type preparer struct {
 	procs  *process.Table
 	loader *unwind.Loader
 	work   chan prepareWork
+	// filter decides which processes are profiled; kernel enforces it.
+	filter *procFilter
+	kernel preparerKernel
 
-	queued  atomic.Uint64 // requests accepted
-	handled atomic.Uint64 // requests handled; queued - handled are waiting
-	dropped atomic.Uint64
+	queued   atomic.Uint64 // requests accepted
+	handled  atomic.Uint64 // requests handled; queued - handled are waiting
+	dropped  atomic.Uint64
+	excluded atomic.Uint64 // process images the filters excluded
 	// gone counts processes that exited before or while being prepared:
 	// whatever was set for them is forgotten. Normal for short-lived
 	// processes, so counted, not logged.
 	gone atomic.Uint64
+}
+
+// preparerKernel is what the preparer sets in the eBPF side: the
+// unwinder's tables and mappings, and the process filter. The tracer is
+// one; tests record what is set.
+type preparerKernel interface {
+	unwind.Kernel
+	Filter(pid uint32, until uint64) error
+	Unfilter(pid uint32) error
 }
 
 type prepareKind uint8
@@ -38,6 +51,7 @@ const (
 	prepareUnknown prepareKind = iota // sampled without (current) unwind information
 	prepareExec                       // a new image: its old mappings are gone
 	prepareExit
+	prepareFilter // a process found by the start-up scan: filter it only
 )
 
 type prepareWork struct {
@@ -47,8 +61,12 @@ type prepareWork struct {
 
 const prepareQueue = 4096
 
-// newPreparer returns a preparer that loads tables into k (the tracer).
-func newPreparer(log *zap.Logger, k unwind.Kernel, procs *process.Table, syms *symbolize.Symbolizer, budget int64) *preparer {
+// newPreparer returns a preparer that sets tables, mappings and filter
+// decisions in k (the tracer). Its Loader keeps tables within budget bytes
+// and reads separate debug files' CFI from debugDirs (as the symbolizer
+// does; nil searches no host directory).
+func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *symbolize.Symbolizer,
+	filter *procFilter, budget int64, debugDirs []string) *preparer {
 	identify := func(path string) (elfx.FileID, error) {
 		fi, err := syms.Open(path)
 		if err != nil {
@@ -56,11 +74,17 @@ func newPreparer(log *zap.Logger, k unwind.Kernel, procs *process.Table, syms *s
 		}
 		return fi.ID, nil
 	}
+	loader := unwind.NewLoader(k, identify, log, unwind.LoaderOptions{
+		BudgetBytes: budget,
+		DebugDirs:   append([]string{}, debugDirs...),
+	})
 	return &preparer{
 		log:    log,
 		procs:  procs,
-		loader: unwind.NewLoader(k, identify, log, unwind.LoaderOptions{BudgetBytes: budget}),
+		loader: loader,
 		work:   make(chan prepareWork, prepareQueue),
+		filter: filter,
+		kernel: k,
 	}
 }
 
@@ -88,15 +112,24 @@ func (p *preparer) run(ctx context.Context) {
 }
 
 func (p *preparer) handle(w prepareWork) {
-	if w.kind == prepareExit {
+	switch w.kind {
+	case prepareExit:
+		p.filter.forget(w.pid)
 		_ = p.loader.Forget(w.pid)
 		return
+	case prepareExec:
+		// The resolver marks the image stale too, in sample order; this
+		// may run first.
+		p.procs.Exec(w.pid)
+		p.filter.forget(w.pid)
 	}
 	proc, err := p.procs.Get(w.pid)
 	if err == nil && w.kind == prepareUnknown && p.loader.Prepared(w.pid) {
-		// Known but sampled outside its mappings: something was mapped
-		// since (dlopen). Refresh is rate-limited per process.
-		proc, err = p.procs.Refresh(w.pid)
+		// Known but sampled outside its mappings, or in one that was
+		// replaced: something was mapped or unmapped since (dlopen,
+		// dlclose). The eBPF side rate-limits these requests per process,
+		// so the maps are read again every time.
+		proc, err = p.procs.Reread(w.pid)
 	}
 	if err != nil {
 		if errors.Is(err, process.ErrGone) {
@@ -105,6 +138,29 @@ func (p *preparer) handle(w prepareWork) {
 			p.log.Debug("cannot prepare unwinding", zap.Int("pid", w.pid), zap.Error(err))
 		}
 		_ = p.loader.Forget(w.pid)
+		return
+	}
+	if p.filter.active {
+		d := p.filter.decide(proc)
+		if err := p.kernel.Filter(uint32(w.pid), d.kernelUntil()); err != nil {
+			p.log.Debug("cannot set the process filter", zap.Int("pid", w.pid), zap.Error(err))
+		}
+		// The kernel clears a decision when the process exits; one set
+		// after that (a cached Process that has exited since) would stay.
+		if err := proc.Alive(); errors.Is(err, process.ErrGone) {
+			p.gone.Add(1)
+			p.filter.forget(w.pid)
+			_ = p.kernel.Unfilter(uint32(w.pid))
+			_ = p.loader.Forget(w.pid)
+			return
+		}
+		if d.excluded {
+			p.excluded.Add(1)
+			_ = p.loader.Forget(w.pid)
+			return
+		}
+	}
+	if w.kind == prepareFilter {
 		return
 	}
 	// A Process from the table's cache may have exited since: Prepare then

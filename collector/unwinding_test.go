@@ -4,9 +4,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -17,11 +19,22 @@ import (
 	"github.com/sonde-dev/sonde/tracer"
 )
 
-// recordingKernel keeps what the preparer's Loader set, as the tracer's
-// maps would: each pid's mappings and the prepared pids.
+// recordingKernel keeps what the preparer set, as the tracer's maps
+// would: each pid's mappings, the prepared pids and the filter decisions.
 type recordingKernel struct {
 	mappings map[uint32]map[tracer.Mapping]bool
 	known    map[uint32]bool
+	filters  map[uint32]uint64
+}
+
+func (k *recordingKernel) Filter(pid uint32, until uint64) error {
+	k.filters[pid] = until
+	return nil
+}
+
+func (k *recordingKernel) Unfilter(pid uint32) error {
+	delete(k.filters, pid)
+	return nil
 }
 
 func (k *recordingKernel) LoadTable(uint32, []tracer.Row) error { return nil }
@@ -49,25 +62,35 @@ func (k *recordingKernel) ForgetProcess(pid uint32, old []tracer.Mapping) error 
 
 // A process that exits before or while the preparer handles it costs one
 // count of gone: no error, at most one debug line, nothing set for it in
-// the kernel and nothing held in the Loader. It is the cached Process of
-// the table (read while it ran), a pid the table never read, or a process
-// prepared while it ran and gone when it is prepared again.
+// the kernel (mappings, filter decision) and nothing held in the Loader.
+// It is the cached Process of the table (read while it ran), a pid the
+// table never read, or a process prepared while it ran and gone when it is
+// prepared again; with filters that decide nothing and without.
 func TestPreparerProcessGone(t *testing.T) {
 	if _, err := os.Stat("/proc/self/map_files"); err != nil {
 		t.Skipf("no procfs: %v", err)
 	}
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
+	t.Run("no filters", func(t *testing.T) { testPreparerProcessGone(t, bin, FiltersConfig{}) })
+	t.Run("filters", func(t *testing.T) {
+		testPreparerProcessGone(t, bin, FiltersConfig{ExcludeExecutables: []string{"/nonexistent/*"}})
+	})
+}
+
+func testPreparerProcessGone(t *testing.T, bin string, filters FiltersConfig) {
 	core, logs := observer.New(zap.DebugLevel)
 	log := zap.New(core)
 	procs := process.NewTable("/proc", log, process.Options{})
-	k := &recordingKernel{mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}}
-	p := newPreparer(log, k, procs, symbolize.New(log, symbolize.Options{}), 0)
+	k := &recordingKernel{mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}, filters: map[uint32]uint64{}}
+	filter := newProcFilter(&Config{Filters: filters})
+	p := newPreparer(log, k, procs, symbolize.New(log, symbolize.Options{}), filter, 0, []string{})
 
 	start := func() *exec.Cmd {
 		t.Helper()
 		cmd := testutil.StartWorkload(t, bin)
 		// Read it once libc is mapped: main's loop runs.
-		for {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
 			proc, err := procs.Refresh(cmd.Process.Pid)
 			if err != nil {
 				t.Fatal(err)
@@ -77,7 +100,10 @@ func TestPreparerProcessGone(t *testing.T) {
 					return cmd
 				}
 			}
+			runtime.Gosched()
 		}
+		t.Fatalf("pid %d never mapped libc", cmd.Process.Pid)
+		return nil
 	}
 	kill := func(cmd *exec.Cmd) {
 		t.Helper()
@@ -85,12 +111,17 @@ func TestPreparerProcessGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = cmd.Wait()
+		// As the eBPF side does at the exit: a decision set before it goes.
+		delete(k.filters, uint32(cmd.Process.Pid))
 	}
 	// One process stays, sharing the tables.
 	keep := start()
 	p.handle(prepareWork{keep.Process.Pid, prepareUnknown})
 	if !p.loader.Prepared(keep.Process.Pid) {
 		t.Fatalf("running process %d not prepared", keep.Process.Pid)
+	}
+	if until, ok := k.filters[uint32(keep.Process.Pid)]; ok != filter.active || until != 0 {
+		t.Fatalf("running process %d: filter decision %d set %v, want 0 set %v", keep.Process.Pid, until, ok, filter.active)
 	}
 	base := p.loader.Stats()
 	logs.TakeAll()
@@ -102,6 +133,9 @@ func TestPreparerProcessGone(t *testing.T) {
 		}
 		if n, known := len(k.mappings[uint32(pid)]), k.known[uint32(pid)]; n != 0 || known {
 			t.Errorf("%s: the kernel holds %d mappings for pid %d, known %v; want none", what, n, pid, known)
+		}
+		if until, ok := k.filters[uint32(pid)]; ok {
+			t.Errorf("%s: the kernel holds the filter decision %d for pid %d", what, until, pid)
 		}
 		if p.loader.Prepared(pid) {
 			t.Errorf("%s: the Loader still holds pid %d", what, pid)

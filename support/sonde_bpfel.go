@@ -42,7 +42,11 @@ const (
 	SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE  SondeCounter = 12
 	SondeCounterCOUNTER_UNWIND_READ_ERR      SondeCounter = 13
 	SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR SondeCounter = 14
-	SondeCounterCOUNTER_MAX                  SondeCounter = 15
+	SondeCounterCOUNTER_FILTERED             SondeCounter = 15
+	SondeCounterCOUNTER_KTHREAD_SKIPPED      SondeCounter = 16
+	SondeCounterCOUNTER_MAPPING_STALE        SondeCounter = 17
+	SondeCounterCOUNTER_VMA_CHECK_BUSY       SondeCounter = 18
+	SondeCounterCOUNTER_MAX                  SondeCounter = 19
 )
 
 type SondeFpRule uint32
@@ -54,10 +58,16 @@ const (
 )
 
 type SondeMappingInfo struct {
-	_       structs.HostLayout
-	Bias    uint64
-	TableId uint32
-	Rows    uint32
+	_        structs.HostLayout
+	Start    uint64
+	End      uint64
+	Bias     uint64
+	FileBias uint64
+	Inode    uint64
+	TableId  uint32
+	Rows     uint32
+	File     uint32
+	Pad      uint32
 }
 
 type SondeMappingKey struct {
@@ -65,6 +75,13 @@ type SondeMappingKey struct {
 	Prefixlen uint32
 	Pid       uint32
 	AddrBe    uint64
+}
+
+type SondePidStats struct {
+	_        structs.HostLayout
+	Samples  uint64
+	Filtered uint64
+	Frames   uint64
 }
 
 type SondeRecordType uint32
@@ -99,7 +116,7 @@ type SondeSampleRecord struct {
 	KernelLen uint16
 	UserLen   uint16
 	Flags     uint32
-	Stack     [383]uint64
+	Stack     [639]uint64
 }
 
 type SondeTaskRecord struct {
@@ -126,37 +143,46 @@ type SondeUstackState struct {
 	Fp     uint64
 	Runs   uint32
 	Adjust uint32
+	HaveMi uint32
+	Pad    uint32
+	Mi     SondeMappingInfo
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SondeMapCounters          = "counters"
-	SondeMapEvents            = "events"
-	SondeMapKnownPids         = "known_pids"
-	SondeMapMappings          = "mappings"
-	SondeMapNotified          = "notified"
-	SondeMapScratch           = "scratch"
-	SondeMapTables            = "tables"
-	SondeMapUnwindScratch     = "unwind_scratch"
-	SondeMapUnwinders         = "unwinders"
-	SondeProgOnExec           = "on_exec"
-	SondeProgOnExit           = "on_exit"
-	SondeProgSampleCpu        = "sample_cpu"
-	SondeProgUnwindUser       = "unwind_user"
-	SondeVarIncludeIdle       = "include_idle"
-	SondeVarThreadSize        = "thread_size"
-	SondeVarUnusedCfaType     = "unused_cfa_type"
-	SondeVarUnusedCounter     = "unused_counter"
-	SondeVarUnusedFpRule      = "unused_fp_rule"
-	SondeVarUnusedMappingInfo = "unused_mapping_info"
-	SondeVarUnusedMappingKey  = "unused_mapping_key"
-	SondeVarUnusedRecordType  = "unused_record_type"
-	SondeVarUnusedSampleFlags = "unused_sample_flags"
-	SondeVarUnusedTaskRecord  = "unused_task_record"
-	SondeVarUnusedUnwindRow   = "unused_unwind_row"
-	SondeVarWakeupBytes       = "wakeup_bytes"
+	SondeMapCounters             = "counters"
+	SondeMapEvents               = "events"
+	SondeMapKnownPids            = "known_pids"
+	SondeMapMappings             = "mappings"
+	SondeMapNotified             = "notified"
+	SondeMapPidCosts             = "pid_costs"
+	SondeMapPidFilter            = "pid_filter"
+	SondeMapScratch              = "scratch"
+	SondeMapTables               = "tables"
+	SondeMapUnwindScratch        = "unwind_scratch"
+	SondeMapUnwinders            = "unwinders"
+	SondeProgOnExec              = "on_exec"
+	SondeProgOnExit              = "on_exit"
+	SondeProgSampleCpu           = "sample_cpu"
+	SondeProgUnwindUser          = "unwind_user"
+	SondeProgUnwindUserUnchecked = "unwind_user_unchecked"
+	SondeVarFilterPendingNs      = "filter_pending_ns"
+	SondeVarIncludeIdle          = "include_idle"
+	SondeVarIncludeKernelThreads = "include_kernel_threads"
+	SondeVarThreadSize           = "thread_size"
+	SondeVarUnusedCfaType        = "unused_cfa_type"
+	SondeVarUnusedCounter        = "unused_counter"
+	SondeVarUnusedFpRule         = "unused_fp_rule"
+	SondeVarUnusedMappingInfo    = "unused_mapping_info"
+	SondeVarUnusedMappingKey     = "unused_mapping_key"
+	SondeVarUnusedPidStats       = "unused_pid_stats"
+	SondeVarUnusedRecordType     = "unused_record_type"
+	SondeVarUnusedSampleFlags    = "unused_sample_flags"
+	SondeVarUnusedTaskRecord     = "unused_task_record"
+	SondeVarUnusedUnwindRow      = "unused_unwind_row"
+	SondeVarWakeupBytes          = "wakeup_bytes"
 )
 
 // LoadSonde returns the embedded CollectionSpec for Sonde.
@@ -201,10 +227,11 @@ type SondeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeProgramSpecs struct {
-	OnExec     *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit     *ebpf.ProgramSpec `ebpf:"on_exit"`
-	SampleCpu  *ebpf.ProgramSpec `ebpf:"sample_cpu"`
-	UnwindUser *ebpf.ProgramSpec `ebpf:"unwind_user"`
+	OnExec              *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit              *ebpf.ProgramSpec `ebpf:"on_exit"`
+	SampleCpu           *ebpf.ProgramSpec `ebpf:"sample_cpu"`
+	UnwindUser          *ebpf.ProgramSpec `ebpf:"unwind_user"`
+	UnwindUserUnchecked *ebpf.ProgramSpec `ebpf:"unwind_user_unchecked"`
 }
 
 // SondeMapSpecs contains maps before they are loaded into the kernel.
@@ -216,6 +243,8 @@ type SondeMapSpecs struct {
 	KnownPids     *ebpf.MapSpec `ebpf:"known_pids"`
 	Mappings      *ebpf.MapSpec `ebpf:"mappings"`
 	Notified      *ebpf.MapSpec `ebpf:"notified"`
+	PidCosts      *ebpf.MapSpec `ebpf:"pid_costs"`
+	PidFilter     *ebpf.MapSpec `ebpf:"pid_filter"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	Tables        *ebpf.MapSpec `ebpf:"tables"`
 	UnwindScratch *ebpf.MapSpec `ebpf:"unwind_scratch"`
@@ -226,18 +255,21 @@ type SondeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeVariableSpecs struct {
-	IncludeIdle       *ebpf.VariableSpec `ebpf:"include_idle"`
-	ThreadSize        *ebpf.VariableSpec `ebpf:"thread_size"`
-	UnusedCfaType     *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
-	UnusedCounter     *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedFpRule      *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
-	UnusedMappingInfo *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
-	UnusedMappingKey  *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
-	UnusedRecordType  *ebpf.VariableSpec `ebpf:"unused_record_type"`
-	UnusedSampleFlags *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
-	UnusedTaskRecord  *ebpf.VariableSpec `ebpf:"unused_task_record"`
-	UnusedUnwindRow   *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
-	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	FilterPendingNs      *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
+	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
+	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	ThreadSize           *ebpf.VariableSpec `ebpf:"thread_size"`
+	UnusedCfaType        *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
+	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedFpRule         *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedMappingInfo    *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
+	UnusedMappingKey     *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
+	UnusedPidStats       *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
+	UnusedRecordType     *ebpf.VariableSpec `ebpf:"unused_record_type"`
+	UnusedSampleFlags    *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
+	UnusedTaskRecord     *ebpf.VariableSpec `ebpf:"unused_task_record"`
+	UnusedUnwindRow      *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // SondeObjects contains all objects after they have been loaded into the kernel.
@@ -265,6 +297,8 @@ type SondeMaps struct {
 	KnownPids     *ebpf.Map `ebpf:"known_pids"`
 	Mappings      *ebpf.Map `ebpf:"mappings"`
 	Notified      *ebpf.Map `ebpf:"notified"`
+	PidCosts      *ebpf.Map `ebpf:"pid_costs"`
+	PidFilter     *ebpf.Map `ebpf:"pid_filter"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	Tables        *ebpf.Map `ebpf:"tables"`
 	UnwindScratch *ebpf.Map `ebpf:"unwind_scratch"`
@@ -278,6 +312,8 @@ func (m *SondeMaps) Close() error {
 		m.KnownPids,
 		m.Mappings,
 		m.Notified,
+		m.PidCosts,
+		m.PidFilter,
 		m.Scratch,
 		m.Tables,
 		m.UnwindScratch,
@@ -289,28 +325,32 @@ func (m *SondeMaps) Close() error {
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeVariables struct {
-	IncludeIdle       *ebpf.Variable `ebpf:"include_idle"`
-	ThreadSize        *ebpf.Variable `ebpf:"thread_size"`
-	UnusedCfaType     *ebpf.Variable `ebpf:"unused_cfa_type"`
-	UnusedCounter     *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedFpRule      *ebpf.Variable `ebpf:"unused_fp_rule"`
-	UnusedMappingInfo *ebpf.Variable `ebpf:"unused_mapping_info"`
-	UnusedMappingKey  *ebpf.Variable `ebpf:"unused_mapping_key"`
-	UnusedRecordType  *ebpf.Variable `ebpf:"unused_record_type"`
-	UnusedSampleFlags *ebpf.Variable `ebpf:"unused_sample_flags"`
-	UnusedTaskRecord  *ebpf.Variable `ebpf:"unused_task_record"`
-	UnusedUnwindRow   *ebpf.Variable `ebpf:"unused_unwind_row"`
-	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
+	FilterPendingNs      *ebpf.Variable `ebpf:"filter_pending_ns"`
+	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
+	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
+	ThreadSize           *ebpf.Variable `ebpf:"thread_size"`
+	UnusedCfaType        *ebpf.Variable `ebpf:"unused_cfa_type"`
+	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedFpRule         *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedMappingInfo    *ebpf.Variable `ebpf:"unused_mapping_info"`
+	UnusedMappingKey     *ebpf.Variable `ebpf:"unused_mapping_key"`
+	UnusedPidStats       *ebpf.Variable `ebpf:"unused_pid_stats"`
+	UnusedRecordType     *ebpf.Variable `ebpf:"unused_record_type"`
+	UnusedSampleFlags    *ebpf.Variable `ebpf:"unused_sample_flags"`
+	UnusedTaskRecord     *ebpf.Variable `ebpf:"unused_task_record"`
+	UnusedUnwindRow      *ebpf.Variable `ebpf:"unused_unwind_row"`
+	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // SondePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondePrograms struct {
-	OnExec     *ebpf.Program `ebpf:"on_exec"`
-	OnExit     *ebpf.Program `ebpf:"on_exit"`
-	SampleCpu  *ebpf.Program `ebpf:"sample_cpu"`
-	UnwindUser *ebpf.Program `ebpf:"unwind_user"`
+	OnExec              *ebpf.Program `ebpf:"on_exec"`
+	OnExit              *ebpf.Program `ebpf:"on_exit"`
+	SampleCpu           *ebpf.Program `ebpf:"sample_cpu"`
+	UnwindUser          *ebpf.Program `ebpf:"unwind_user"`
+	UnwindUserUnchecked *ebpf.Program `ebpf:"unwind_user_unchecked"`
 }
 
 func (p *SondePrograms) Close() error {
@@ -319,6 +359,7 @@ func (p *SondePrograms) Close() error {
 		p.OnExit,
 		p.SampleCpu,
 		p.UnwindUser,
+		p.UnwindUserUnchecked,
 	)
 }
 

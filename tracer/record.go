@@ -71,10 +71,22 @@ type Record struct {
 	Kernel    []uint64     // kernel PCs, leaf first
 	User      []uint64     // user PCs, leaf first
 	UserFlags []FrameFlags // how each user frame was found, parallel to User
+	// UserFiles says in which file, at which offset, each user frame was,
+	// as the unwinder saw it at sampling time (parallel to User). File 0:
+	// not known to the unwinder; resolve the PC through the process's maps.
+	UserFiles []FileRef
 
 	raw   ringbuf.Record
 	stack []uint64
 	flags []FrameFlags
+	files []FileRef
+}
+
+// FileRef is a frame's place in a file: the handle user space gave the file
+// in the unwinder's mappings (Mapping.File), and the offset in the file.
+type FileRef struct {
+	File   uint32
+	Offset uint64
 }
 
 // Layout of the C records, checked against the bpf2go types in tests.
@@ -95,7 +107,8 @@ const (
 	taskOffComm  = 16
 	taskSize     = 32
 
-	maxFrames = len(support.SondeSampleRecord{}.Stack)
+	maxWords      = len(support.SondeSampleRecord{}.Stack)
+	maxUserFrames = 256
 )
 
 // ErrMalformed is wrapped by decode errors: a record shorter than its header
@@ -142,21 +155,27 @@ func (rec *Record) decode(b []byte, c clock) error {
 		klen := int(le.Uint16(b[offKernelLen:]))
 		ulen := int(le.Uint16(b[offUserLen:]))
 		rec.Flags = le.Uint32(b[offFlags:])
-		if klen+ulen > maxFrames || len(b) < offStack+8*(klen+ulen) {
+		words := klen + 2*ulen
+		if ulen > maxUserFrames || words > maxWords || len(b) < offStack+8*words {
 			return fmt.Errorf("%w: %d+%d frames in %d bytes", ErrMalformed, klen, ulen, len(b))
 		}
-		if cap(rec.stack) < klen+ulen {
-			rec.stack = make([]uint64, maxFrames)
-			rec.flags = make([]FrameFlags, maxFrames)
+		if cap(rec.stack) < maxWords {
+			rec.stack = make([]uint64, maxWords)
+			rec.flags = make([]FrameFlags, maxUserFrames)
+			rec.files = make([]FileRef, maxUserFrames)
 		}
 		rec.stack = rec.stack[:klen+ulen]
 		rec.flags = rec.flags[:ulen]
-		for i := range rec.stack {
+		rec.files = rec.files[:ulen]
+		for i := range klen {
 			rec.stack[i] = le.Uint64(b[offStack+8*i:])
 		}
 		rec.Kernel = rec.stack[:klen]
 		rec.User = rec.stack[klen:]
-		for i, raw := range rec.User {
+		for i := range ulen {
+			at := offStack + 8*(klen+2*i)
+			raw := le.Uint64(b[at:])
+			file := le.Uint64(b[at+8:])
 			var f FrameFlags
 			if raw&pcFlagFramePointer != 0 {
 				f |= FrameFromFramePointer
@@ -166,8 +185,10 @@ func (rec *Record) decode(b []byte, c clock) error {
 			}
 			rec.flags[i] = f
 			rec.User[i] = raw &^ pcFlagsMask
+			rec.files[i] = FileRef{File: uint32(file >> 32), Offset: file & 0xffffffff}
 		}
 		rec.UserFlags = rec.flags
+		rec.UserFiles = rec.files
 	case RecordExec, RecordExit, RecordUnknown:
 		if len(b) < taskSize {
 			return fmt.Errorf("%w: task record of %d bytes", ErrMalformed, len(b))
@@ -176,7 +197,7 @@ func (rec *Record) decode(b []byte, c clock) error {
 		rec.TID, rec.CPU, rec.Flags = 0, 0, 0
 		rec.Time = c.wall(le.Uint64(b[taskOffKtime:]))
 		rec.setComm(b[taskOffComm : taskOffComm+16])
-		rec.Kernel, rec.User, rec.UserFlags = nil, nil, nil
+		rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles = nil, nil, nil, nil
 	default:
 		return fmt.Errorf("%w: unknown type %d", ErrMalformed, rec.Type)
 	}

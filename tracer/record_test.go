@@ -40,11 +40,17 @@ func TestRecordLayoutMatchesBPF(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("record layout (-decoder +bpf2go):\n%s", diff)
 	}
+	// 127 kernel frames, then maxUserFrames user frames of two words each.
+	if maxWords != 127+2*maxUserFrames {
+		t.Errorf("stack holds %d words, want 127 kernel + 2×%d user", maxWords, maxUserFrames)
+	}
 }
 
-func encodeSample(pid, tid, cpu uint32, comm string, kernel, user []uint64) []byte {
+// encodeSample encodes a sample as the eBPF side does; user frames get the
+// file words of files (nil: none known).
+func encodeSample(pid, tid, cpu uint32, comm string, kernel, user []uint64, files ...FileRef) []byte {
 	le := binary.LittleEndian
-	b := make([]byte, offStack+8*(len(kernel)+len(user)))
+	b := make([]byte, offStack+8*(len(kernel)+2*len(user)))
 	le.PutUint32(b[offType:], uint32(RecordSample))
 	le.PutUint32(b[offPID:], pid)
 	le.PutUint32(b[offTID:], tid)
@@ -54,14 +60,23 @@ func encodeSample(pid, tid, cpu uint32, comm string, kernel, user []uint64) []by
 	le.PutUint16(b[offKernelLen:], uint16(len(kernel)))
 	le.PutUint16(b[offUserLen:], uint16(len(user)))
 	le.PutUint32(b[offFlags:], FlagFramePointers)
-	for i, pc := range append(append([]uint64{}, kernel...), user...) {
+	for i, pc := range kernel {
 		le.PutUint64(b[offStack+8*i:], pc)
+	}
+	for i, pc := range user {
+		at := offStack + 8*(len(kernel)+2*i)
+		le.PutUint64(b[at:], pc)
+		if i < len(files) {
+			le.PutUint64(b[at+8:], uint64(files[i].File)<<32|files[i].Offset)
+		}
 	}
 	return b
 }
 
 func TestDecodeSample(t *testing.T) {
-	b := encodeSample(42, 43, 1, "worker", []uint64{0xffffffff81000010}, []uint64{0x401000, 0x401100, 0x401200})
+	b := encodeSample(42, 43, 1, "worker", []uint64{0xffffffff81000010},
+		[]uint64{0x401000, 0x401100 | pcFlagFramePointer, 0x401200 | pcFlagNoAdjust},
+		FileRef{File: 7, Offset: 0x1000}, FileRef{}, FileRef{File: 9, Offset: 0xffffffff})
 	var rec Record
 	if err := rec.decode(b, clock{offset: 5}); err != nil {
 		t.Fatal(err)
@@ -72,11 +87,15 @@ func TestDecodeSample(t *testing.T) {
 		Comm          string
 		Nanos         int64
 		Kernel, User  []uint64
-	}{rec.Type, rec.PID, rec.TID, rec.CPU, rec.Comm, rec.Time.UnixNano(), rec.Kernel, rec.User}
+		Flags         []FrameFlags
+		Files         []FileRef
+	}{rec.Type, rec.PID, rec.TID, rec.CPU, rec.Comm, rec.Time.UnixNano(), rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles}
 	want := got
 	want.Type, want.PID, want.TID, want.CPU, want.Comm, want.Nanos = RecordSample, 42, 43, 1, "worker", 1_000_000_005
 	want.Kernel = []uint64{0xffffffff81000010}
 	want.User = []uint64{0x401000, 0x401100, 0x401200}
+	want.Flags = []FrameFlags{0, FrameFromFramePointer, FrameInterrupted}
+	want.Files = []FileRef{{File: 7, Offset: 0x1000}, {}, {File: 9, Offset: 0xffffffff}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("decoded sample (-want +got):\n%s", diff)
 	}
@@ -87,7 +106,7 @@ func TestDecodeMalformed(t *testing.T) {
 	lying := append([]byte{}, full...)
 	binary.LittleEndian.PutUint16(lying[offUserLen:], 200) // claims more frames than sent
 	tooMany := encodeSample(1, 1, 0, "x", nil, nil)
-	binary.LittleEndian.PutUint16(tooMany[offKernelLen:], uint16(maxFrames))
+	binary.LittleEndian.PutUint16(tooMany[offKernelLen:], uint16(maxWords))
 	binary.LittleEndian.PutUint16(tooMany[offUserLen:], 1)
 	unknown := append([]byte{}, full...)
 	binary.LittleEndian.PutUint32(unknown[offType:], 99)
@@ -125,8 +144,9 @@ func FuzzDecode(f *testing.F) {
 		if err := rec.decode(b, clock{}); err != nil {
 			return
 		}
-		if len(rec.Kernel)+len(rec.User) > maxFrames {
-			t.Fatalf("%d frames decoded, more than %d", len(rec.Kernel)+len(rec.User), maxFrames)
+		if len(rec.Kernel)+2*len(rec.User) > maxWords || len(rec.UserFiles) != len(rec.User) {
+			t.Fatalf("%d kernel and %d user frames (%d files) decoded, more than %d words",
+				len(rec.Kernel), len(rec.User), len(rec.UserFiles), maxWords)
 		}
 	})
 }

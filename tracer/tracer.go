@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
@@ -43,6 +44,13 @@ type Options struct {
 	RingBufferBytes int
 	// IncludeIdle keeps samples of idle CPUs (pid 0).
 	IncludeIdle bool
+	// IncludeKernelThreads keeps samples of kernel threads (kernel stacks
+	// only).
+	IncludeKernelThreads bool
+	// FilterPending, when not zero, turns per-process filtering on: a
+	// process that execs is not sampled for this long, or until Filter
+	// decides about it.
+	FilterPending time.Duration
 	// MaxProcesses sizes the per-process unwind maps.
 	MaxProcesses int
 	// MaxMappingPrefixes sizes the trie of executable mappings: each mapping
@@ -58,14 +66,38 @@ type Options struct {
 // DefaultPollInterval is the default Options.PollInterval.
 const DefaultPollInterval = 100 * time.Millisecond
 
+// objects are the eBPF objects a Tracer loads: every map, and one build of
+// the user-stack unwinder (see New), so the other is never loaded.
+type objects struct {
+	support.SondeMaps
+	support.SondeVariables
+	SampleCpu  *ebpf.Program `ebpf:"sample_cpu"`
+	UnwindUser *ebpf.Program `ebpf:"unwind_user"`
+	OnExec     *ebpf.Program `ebpf:"on_exec"`
+	OnExit     *ebpf.Program `ebpf:"on_exit"`
+}
+
+func (o *objects) Close() error {
+	errs := []error{o.SondeMaps.Close()}
+	for _, p := range []*ebpf.Program{o.SampleCpu, o.UnwindUser, o.OnExec, o.OnExit} {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Tracer is the loaded and attached set of eBPF programs.
 type Tracer struct {
-	objs   support.SondeObjects
-	links  []link.Link
-	perf   []*perfEvent
-	reader *ringbuf.Reader
-	clock  clock
-	poll   time.Duration
+	objs objects
+	// CheckedMappings: the unwinder checks each mapping entry against the
+	// live mapping (bpf_find_vma), so a stale entry is never used.
+	checked bool
+	links   []link.Link
+	perf    []*perfEvent
+	reader  *ringbuf.Reader
+	clock   clock
+	poll    time.Duration
 
 	closeOnce sync.Once
 	closeErr  error
@@ -90,6 +122,14 @@ func New(opts Options) (_ *Tracer, err error) {
 	}
 	if opts.MaxProcesses > 0 {
 		spec.Maps[support.SondeMapKnownPids].MaxEntries = uint32(opts.MaxProcesses)
+		spec.Maps[support.SondeMapPidFilter].MaxEntries = uint32(opts.MaxProcesses)
+	}
+	// Where the kernel can look up a task's VMAs (5.17+), the unwinder
+	// checks every mapping entry it uses against the live mapping; elsewhere
+	// the build without that check is loaded in its place.
+	checked := features.HaveProgramHelper(ebpf.PerfEvent, asm.FnFindVma) == nil
+	if !checked {
+		spec.Programs[support.SondeProgUnwindUser] = spec.Programs[support.SondeProgUnwindUserUnchecked]
 	}
 	if opts.MaxMappingPrefixes > 0 {
 		spec.Maps[support.SondeMapMappings].MaxEntries = uint32(opts.MaxMappingPrefixes)
@@ -101,6 +141,12 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err := vars.IncludeIdle.Set(opts.IncludeIdle); err != nil {
 		return nil, fmt.Errorf("set include_idle: %w", err)
 	}
+	if err := vars.IncludeKernelThreads.Set(opts.IncludeKernelThreads); err != nil {
+		return nil, fmt.Errorf("set include_kernel_threads: %w", err)
+	}
+	if err := vars.FilterPendingNs.Set(uint64(max(opts.FilterPending, 0))); err != nil {
+		return nil, fmt.Errorf("set filter_pending_ns: %w", err)
+	}
 	if err := vars.WakeupBytes.Set(uint64(spec.Maps[support.SondeMapEvents].MaxEntries / 8)); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
@@ -108,7 +154,7 @@ func New(opts Options) (_ *Tracer, err error) {
 		opts.PollInterval = DefaultPollInterval
 	}
 
-	t := &Tracer{clock: newClock(), poll: opts.PollInterval}
+	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked}
 	defer func() {
 		if err != nil {
 			t.Close()
@@ -223,6 +269,10 @@ func (t *Tracer) Close() error {
 	return t.closeErr
 }
 
+// CheckedMappings reports whether the unwinder checks mapping entries
+// against the live mappings (kernels with bpf_find_vma).
+func (t *Tracer) CheckedMappings() bool { return t.checked }
+
 // CPUs returns how many CPUs are sampled.
 func (t *Tracer) CPUs() int { return len(t.perf) }
 
@@ -243,6 +293,10 @@ type Counters struct {
 	UnknownRule     uint64 // stacks stopped at a PC whose CFI has no usable rule
 	ReadErrors      uint64 // stacks stopped at unreadable user memory
 	TailCallErrors  uint64 // stacks cut short by a failed tail call
+	Filtered        uint64 // samples of processes the filters exclude, dropped before any work
+	KernelThreads   uint64 // samples of kernel threads, not sent
+	StaleMappings   uint64 // mapping entries that no longer matched the live mapping
+	VMACheckBusy    uint64 // mapping entries used unchecked: the mm lock was busy
 }
 
 // Counters reads the eBPF side's counters.
@@ -264,6 +318,10 @@ func (t *Tracer) Counters() (Counters, error) {
 		support.SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE:  &c.UnknownRule,
 		support.SondeCounterCOUNTER_UNWIND_READ_ERR:      &c.ReadErrors,
 		support.SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR: &c.TailCallErrors,
+		support.SondeCounterCOUNTER_FILTERED:             &c.Filtered,
+		support.SondeCounterCOUNTER_KTHREAD_SKIPPED:      &c.KernelThreads,
+		support.SondeCounterCOUNTER_MAPPING_STALE:        &c.StaleMappings,
+		support.SondeCounterCOUNTER_VMA_CHECK_BUSY:       &c.VMACheckBusy,
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {

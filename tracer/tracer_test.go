@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/support"
 )
 
 // records starts reading tr into a channel; the channel closes when tr does.
@@ -313,4 +314,39 @@ func objectIDs(t *testing.T, tr *Tracer) (progs []ebpf.ProgramID, maps []ebpf.Ma
 		links = append(links, info.ID)
 	}
 	return progs, maps, links
+}
+
+// New loads one of two builds of the unwinder, by kernel; both must pass
+// this kernel's verifier, so the one older kernels get is checked here too.
+func TestBothUnwinderBuildsLoad(t *testing.T) {
+	testutil.RequirePrivileges(t, "loading eBPF programs")
+	for _, name := range []string{support.SondeProgUnwindUser, support.SondeProgUnwindUserUnchecked} {
+		t.Run(name, func(t *testing.T) {
+			spec, err := support.LoadSonde()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var objs struct {
+				Prog *ebpf.Program `ebpf:"unwind_user"`
+			}
+			spec.Programs[support.SondeProgUnwindUser] = spec.Programs[name]
+			if err := spec.LoadAndAssign(&objs, nil); err != nil {
+				var ve *ebpf.VerifierError
+				if errors.As(err, &ve) {
+					t.Fatalf("%s: %+v", name, ve)
+				}
+				t.Fatalf("%s: %v", name, err)
+			}
+			defer objs.Prog.Close()
+			info, err := objs.Prog.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The kernel keeps 15 bytes of a name; cilium/ebpf may find
+			// the whole one in BTF.
+			if info.Name != name && info.Name != name[:min(len(name), 15)] {
+				t.Errorf("loaded program %q, want %q", info.Name, name)
+			}
+		})
+	}
 }

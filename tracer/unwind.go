@@ -93,13 +93,20 @@ func (t *Tracer) UnloadTable(id uint32) error {
 }
 
 // Mapping is one executable mapping of a process as the unwinder sees it:
-// addresses in [Start, End) unwind with rows of Table at address - Bias.
-// Table 0 means no table: frame pointers.
+// addresses in [Start, End) unwind with rows of Table at address - Bias;
+// Table 0 means no table: frame pointers. Frames in it are reported as
+// (File, address - FileBias): File is the caller's handle for the mapped
+// file (0: none); FileBias is Start minus the mapping's file offset. Inode
+// is the mapped file's, which the unwinder checks against the live mapping
+// where the kernel allows (CheckedMappings).
 type Mapping struct {
 	Start, End uint64
 	Bias       uint64
 	Table      uint32
 	Rows       uint32
+	File       uint32
+	FileBias   uint64
+	Inode      uint64
 }
 
 // SetMappings makes mappings the unwind mappings of pid, after removing old
@@ -114,7 +121,10 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 		}
 	}
 	for _, m := range mappings {
-		info := support.SondeMappingInfo{Bias: m.Bias, TableId: m.Table, Rows: m.Rows}
+		info := support.SondeMappingInfo{
+			Start: m.Start, End: m.End, Bias: m.Bias, FileBias: m.FileBias, Inode: m.Inode,
+			TableId: m.Table, Rows: m.Rows, File: m.File,
+		}
 		for _, k := range mappingKeys(pid, m.Start, m.End) {
 			if err := t.objs.Mappings.Put(k, info); err != nil {
 				errs = append(errs, fmt.Errorf("pid %d mapping %#x-%#x: %w", pid, m.Start, m.End, err))
@@ -188,4 +198,45 @@ func bigEndian64(v uint64) uint64 {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], v)
 	return binary.NativeEndian.Uint64(b[:])
+}
+
+// Filter makes the eBPF side drop pid's samples before any work until
+// monotonic time until (CLOCK_MONOTONIC nanoseconds; ExcludeForever: for the
+// process's life). The decision is cleared at exec and exit.
+func (t *Tracer) Filter(pid uint32, until uint64) error {
+	if err := t.objs.PidFilter.Put(pid, until); err != nil {
+		return fmt.Errorf("pid %d: set filter: %w", pid, err)
+	}
+	return nil
+}
+
+// ExcludeForever is the Filter time that never comes.
+const ExcludeForever = ^uint64(0)
+
+// Unfilter removes pid's filter decision.
+func (t *Tracer) Unfilter(pid uint32) error {
+	if err := t.objs.PidFilter.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: clear filter: %w", pid, err)
+	}
+	return nil
+}
+
+// Cost is what sampling a process cost the eBPF side.
+type Cost struct {
+	Samples  uint64 // samples unwound and sent
+	Filtered uint64 // samples dropped by the filters before any work
+	Frames   uint64 // user frames unwound
+}
+
+// Cost returns what sampling pid has cost so far; ok is false when pid was
+// not sampled (or has exited: its entry goes with it).
+func (t *Tracer) Cost(pid uint32) (c Cost, ok bool, err error) {
+	var ps support.SondePidStats
+	if err := t.objs.PidCosts.Lookup(pid, &ps); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Cost{}, false, nil
+		}
+		return Cost{}, false, fmt.Errorf("pid %d: read cost: %w", pid, err)
+	}
+	return Cost{Samples: ps.Samples, Filtered: ps.Filtered, Frames: ps.Frames}, true, nil
 }

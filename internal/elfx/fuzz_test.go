@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
@@ -29,8 +30,8 @@ func addELFSeeds(f *testing.F) {
 	f.Add([]byte{})
 }
 
-// FuzzELF feeds arbitrary bytes as an ELF file to the build-id readers,
-// OffsetToVaddr and ComputeFileID; none may panic.
+// FuzzELF feeds arbitrary bytes as an ELF file to the build-id and
+// debuglink readers, OffsetToVaddr and ComputeFileID; none may panic.
 func FuzzELF(f *testing.F) {
 	addELFSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -44,6 +45,9 @@ func FuzzELF(f *testing.F) {
 		}
 		GNUBuildID(ef)
 		GoBuildID(ef)
+		if name, _, ok := Debuglink(ef); ok && (name == "" || strings.Contains(name, "/")) {
+			t.Fatalf("Debuglink accepted the name %q", name)
+		}
 		for _, off := range []uint64{0, 1, uint64(len(data)) / 2, ^uint64(0)} {
 			OffsetToVaddr(ef, off)
 		}

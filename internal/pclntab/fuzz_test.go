@@ -5,8 +5,8 @@ import (
 )
 
 // FuzzOpen opens arbitrary bytes as a pclntab, with its own tail as the
-// funcdata region, and looks PCs up in it. Nothing may panic; work per
-// lookup is bounded by the table's size and maxInlineDepth.
+// funcdata region, looks PCs up in it and lists its functions. Nothing may
+// panic; work per lookup is bounded by the table's size and maxInlineDepth.
 func FuzzOpen(f *testing.F) {
 	for _, o := range []synthOpts{{}, {big: true}, {go118: true}} {
 		data, gofunc := buildSynth(synthFuncs(), o)
@@ -35,5 +35,14 @@ func FuzzOpen(f *testing.F) {
 			}
 			tab.SPDelta(pc)
 		}
+		var prev uint64
+		tab.Funcs(func(fn Func) bool {
+			if fn.Entry >= fn.End || fn.Entry < prev {
+				t.Fatalf("function [%#x, %#x) after %#x", fn.Entry, fn.End, prev)
+			}
+			prev = fn.End
+			tab.FuncName(fn)
+			return true
+		})
 	})
 }

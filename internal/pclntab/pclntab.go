@@ -142,7 +142,7 @@ func Open(pclntab []byte, textStart uint64, gofunc []byte) (*Table, error) {
 	// The function table holds nfunc (entry, func offset) pairs of uint32
 	// and the end PC of the last function.
 	nfunc := word(0)
-	if nfunc == 0 || nfunc > uint64(len(t.funcs)-4)/8 {
+	if nfunc == 0 || len(t.funcs) < 4 || nfunc > uint64(len(t.funcs)-4)/8 {
 		return nil, fmt.Errorf("pclntab: %d functions do not fit in %d bytes", nfunc, len(t.funcs))
 	}
 	t.nfunc = uint32(nfunc)
@@ -215,35 +215,64 @@ type funcInfo struct {
 	pcsp, pcfile, pcln uint32
 	npcdata, cuOffset  uint32
 	nfuncdata          uint32
+	funcID             uint8
 	flag               FuncFlag
 	tail               []byte // pcdata then funcdata offsets
 }
 
-// FuncFlag holds the runtime's flags of a function (internal/abi.FuncFlag,
-// Go 1.17 and later).
+// FuncFlag holds the runtime's flags of a function (internal/abi.FuncFlag);
+// their bits have not changed since Go 1.17.
 type FuncFlag uint8
 
 const (
-	// FuncFlagTopFrame: the function is the outermost frame of its stack
-	// (runtime.goexit, runtime.mstart, ...).
-	FuncFlagTopFrame FuncFlag = 1 << 0
-	// FuncFlagSPWrite: the function writes an arbitrary value to SP (it
-	// switches stacks), so from some point its SP-delta table no longer
-	// says where its frame is.
-	FuncFlagSPWrite FuncFlag = 1 << 1
-	// FuncFlagAsm: the function is written in assembly.
-	FuncFlagAsm FuncFlag = 1 << 2
+	// FlagTopFrame marks a function at the outermost end of its stack
+	// (runtime.goexit, runtime.mstart, runtime.rt0_go): the runtime's own
+	// traceback stops there and calls the stack complete.
+	FlagTopFrame FuncFlag = 1 << iota
+	// FlagSPWrite marks a function that writes SP in a way its pcsp table
+	// cannot describe, such as a switch to another stack: the runtime does
+	// not unwind through it as a caller.
+	FlagSPWrite
+	// FlagAsm marks a function written in assembly.
+	FlagAsm
 )
 
 // Func is one function of the table.
 type Func struct {
-	Entry, End uint64 // [Entry, End): its code
-	Name       string
-	Flag       FuncFlag
+	Entry, End uint64 // [Entry, End): the function's code and padding
+	// ID is the runtime's internal/abi.FuncID: 0 for ordinary functions,
+	// another value for a few runtime functions the linker recognizes by
+	// name. The numbering differs between Go releases (new IDs are
+	// inserted in alphabetical order).
+	ID      uint8
+	Flag    FuncFlag
+	nameOff uint32
+}
+
+// FuncName returns the name of a function of this table.
+func (t *Table) FuncName(f Func) string { return t.name(f.nameOff) }
+
+// Funcs calls yield for every function, in address order, until yield
+// returns false.
+func (t *Table) Funcs(yield func(Func) bool) error {
+	for i := uint32(0); i < t.nfunc; i++ {
+		f, ok, err := t.funcAt(i)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if !yield(Func{Entry: f.entry, End: f.end, ID: f.funcID, Flag: f.flag, nameOff: f.nameOff}) {
+			return nil
+		}
+	}
+	return nil
 }
 
 // Layout of _func (runtime/runtime2.go); Go 1.20 added startLine, moving
-// funcID, flag and nfuncdata back by 4 bytes.
+// funcID, flag and nfuncdata back by 4 bytes. The record ends with funcID,
+// flag, a pad byte and nfuncdata.
 const (
 	funcSize118 = 40
 	funcSize120 = 44
@@ -304,6 +333,7 @@ func (t *Table) funcAt(i uint32) (f funcInfo, ok bool, err error) {
 		pcln:      t.u32(b[24:]),
 		npcdata:   t.u32(b[28:]),
 		cuOffset:  t.u32(b[32:]),
+		funcID:    b[size-4],
 		flag:      FuncFlag(b[size-3]),
 		nfuncdata: uint32(b[size-1]),
 	}
@@ -412,21 +442,6 @@ func (t *Table) SPDeltas(yield func(start, end uint64, delta int32) bool) error 
 			continue
 		}
 		if !t.spRanges(&f, yield) {
-			return nil
-		}
-	}
-	return nil
-}
-
-// Funcs calls yield for every function in address order until yield
-// returns false.
-func (t *Table) Funcs(yield func(Func) bool) error {
-	for i := uint32(0); i < t.nfunc; i++ {
-		f, ok, err := t.funcAt(i)
-		if err != nil {
-			return err
-		}
-		if ok && !yield(Func{Entry: f.entry, End: f.end, Name: t.name(f.nameOff), Flag: f.flag}) {
 			return nil
 		}
 	}

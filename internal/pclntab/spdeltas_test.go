@@ -76,15 +76,16 @@ func TestFuncsFlags(t *testing.T) {
 	var prevEnd uint64
 	err := tab.Funcs(func(f Func) bool {
 		n++
+		name := tab.FuncName(f)
 		if f.Entry < prevEnd || f.End <= f.Entry {
-			t.Fatalf("function %s at %#x-%#x after one ending at %#x", f.Name, f.Entry, f.End, prevEnd)
+			t.Fatalf("function %s at %#x-%#x after one ending at %#x", name, f.Entry, f.End, prevEnd)
 		}
 		prevEnd = f.End
 		if start, end, ok := tab.FuncRange(f.Entry); !ok || start != f.Entry || end != f.End {
-			t.Fatalf("Funcs: %s at %#x-%#x; FuncRange: %#x-%#x, %v", f.Name, f.Entry, f.End, start, end, ok)
+			t.Fatalf("Funcs: %s at %#x-%#x; FuncRange: %#x-%#x, %v", name, f.Entry, f.End, start, end, ok)
 		}
-		if _, dup := byName[f.Name]; !dup {
-			byName[f.Name] = f
+		if _, dup := byName[name]; !dup {
+			byName[name] = f
 		}
 		return true
 	})
@@ -99,11 +100,11 @@ func TestFuncsFlags(t *testing.T) {
 		want FuncFlag
 	}{
 		// runtime/asm_amd64.s: each moves SP to another stack.
-		{"runtime.systemstack", FuncFlagSPWrite | FuncFlagAsm},
-		{"runtime.mcall", FuncFlagSPWrite | FuncFlagAsm},
-		{"runtime.asmcgocall", FuncFlagSPWrite | FuncFlagAsm},
+		{"runtime.systemstack", FlagSPWrite | FlagAsm},
+		{"runtime.mcall", FlagSPWrite | FlagAsm},
+		{"runtime.asmcgocall", FlagSPWrite | FlagAsm},
 		// TOPFRAME in its TEXT line.
-		{"runtime.goexit", FuncFlagTopFrame | FuncFlagAsm},
+		{"runtime.goexit", FlagTopFrame | FlagAsm},
 		{"runtime.main", 0},
 		{"main.main", 0},
 	} {

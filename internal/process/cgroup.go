@@ -23,8 +23,10 @@ var containerPrefixes = [...]string{"docker-", "cri-containerd-", "crio-", "libp
 // (Docker and Kubernetes with cgroupfs, containerd) or one of
 // docker-, cri-containerd-, crio-, libpod- followed by 64 hex digits and an
 // optional ".scope" (systemd-managed cgroups, CRI-O, Podman). Runtime helper
-// cgroups such as "crio-conmon-<id>.scope" are not containers. When segments
-// nest (a container in a container), the innermost id wins.
+// cgroups such as "crio-conmon-<id>.scope" and "libpod-conmon-<id>.scope"
+// are not containers. When segments nest (a container in a container), the
+// innermost id wins. Paths as a reader in another cgroup namespace sees them
+// ("0::/../../kubepods/...") are read alike.
 func ContainerIDFromCgroup(s string) string {
 	if !strings.HasPrefix(s, "/") {
 		// "hierarchy-id:controllers:path"; the path may contain ':'.

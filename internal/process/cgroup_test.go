@@ -34,13 +34,27 @@ func TestContainerIDFromCgroup(t *testing.T) {
 		{"v1 named hierarchy line", "1:name=systemd:/system.slice/docker-" + id1 + ".scope", id1},
 		{"v2 line", "0::/system.slice/docker-" + id1 + ".scope", id1},
 		{"v2 line with colon in path", "0::/a:b/docker/" + id1, id1},
+		{"docker rootless", "/user.slice/user-1000.slice/user@1000.service/docker-" + id1 + ".scope", id1},
+		{"kubernetes cgroupfs cri-o", "/kubepods/besteffort/pod0f3b6a2c-1a2b-4c3d-9e8f-0123456789ab/crio-" + id1, id1},
+		{"kubernetes systemd guaranteed",
+			"/kubepods.slice/kubepods-pod0f3b6a2c_1a2b_4c3d_9e8f_0123456789ab.slice/cri-containerd-" + id1 + ".scope", id1},
+		{"podman cgroupfs", "/libpod_parent/libpod-" + id1, id1},
+		{"seen from a cgroup namespace", "0::/../../kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podabc.slice/cri-containerd-" + id1 + ".scope", id1},
+		{"aws ecs", "/ecs/0123456789abcdef0123456789abcdef/" + id1, id1},
+		{"process in a container's sub-cgroup", "/system.slice/docker-" + id1 + ".scope/init.scope", id1},
 		{"nested container: innermost wins", "/docker/" + id1 + "/docker/" + id2, id2},
+		{"nested under a kubernetes pod: innermost wins", "/kubepods/burstable/podabc/" + id1 + "/system.slice/docker-" + id2 + ".scope", id2},
 		{"host root", "/", ""},
 		{"host v2 line", "0::/init.scope", ""},
 		{"user session", "0::/user.slice/user-1000.slice/session-3.scope", ""},
 		{"docker daemon", "/system.slice/docker.service", ""},
 		{"containerd daemon", "/system.slice/containerd.service", ""},
 		{"crio conmon is not the container", "/machine.slice/crio-conmon-" + id1 + ".scope", ""},
+		{"crio conmon under kubernetes", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podabc.slice/crio-conmon-" + id1 + ".scope", ""},
+		{"crio conmon cgroupfs", "/kubepods/burstable/podabc/crio-conmon-" + id1, ""},
+		{"kubernetes pod without a container", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f3b6a2c_1a2b_4c3d_9e8f_0123456789ab.slice", ""},
+		{"prefix twice", "/system.slice/docker-docker-" + id1 + ".scope", ""},
+		{"scope suffix twice", "/system.slice/docker-" + id1 + ".scope.scope", ""},
 		{"libpod conmon is not the container", "/machine.slice/libpod-conmon-" + id1 + ".scope", ""},
 		{"unknown runtime prefix", "/system.slice/app-" + id1 + ".scope", ""},
 		{"hex inside a longer segment", "/system.slice/x" + id1, ""},
@@ -93,6 +107,21 @@ func TestParseCgroup(t *testing.T) {
 			want: cgroupInfo{Path: "/system.slice/x.service"},
 		},
 		{
+			name: "hybrid: the v2 container wins over a v1 one",
+			in:   "9:name=systemd:/docker/" + id2 + "\n4:memory:/docker/" + id2 + "\n0::/system.slice/docker-" + id1 + ".scope\n",
+			want: cgroupInfo{Path: "/system.slice/docker-" + id1 + ".scope", ContainerID: id1},
+		},
+		{
+			name: "hybrid: v2 without a container, first v1 line with one",
+			in:   "9:name=systemd:/user.slice\n8:pids:/docker/" + id2 + "\n4:memory:/docker/" + id1 + "\n0::/user.slice/session-1.scope\n",
+			want: cgroupInfo{Path: "/user.slice/session-1.scope", ContainerID: id2},
+		},
+		{
+			name: "hybrid: crio conmon in v2 is no container",
+			in:   "4:memory:/\n0::/machine.slice/crio-conmon-" + id1 + ".scope\n",
+			want: cgroupInfo{Path: "/machine.slice/crio-conmon-" + id1 + ".scope"},
+		},
+		{
 			name: "v1 only",
 			in:   "3:cpu,cpuacct:/kubepods/besteffort/podabc/" + id2 + "\n2:memory:/kubepods/besteffort/podabc/" + id2 + "\n",
 			want: cgroupInfo{Path: "/kubepods/besteffort/podabc/" + id2, ContainerID: id2},
@@ -123,6 +152,8 @@ func FuzzContainerIDFromCgroup(f *testing.F) {
 	f.Add("0::/machine.slice/libpod-" + id1 + ".scope/container")
 	f.Add("/docker/" + id1 + "/docker/" + id2)
 	f.Add("0::/")
+	f.Add("4:memory:/\n0::/machine.slice/crio-conmon-" + id1 + ".scope\n")
+	f.Add("0::/../../kubepods/burstable/podabc/crio-" + id1 + "\n1:name=systemd:/libpod_parent/libpod-" + id2 + "\n")
 	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
 		f.Add(string(b))
 	}

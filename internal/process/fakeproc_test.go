@@ -23,6 +23,10 @@ type fakeProc struct {
 	maps    string
 	cgroup  string
 	environ string
+	cmdline string
+	// nspid is the NSpid line's PIDs after the host one; none means the
+	// process lives in procfs's PID namespace.
+	nspid   []int
 	threads map[int]string // tid to comm; the leader is added
 }
 
@@ -64,6 +68,8 @@ func (fs *fakeProcfs) add(p fakeProc) {
 	fs.write(p.pid, "maps", p.maps)
 	fs.write(p.pid, "cgroup", p.cgroup)
 	fs.write(p.pid, "environ", p.environ)
+	fs.write(p.pid, "cmdline", p.cmdline)
+	fs.write(p.pid, "status", statusText(p.pid, p.ppid, p.comm, p.nspid...))
 	if p.exe != "" {
 		if err := os.Symlink(p.exe, filepath.Join(dir, "exe")); err != nil {
 			fs.t.Fatal(err)
@@ -113,4 +119,18 @@ func mapsText(ms ...Mapping) string {
 			m.Start, m.End, m.Perms, m.Offset, unix.Major(m.Dev), unix.Minor(m.Dev), m.Inode, path)
 	}
 	return b.String()
+}
+
+// statusText renders /proc/PID/status as the kernel prints it, up to the
+// lines after NSpid. nested are the PIDs in the PID namespaces below
+// procfs's, outermost first.
+func statusText(pid, ppid int, comm string, nested ...int) string {
+	nspid := strconv.Itoa(pid)
+	for _, n := range nested {
+		nspid += "\t" + strconv.Itoa(n)
+	}
+	return fmt.Sprintf("Name:\t%s\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t%d\nNgid:\t0\nPid:\t%d\nPPid:\t%d\n"+
+		"TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\nNStgid:\t%s\nNSpid:\t%s\n"+
+		"NSpgid:\t%s\nNSsid:\t%s\nKthread:\t0\nVmPeak:\t    2400 kB\n",
+		comm, pid, pid, ppid, nspid, nspid, nspid, nspid)
 }

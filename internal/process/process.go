@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,11 +45,21 @@ type Process struct {
 	// ContainerID is "" for a process on the host.
 	ContainerID string
 	// ServiceName is what OTEL_SERVICE_NAME, or else service.name in
-	// OTEL_RESOURCE_ATTRIBUTES, says in the process's initial environment.
+	// OTEL_RESOURCE_ATTRIBUTES, says in the process's initial environment
+	// (see parseEnviron for the precedence and decoding rules).
 	ServiceName string
 	// Env holds the variables named in Options.EnvVars that the initial
 	// environment sets; nil when none.
 	Env map[string]string
+	// CommandLine is /proc/PID/cmdline with its NULs made spaces, at most
+	// maxCommandLineLen bytes; read only with Options.CommandLine.
+	CommandLine string
+	// NamespacePID is the process's PID in its own PID namespace (the last
+	// NSpid entry of /proc/PID/status) when that namespace is nested below
+	// the one procfs belongs to, as in a container; 0 when the process lives
+	// in procfs's namespace, where its PID is PID. It is kept even when it
+	// equals PID, which only says the two numbers coincide.
+	NamespacePID int
 	// Mappings are the executable mappings only, sorted by Start.
 	Mappings []Mapping
 
@@ -169,11 +181,15 @@ func goneOr(err error) error {
 	return err
 }
 
-// reader reads processes from one procfs tree. It holds no mutable state and
-// is safe for concurrent use.
+// reader reads processes from one procfs tree. It holds no mutable state
+// besides atomic counters and is safe for concurrent use.
 type reader struct {
-	procfs  string
-	envWant map[string]bool
+	procfs      string
+	envWant     map[string]bool
+	commandLine bool
+	// malformed counts per-process details that could not be parsed and
+	// were left out of an otherwise good read.
+	malformed *atomic.Uint64
 }
 
 // maxLoadAttempts bounds the retries when a process changes while it is
@@ -261,16 +277,20 @@ func (r *reader) loadOnce(pid int) (*Process, error) {
 	} else if isGone(err) {
 		return nil, goneOr(fmt.Errorf("read cgroup: %w", err))
 	}
-	if b, truncated, err := readFile(filepath.Join(base, "environ"), maxEnvironLen); err == nil {
-		if truncated {
-			// Drop the variable cut in half by the bound.
-			if i := strings.LastIndexByte(string(b), 0); i >= 0 {
-				b = b[:i]
-			}
+	if err := r.readEnviron(p, base); err != nil {
+		return nil, err
+	}
+	if r.commandLine {
+		b, truncated, err := readFile(filepath.Join(base, "cmdline"), maxCommandLineLen)
+		if err == nil {
+			p.CommandLine = parseCmdline(b, truncated)
+		} else if isGone(err) {
+			return nil, goneOr(fmt.Errorf("read cmdline: %w", err))
 		}
-		p.Env, p.ServiceName = parseEnviron(b, r.envWant)
-	} else if isGone(err) {
-		return nil, goneOr(fmt.Errorf("read environ: %w", err))
+	}
+	// The leader's own status: a thread's NSpid would be the thread's id.
+	if err := r.readNamespacePID(p, dir); err != nil {
+		return nil, err
 	}
 	if p.Mappings, err = readExecMappings(base); err != nil {
 		return nil, err
@@ -331,6 +351,52 @@ func (r *reader) verify(dir string, startTime uint64, viaThread bool) error {
 		// Either the whole process is exiting, or only the leader and the
 		// next attempt reads through a live thread.
 		return fmt.Errorf("%w: leader exiting (state %c)", errChanged, st.State)
+	}
+	return nil
+}
+
+// readEnviron fills the service name and the wanted variables from the
+// initial environment at <base>/environ. A process whose environment this
+// agent may not read keeps neither; only a process that is gone is an error.
+func (r *reader) readEnviron(p *Process, base string) error {
+	b, truncated, err := readFile(filepath.Join(base, "environ"), maxEnvironLen)
+	if err != nil {
+		if isGone(err) {
+			return goneOr(fmt.Errorf("read environ: %w", err))
+		}
+		return nil
+	}
+	if truncated {
+		// Drop the variable cut in half by the bound.
+		if i := bytes.LastIndexByte(b, 0); i >= 0 {
+			b = b[:i]
+		} else {
+			b = nil
+		}
+	}
+	e := parseEnviron(b, r.envWant)
+	p.Env, p.ServiceName = e.env, e.service
+	if e.badResourceAttributes {
+		r.malformed.Add(1)
+	}
+	return nil
+}
+
+// readNamespacePID fills NamespacePID from <dir>/status.
+func (r *reader) readNamespacePID(p *Process, dir string) error {
+	b, _, err := readFile(filepath.Join(dir, "status"), maxStatusLen)
+	if err != nil {
+		if isGone(err) {
+			return goneOr(fmt.Errorf("read status: %w", err))
+		}
+		return nil
+	}
+	pids, found, err := parseNSpid(b)
+	switch {
+	case err != nil:
+		r.malformed.Add(1)
+	case found && len(pids) > 1:
+		p.NamespacePID = pids[len(pids)-1]
 	}
 	return nil
 }

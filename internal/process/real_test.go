@@ -40,12 +40,18 @@ func startSleeper(t *testing.T, bin, threadName string, env ...string) *sleeper 
 	t.Helper()
 	cmd := exec.Command(bin, threadName)
 	cmd.Env = append(os.Environ(), env...)
+	return startSleeperCmd(t, cmd)
+}
+
+// startSleeperCmd starts a sleeper command the test prepared.
+func startSleeperCmd(t *testing.T, cmd *exec.Cmd) *sleeper {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("start sleeper: %v", err)
 	}
 	s := &sleeper{cmd: cmd, pid: cmd.Process.Pid}
 	t.Cleanup(func() {

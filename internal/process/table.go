@@ -31,6 +31,8 @@ type Options struct {
 	RefreshInterval time.Duration
 	// EnvVars names environment variables to keep in Process.Env.
 	EnvVars []string
+	// CommandLine fills Process.CommandLine.
+	CommandLine bool
 	// Now is the clock for rate limiting (default time.Now); tests set it.
 	Now func() time.Time
 }
@@ -45,6 +47,10 @@ type Stats struct {
 	Errors         uint64 // reads that failed for another reason (permissions, malformed files)
 	Dropped        uint64 // cached processes evicted to stay within MaxProcesses
 	Skipped        uint64 // kernel threads Scan did not cache
+	// Malformed counts details left out of a process that was read: an
+	// OTEL_RESOURCE_ATTRIBUTES value that does not decode (discarded whole,
+	// as the OpenTelemetry SDKs do), an NSpid line that does not parse.
+	Malformed uint64
 }
 
 // Table caches the processes of one procfs tree, keyed by pid (TGID). It is
@@ -66,7 +72,7 @@ type Table struct {
 	// sample; an entry is honoured for RefreshInterval.
 	failed map[int]failure
 
-	loads, refreshes, refreshLimited, reused, gone, errs, dropped, skipped atomic.Uint64
+	loads, refreshes, refreshLimited, reused, gone, errs, dropped, skipped, malformed atomic.Uint64
 }
 
 type entry struct {
@@ -124,8 +130,8 @@ func NewTable(procfs string, logger *zap.Logger, opts Options) *Table {
 			want[v] = true
 		}
 	}
-	return &Table{
-		rd:       reader{procfs: procfs, envWant: want},
+	t := &Table{
+		rd:       reader{procfs: procfs, envWant: want, commandLine: opts.CommandLine},
 		log:      logger,
 		max:      opts.MaxProcesses,
 		refresh:  opts.RefreshInterval,
@@ -134,6 +140,8 @@ func NewTable(procfs string, logger *zap.Logger, opts Options) *Table {
 		inflight: make(map[int]*call),
 		failed:   make(map[int]failure),
 	}
+	t.rd.malformed = &t.malformed
+	return t
 }
 
 // Procfs returns the root of the procfs tree the table reads.
@@ -182,6 +190,12 @@ func (t *Table) Refresh(pid int) (*Process, error) {
 	return t.load(pid, loadRefresh, true)
 }
 
+// Reread is Refresh without its rate limit, for when the caller knows the
+// mappings changed (the unwinder found one of them replaced).
+func (t *Table) Reread(pid int) (*Process, error) {
+	return t.load(pid, loadRefresh, true)
+}
+
 // Exec marks pid for reload: the process replaced its image, so the next Get
 // reads it again.
 func (t *Table) Exec(pid int) {
@@ -214,6 +228,17 @@ func (t *Table) Len() int {
 	return len(t.entries)
 }
 
+// PIDs returns the pids of the cached processes, in no order.
+func (t *Table) PIDs() []int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	pids := make([]int, 0, len(t.entries))
+	for pid := range t.entries {
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
 // Stats returns the table's counters.
 func (t *Table) Stats() Stats {
 	return Stats{
@@ -225,6 +250,7 @@ func (t *Table) Stats() Stats {
 		Errors:         t.errs.Load(),
 		Dropped:        t.dropped.Load(),
 		Skipped:        t.skipped.Load(),
+		Malformed:      t.malformed.Load(),
 	}
 }
 

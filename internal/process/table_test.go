@@ -50,14 +50,17 @@ func standardProcs() []fakeProc {
 		{
 			pid: 1, comm: "systemd", start: 10, exe: "/sbin/init",
 			// Out of order on purpose: the table sorts.
-			maps:   mapsText(textLibc, textInit, dataInit, heap, vdso),
-			cgroup: "0::/init.scope\n",
+			maps:    mapsText(textLibc, textInit, dataInit, heap, vdso),
+			cgroup:  "0::/init.scope\n",
+			cmdline: "/sbin/init\x00splash\x00",
 		},
 		{
 			pid: 100, ppid: 1, comm: "server (v2)", start: 500, exe: "/app/server (deleted)",
 			maps:    mapsText(textApp, heap, textLibc),
 			cgroup:  "0::/system.slice/docker-" + id1 + ".scope\n",
 			environ: "PATH=/bin\x00OTEL_SERVICE_NAME=checkout\x00DEPLOY=blue\x00",
+			cmdline: "/app/server\x00--port\x008080\x00",
+			nspid:   []int{1},
 			threads: map[int]string{101: "worker 1"},
 		},
 		{pid: 2, comm: "kthreadd", start: 2, flags: pfKthread},
@@ -84,7 +87,7 @@ func TestTableScan(t *testing.T) {
 	fs.add(fakeProc{pid: 300, comm: "short", start: 900, exe: "/bin/true", maps: mapsText(textInit)})
 	fs.remove(300, "maps")
 
-	tab, _ := newTestTable(t, fs, Options{EnvVars: []string{"DEPLOY", "MISSING"}})
+	tab, _ := newTestTable(t, fs, Options{EnvVars: []string{"DEPLOY", "MISSING"}, CommandLine: true})
 	if err := tab.Scan(); err != nil {
 		t.Fatalf("Scan() = %v", err)
 	}
@@ -102,12 +105,14 @@ func TestTableScan(t *testing.T) {
 	}{
 		{1, &Process{
 			PID: 1, StartTime: 10, ExePath: "/sbin/init", Name: "init", Comm: "systemd",
-			CgroupPath: "/init.scope", Mappings: []Mapping{textInit, textLibc, vdso}, procfs: fs.root,
+			CgroupPath: "/init.scope", CommandLine: "/sbin/init splash",
+			Mappings: []Mapping{textInit, textLibc, vdso}, procfs: fs.root,
 		}},
 		{100, &Process{
 			PID: 100, PPID: 1, StartTime: 500, ExePath: "/app/server", ExeDeleted: true, Name: "server",
 			Comm: "server (v2)", CgroupPath: "/system.slice/docker-" + id1 + ".scope", ContainerID: id1,
 			ServiceName: "checkout", Env: map[string]string{"DEPLOY": "blue"},
+			CommandLine: "/app/server --port 8080", NamespacePID: 1,
 			Mappings: []Mapping{textApp, textLibc}, procfs: fs.root,
 		}},
 	}
@@ -339,6 +344,8 @@ func TestTableGone(t *testing.T) {
 		{"maps missing", true, func(fs *fakeProcfs) { fs.remove(100, "maps") }},
 		{"cgroup missing", false, func(fs *fakeProcfs) { fs.remove(100, "cgroup") }},
 		{"environ missing", false, func(fs *fakeProcfs) { fs.remove(100, "environ") }},
+		{"cmdline missing", false, func(fs *fakeProcfs) { fs.remove(100, "cmdline") }},
+		{"status missing", false, func(fs *fakeProcfs) { fs.remove(100, "status") }},
 		{"memory already released", true, func(fs *fakeProcfs) { fs.write(100, "maps", "") }},
 		{"exiting", true, func(fs *fakeProcfs) {
 			fs.write(100, "stat", statLine(100, "app", 'R', 1, pfExiting, 500))
@@ -359,7 +366,7 @@ func TestTableGone(t *testing.T) {
 			fs := newFakeProcfs(t)
 			fs.add(base)
 			tt.setup(fs)
-			tab, clock := newTestTable(t, fs, Options{})
+			tab, clock := newTestTable(t, fs, Options{CommandLine: true})
 			p, err := tab.Get(100)
 			if !errors.Is(err, ErrGone) || p != nil {
 				t.Fatalf("Get() = %+v, %v; want nil, ErrGone", p, err)
@@ -415,14 +422,20 @@ func TestTableZombieLeaderWithLiveThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.write(100, "task/101/environ", "OTEL_SERVICE_NAME=svc\x00")
+	fs.write(100, "task/101/cmdline", "/bin/app\x00-v\x00")
 	fs.write(100, "task/101/stat", statLine(101, "worker", 'S', 1, 0, 500))
-	tab, _ := newTestTable(t, fs, Options{})
+	// The thread's own status names the thread, not the process: the
+	// namespace PID comes from the leader's.
+	fs.write(100, "status", statusText(100, 0, "app", 1))
+	fs.write(100, "task/101/status", statusText(101, 0, "worker", 2))
+	tab, _ := newTestTable(t, fs, Options{CommandLine: true})
 	got, err := tab.Get(100)
 	if err != nil {
 		t.Fatalf("Get() = %v", err)
 	}
 	want := &Process{PID: 100, PPID: 0, StartTime: 500, ExePath: "/bin/app", Name: "app", Comm: "app",
-		ServiceName: "svc", Mappings: []Mapping{textInit}, procfs: fs.root}
+		ServiceName: "svc", CommandLine: "/bin/app -v", NamespacePID: 1,
+		Mappings: []Mapping{textInit}, procfs: fs.root}
 	if diff := cmp.Diff(want, got, cmpProcess); diff != "" {
 		t.Errorf("Get() mismatch (-want +got):\n%s", diff)
 	}

@@ -329,7 +329,8 @@ func (b *Builder) resource(r *Resource) int32 {
 
 func sameResource(a, b *Resource) bool {
 	return a.PID == b.PID && a.ExecutableName == b.ExecutableName && a.ExecutablePath == b.ExecutablePath &&
-		a.ContainerID == b.ContainerID && a.ServiceName == b.ServiceName && maps.Equal(a.EnvVars, b.EnvVars)
+		a.ContainerID == b.ContainerID && a.ServiceName == b.ServiceName && maps.Equal(a.EnvVars, b.EnvVars) &&
+		a.CommandLine == b.CommandLine && a.NamespacePID == b.NamespacePID
 }
 
 func (b *Builder) internResource(r *Resource) int32 {
@@ -338,6 +339,8 @@ func (b *Builder) internResource(r *Resource) int32 {
 	key = appendString(key, r.ExecutablePath)
 	key = appendString(key, r.ContainerID)
 	key = appendString(key, r.ServiceName)
+	key = appendString(key, r.CommandLine)
+	key = binary.AppendVarint(key, r.NamespacePID)
 	names := b.envNames[:0]
 	for name := range r.EnvVars {
 		names = append(names, name)

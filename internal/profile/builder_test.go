@@ -104,10 +104,15 @@ func TestResourceAttributes(t *testing.T) {
 	p := build(t, Options{ScopeVersion: "v0.4.0"}, samples)
 	want := []map[string]any{
 		{
-			"process.pid": int64(4242), "process.executable.name": "server",
-			"process.executable.path": "/usr/bin/server", "container.id": "3f1c0ffee0",
-			"service.name": "checkout", "process.environment_variable.DEPLOY_ENV": "prod",
-			"process.environment_variable.REGION": "eu-west-1",
+			"process.pid":                             int64(4242),
+			"process.executable.name":                 "server",
+			"process.executable.path":                 "/usr/bin/server",
+			"container.id":                            "3f1c0ffee0",
+			"service.name":                            "checkout",
+			"process.environment_variable.DEPLOY_ENV": "prod",
+			"process.environment_variable.REGION":     "eu-west-1",
+			"process.command_line":                    "/usr/bin/server --port 8080",
+			"sonde.process.namespace_pid":             int64(7),
 		},
 		{"process.pid": int64(777), "process.executable.name": "worker", "process.executable.path": "/opt/worker/bin/worker"},
 		{"process.pid": int64(0)},
@@ -192,6 +197,8 @@ func TestDedup(t *testing.T) {
 		{"other executable path", with(func(s *Sample) { s.Resource = &Resource{PID: 1, ExecutableName: "x", ExecutablePath: "/x"} }), []int{1, 1}},
 		{"other container", with(func(s *Sample) { s.Resource = &Resource{PID: 1, ExecutableName: "x", ContainerID: "c"} }), []int{1, 1}},
 		{"other service", with(func(s *Sample) { s.Resource = &Resource{PID: 1, ExecutableName: "x", ServiceName: "s"} }), []int{1, 1}},
+		{"other command line", with(func(s *Sample) { s.Resource = &Resource{PID: 1, ExecutableName: "x", CommandLine: "x -v"} }), []int{1, 1}},
+		{"other namespace pid", with(func(s *Sample) { s.Resource = &Resource{PID: 1, ExecutableName: "x", NamespacePID: 1} }), []int{1, 1}},
 		{"other environment", with(func(s *Sample) {
 			s.Resource = &Resource{PID: 1, ExecutableName: "x", EnvVars: map[string]string{"A": "1"}}
 		}), []int{1, 1}},

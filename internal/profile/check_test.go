@@ -311,8 +311,9 @@ func diffDecoded(want, got []dResource) string {
 
 // headers returns r with each profile's samples replaced by their count.
 func headers(r dResource) any {
+	// Named, not embedded: cmp cannot look into an embedded unexported type.
 	type header struct {
-		dProfile
+		Profile    dProfile
 		NumSamples int
 	}
 	var hs []header

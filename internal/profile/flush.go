@@ -151,12 +151,16 @@ func (b *Builder) setTypes(prof pprofile.Profile, k Kind) {
 }
 
 func writeResource(attrs pcommon.Map, r *Resource) {
-	attrs.EnsureCapacity(5 + len(r.EnvVars))
+	attrs.EnsureCapacity(7 + len(r.EnvVars))
 	attrs.PutInt(attrPID, r.PID)
 	putNonEmpty(attrs, attrExeName, r.ExecutableName)
 	putNonEmpty(attrs, attrExePath, r.ExecutablePath)
 	putNonEmpty(attrs, attrContainerID, r.ContainerID)
 	putNonEmpty(attrs, attrServiceName, r.ServiceName)
+	putNonEmpty(attrs, attrCommandLine, r.CommandLine)
+	if r.NamespacePID != 0 {
+		attrs.PutInt(attrNamespacePID, r.NamespacePID)
+	}
 	for _, name := range slices.Sorted(maps.Keys(r.EnvVars)) {
 		attrs.PutStr(attrEnvVarPrefix+name, r.EnvVars[name])
 	}

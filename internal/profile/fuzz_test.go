@@ -52,6 +52,8 @@ func FuzzBuilder(f *testing.F) {
 			{PID: 1, ExecutableName: "a", EnvVars: map[string]string{}},
 			{PID: 2, ExecutableName: in.str(), ContainerID: in.str(), EnvVars: map[string]string{in.str(): in.str()}},
 			{PID: 2, ServiceName: in.str(), EnvVars: map[string]string{"X": in.str(), in.str(): ""}},
+			{PID: 2, ServiceName: in.str(), CommandLine: in.str(), NamespacePID: int64(in.intn(3))},
+			{PID: 2, CommandLine: in.str(), NamespacePID: int64(in.intn(3))},
 		}
 		mappings := []*Mapping{
 			nil,

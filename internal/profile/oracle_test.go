@@ -111,7 +111,8 @@ func sameFrame(a, b dFrame) bool {
 
 func sameOracleResource(a, b Resource) bool {
 	return a.PID == b.PID && a.ExecutableName == b.ExecutableName && a.ExecutablePath == b.ExecutablePath &&
-		a.ContainerID == b.ContainerID && a.ServiceName == b.ServiceName && maps.Equal(a.EnvVars, b.EnvVars)
+		a.ContainerID == b.ContainerID && a.ServiceName == b.ServiceName && maps.Equal(a.EnvVars, b.EnvVars) &&
+		a.CommandLine == b.CommandLine && a.NamespacePID == b.NamespacePID
 }
 
 func expectResourceAttrs(r Resource) map[string]any {
@@ -119,10 +120,14 @@ func expectResourceAttrs(r Resource) map[string]any {
 	for k, v := range map[string]string{
 		attrExeName: r.ExecutableName, attrExePath: r.ExecutablePath,
 		attrContainerID: r.ContainerID, attrServiceName: r.ServiceName,
+		"process.command_line": r.CommandLine,
 	} {
 		if v != "" {
 			m[k] = v
 		}
+	}
+	if r.NamespacePID != 0 {
+		m["sonde.process.namespace_pid"] = r.NamespacePID
 	}
 	for k, v := range r.EnvVars {
 		m["process.environment_variable."+k] = v
@@ -170,12 +175,14 @@ func handMadeSamples() []Sample {
 	server := &Resource{
 		PID: 4242, ExecutableName: "server", ExecutablePath: "/usr/bin/server",
 		ContainerID: "3f1c0ffee0", ServiceName: "checkout",
-		EnvVars: map[string]string{"DEPLOY_ENV": "prod", "REGION": "eu-west-1"},
+		EnvVars:     map[string]string{"DEPLOY_ENV": "prod", "REGION": "eu-west-1"},
+		CommandLine: "/usr/bin/server --port 8080", NamespacePID: 7,
 	}
 	serverAgain := &Resource{
 		PID: 4242, ExecutableName: "server", ExecutablePath: "/usr/bin/server",
 		ContainerID: "3f1c0ffee0", ServiceName: "checkout",
-		EnvVars: map[string]string{"REGION": "eu-west-1", "DEPLOY_ENV": "prod"},
+		EnvVars:     map[string]string{"REGION": "eu-west-1", "DEPLOY_ENV": "prod"},
+		CommandLine: "/usr/bin/server --port 8080", NamespacePID: 7,
 	}
 	worker := &Resource{PID: 777, ExecutableName: "worker", ExecutablePath: "/opt/worker/bin/worker"}
 

@@ -98,6 +98,11 @@ type Resource struct {
 	ContainerID    string
 	ServiceName    string
 	EnvVars        map[string]string // name -> value
+	// CommandLine becomes process.command_line when not empty.
+	CommandLine string
+	// NamespacePID is the PID inside the process's own PID namespace; it
+	// becomes sonde.process.namespace_pid when not 0.
+	NamespacePID int64
 }
 
 // Sample is one sample event.
@@ -158,6 +163,11 @@ const (
 	attrContainerID  = "container.id"
 	attrServiceName  = "service.name"
 	attrEnvVarPrefix = "process.environment_variable."
+	attrCommandLine  = "process.command_line"
+	// attrNamespacePID is Sonde's own resource attribute: the process's PID
+	// in its own (container's) PID namespace, where process.pid is the
+	// host's.
+	attrNamespacePID = "sonde.process.namespace_pid"
 
 	attrThreadID   = "thread.id"
 	attrThreadName = "thread.name"

@@ -152,44 +152,6 @@ func TestDebugFileByDebuglink(t *testing.T) {
 	})
 }
 
-func TestParseDebuglink(t *testing.T) {
-	le := func(name string, pad int, crc uint32) []byte {
-		b := append([]byte(name), make([]byte, pad)...)
-		return append(b, byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24))
-	}
-	tests := []struct {
-		name     string
-		data     []byte
-		wantName string
-		wantCRC  uint32
-		wantOK   bool
-	}{
-		{"aligned", le("libx.debug", 2, 0xdeadbeef), "libx.debug", 0xdeadbeef, true},
-		{"name of 3", le("abc", 1, 7), "abc", 7, true},
-		{"name of 4", le("abcd", 4, 9), "abcd", 9, true},
-		{"no NUL", []byte("abcdefgh"), "", 0, false},
-		{"truncated CRC", le("abc", 1, 7)[:6], "", 0, false},
-		{"path refused", le("../../etc/x", 1, 1), "", 0, false},
-		{"empty name", le("", 4, 1), "", 0, false},
-		{"dot-dot", le("..", 2, 1), "", 0, false},
-		{"empty", nil, "", 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			name, crc, ok := parseDebuglink(tt.data, binaryLE{})
-			if diff := cmp.Diff([]any{tt.wantName, tt.wantCRC, tt.wantOK}, []any{name, crc, ok}); diff != "" {
-				t.Errorf("parseDebuglink (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-type binaryLE struct{}
-
-func (binaryLE) Uint32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-}
-
 // TestMiniDebugInfo builds a MiniDebugInfo section the way Fedora does: the
 // function symbols .dynsym lacks, in an xz-compressed ELF file.
 func TestMiniDebugInfo(t *testing.T) {
@@ -311,8 +273,8 @@ func TestReplacedFile(t *testing.T) {
 	if diff := cmp.Diff(want, chainOf(got)); diff != "" {
 		t.Errorf("c+4 through %s (-addr2line +ours):\n%s", path, diff)
 	}
-	if v := viewOf(path); v.root != fmt.Sprintf("/proc/%d/root", pid) || v.inner != bin {
-		t.Errorf("viewOf(%s) = %+v, want root /proc/%d/root and path %s", path, v, pid, bin)
+	if v := elfx.ViewOf(path); v.Root != fmt.Sprintf("/proc/%d/root", pid) || v.Path != bin {
+		t.Errorf("elfx.ViewOf(%s) = %+v, want root /proc/%d/root and path %s", path, v, pid, bin)
 	}
 }
 

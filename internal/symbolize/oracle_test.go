@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -218,7 +219,7 @@ func TestLibcDebugFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	debugPath := filepath.Join(defaultDebugDir, ".build-id", info.GNUBuildID[:2], info.GNUBuildID[2:]+".debug")
+	debugPath := filepath.Join(elfx.DefaultDebugDir, ".build-id", info.GNUBuildID[:2], info.GNUBuildID[2:]+".debug")
 	if _, err := os.Stat(debugPath); err != nil {
 		t.Skipf("libc6-dbg is not installed (%v)", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -98,7 +97,7 @@ func (o Options) withDefaults() Options {
 		o.KallsymsPath = defaultKallsymsPath
 	}
 	if o.DebugDirs == nil {
-		o.DebugDirs = []string{defaultDebugDir}
+		o.DebugDirs = []string{elfx.DefaultDebugDir}
 	}
 	return o
 }
@@ -214,7 +213,7 @@ func (s *Symbolizer) Open(path string) (*FileInfo, error) {
 }
 
 func (s *Symbolizer) open(path string) (*FileInfo, error) {
-	f, err := openFile(path)
+	f, err := elfx.OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -280,48 +279,6 @@ func (k *knownFile) addPath(path string) {
 	k.paths = append(k.paths, path)
 }
 
-// openFile opens path read-only; paths in a process's root directory are
-// resolved inside that root.
-func openFile(path string) (*os.File, error) {
-	if root, rel, ok := splitProcRoot(path); ok {
-		return elfx.OpenInRoot(root, rel)
-	}
-	return os.Open(path)
-}
-
-// splitProcRoot splits "/proc/PID/root/x/y" into "/proc/PID/root" and "/x/y".
-func splitProcRoot(path string) (root, rel string, ok bool) {
-	const prefix = "/proc/"
-	rest, found := strings.CutPrefix(path, prefix)
-	if !found {
-		return "", "", false
-	}
-	pid, after, found := strings.Cut(rest, "/")
-	if !found || !isPID(pid) {
-		return "", "", false
-	}
-	rel, found = strings.CutPrefix(after, "root/")
-	if !found {
-		return "", "", false
-	}
-	return prefix + pid + "/root", "/" + rel, true
-}
-
-func isPID(s string) bool {
-	if s == "self" || s == "thread-self" {
-		return true
-	}
-	if s == "" || len(s) > 10 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
 // identify reads a file's id and ELF identity.
 func identify(f *os.File, size int64, path string) (*FileInfo, error) {
 	id, err := elfx.ComputeFileID(f, size)
@@ -340,6 +297,18 @@ func identify(f *os.File, size int64, path string) (*FileInfo, error) {
 		return nil, fmt.Errorf("identify %s: %w", path, err)
 	}
 	return info, nil
+}
+
+// Info returns the FileInfo of a file Open returned, while it is remembered
+// (Options.MaxKnownFiles).
+func (s *Symbolizer) Info(id elfx.FileID) (*FileInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.known.peek(id)
+	if !ok {
+		return nil, false
+	}
+	return k.info, true
 }
 
 // Symbolize names the code at fileOffset of a file previously returned by
@@ -429,7 +398,7 @@ func (s *Symbolizer) load(lf *loadedFile, id elfx.FileID, size int64, paths []st
 
 // loadPath opens path, checks it still holds the file id, and loads it.
 func (s *Symbolizer) loadPath(id elfx.FileID, size int64, path string) (*fileSyms, error) {
-	f, err := openFile(path)
+	f, err := elfx.OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -449,19 +418,19 @@ func (s *Symbolizer) loadPath(id elfx.FileID, size int64, path string) (*fileSym
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var debug *elf.File
-	df, err := findDebugFile(ef, viewOf(path), s.opts.DebugDirs)
+	df, err := elfx.FindDebugFile(ef, elfx.ViewOf(path), s.opts.DebugDirs)
 	if err != nil {
 		s.logger.Debug("debug file lookup", zap.String("path", path), zap.Error(err))
 	}
 	if df != nil {
 		defer df.Close()
-		debug = df.elf
-		s.logger.Debug("separate debug file", zap.String("path", path), zap.String("debug_file", df.path), zap.String("found_by", df.how))
+		debug = df.ELF
+		s.logger.Debug("separate debug file", zap.String("path", path), zap.String("debug_file", df.Path), zap.String("found_by", df.How))
 	}
 	syms, err := loadSymsWith(ef, debug, uint64(s.opts.MaxDWARFBytes))
 	if err != nil && debug != nil {
 		// A broken debug file must not cost the names the file itself has.
-		s.logger.Debug("unusable debug file", zap.String("debug_file", df.path), zap.Error(err))
+		s.logger.Debug("unusable debug file", zap.String("debug_file", df.Path), zap.Error(err))
 		syms, err = loadSyms(ef, uint64(s.opts.MaxDWARFBytes))
 	}
 	if err != nil {

@@ -127,28 +127,6 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-func TestSplitProcRoot(t *testing.T) {
-	tests := []struct {
-		path, root, rel string
-		ok              bool
-	}{
-		{"/proc/1234/root/usr/lib/libc.so.6", "/proc/1234/root", "/usr/lib/libc.so.6", true},
-		{"/proc/self/root/bin/true", "/proc/self/root", "/bin/true", true},
-		{"/proc/1234/map_files/400000-401000", "", "", false},
-		{"/proc/12a4/root/x", "", "", false},
-		{"/proc/1234/rootx/y", "", "", false},
-		{"/usr/lib/libc.so.6", "", "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.path, func(t *testing.T) {
-			root, rel, ok := splitProcRoot(tt.path)
-			if root != tt.root || rel != tt.rel || ok != tt.ok {
-				t.Errorf("splitProcRoot = %q, %q, %v; want %q, %q, %v", root, rel, ok, tt.root, tt.rel, tt.ok)
-			}
-		})
-	}
-}
-
 func TestSymbolizeCaching(t *testing.T) {
 	bin, offs := cFixture(t)
 	s := New(zaptest.NewLogger(t), Options{})

@@ -56,3 +56,17 @@ func RequireTool(tb testing.TB, name string) string {
 	tb.Skipf("%s is not installed: %v", name, err)
 	return ""
 }
+
+// RequireRoot skips tb unless it runs as root, for tests that create
+// namespaces or cgroups; under CI=true it fails instead. feature names what
+// the test exercises, for the skip message.
+func RequireRoot(tb testing.TB, feature string) {
+	tb.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if InCI() {
+		tb.Fatalf("%s needs root, which this CI run lacks (CI=true: a missing privilege is a failure)", feature)
+	}
+	tb.Skipf("%s needs root; run as root to exercise it", feature)
+}

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -41,6 +42,13 @@ const (
 	DLOpen = "dlopen"
 	// DLOpenLib: the shared library DLOpen loads.
 	DLOpenLib = "dlopenlib.so"
+	// DLSwap: C, no frame pointers: alternates DLSwapA (argv[1]) and
+	// DLSwapB (argv[2]), argv[3] ms each: dlopen, main -> run ->
+	// a_outer -> a_inner (b_ in B), dlclose.
+	DLSwap = "dlswap"
+	// DLSwapA and DLSwapB: the libraries DLSwap alternates.
+	DLSwapA = "dlswapa.so"
+	DLSwapB = "dlswapb.so"
 	// GoLeaf: Go: main.main -> main.alpha -> main.beta -> main.leaf, where
 	// leaf is frameless: only the pclntab's SP deltas find beta.
 	GoLeaf = "goleaf"
@@ -57,6 +65,9 @@ const (
 	// the C function c_leaf, through cgo again, or with the argument "go"
 	// the Go function main.goLeaf.
 	GoCgo = "gocgo"
+	// Threads: C: a thread named argv[1] burns CPU (spin -> burn) while the
+	// main thread waits in pthread_join.
+	Threads = "threads"
 )
 
 // Flags without frame pointers, keeping calls as calls so the chain is real.
@@ -76,18 +87,20 @@ func BuildWorkload(tb testing.TB, name string) string {
 	switch name {
 	case CChain, Syscalls, Fixed:
 		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}, filepath.Join(dir, name+".c"))
+	case Threads:
+		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-pthread"}, filepath.Join(dir, name+".c"))
 	case CChainNoFP:
 		return BuildC(tb, name, noFramePointers, filepath.Join(dir, CChain+".c"))
 	case CChainStripped:
 		bin := BuildC(tb, name, append([]string{"-rdynamic"}, noFramePointers...), filepath.Join(dir, CChain+".c"))
 		run(tb, exec.Command(RequireTool(tb, "strip"), "--strip-all", bin))
 		return bin
-	case QSort, Signal, Recurse, DLOpen:
+	case QSort, Signal, Recurse, DLOpen, DLSwap:
 		return BuildC(tb, name, noFramePointers, filepath.Join(dir, name+".c"))
 	case Throw:
 		return BuildCXX(tb, name, noFramePointers, filepath.Join(dir, name+".cc"))
-	case DLOpenLib:
-		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, "dlopenlib.c"))
+	case DLOpenLib, DLSwapA, DLSwapB:
+		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, strings.TrimSuffix(name, ".so")+".c"))
 	case GoChain, GoLeaf:
 		return BuildGo(tb, name, filepath.Join(dir, name))
 	case GoCgo:
@@ -104,13 +117,25 @@ func BuildWorkload(tb testing.TB, name string) string {
 func StartWorkload(tb testing.TB, path string, args ...string) *exec.Cmd {
 	tb.Helper()
 	cmd := exec.Command(path, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	StartCmd(tb, cmd)
+	return cmd
+}
+
+// StartCmd starts a command the test prepared (its environment, namespaces,
+// a wrapper such as CommandInCgroup) with the guarantees of StartWorkload:
+// it is killed and reaped when the test ends or the test binary dies.
+// Settings already in cmd.SysProcAttr are kept.
+func StartCmd(tb testing.TB, cmd *exec.Cmd) {
+	tb.Helper()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start %s: %v", path, err)
+		tb.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	return cmd
 }

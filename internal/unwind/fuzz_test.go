@@ -105,20 +105,3 @@ func FuzzCFIProgram(f *testing.F) {
 		}
 	})
 }
-
-func BenchmarkFromELFLibc(b *testing.B) {
-	f, err := elf.Open("/lib/x86_64-linux-gnu/libc.so.6")
-	if err != nil {
-		b.Skip(err)
-	}
-	defer f.Close()
-	var tab *Table
-	b.ReportAllocs()
-	for b.Loop() {
-		if tab, err = FromELF(f); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(len(tab.Rows)), "rows")
-	b.ReportMetric(float64(len(tab.Rows)*RowBytes), "table-bytes")
-}

@@ -2,7 +2,11 @@ package unwind
 
 import (
 	"debug/elf"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,7 +39,7 @@ func TestFromGoFramelessLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tab, err := fromFile(f)
+	tab, err := fromFile(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +110,7 @@ func TestFromGoStackSwitches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tab, err := fromFile(f)
+	tab, err := fromFile(f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +156,7 @@ func TestFromGoStackSwitches(t *testing.T) {
 	}
 
 	// crosscall2 has a frame pointer and constant SP adjustments only: its
-	// SP deltas hold. runtime.sigtramp never saves RBP.
+	// SP deltas hold.
 	addrs, insns := disassemble(t, bin, "crosscall2")
 	if insns[0] != "push %rbp" {
 		t.Fatalf("crosscall2 opens with %q", insns[0])
@@ -162,21 +166,158 @@ func TestFromGoStackSwitches(t *testing.T) {
 			t.Errorf("crosscall2+%#x (%s): %+v, want SP-based with RBP at CFA-16 inside the frame", a-addrs[0], insns[i+1], r)
 		}
 	}
-	addrs, insns = disassemble(t, bin, "runtime.sigtramp.abi0")
-	if insns[0] == "push %rbp" {
-		t.Fatalf("runtime.sigtramp opens with %q", insns[0])
+	// runtime.call16 checks for stack growth before its prologue: RBP is
+	// the caller's until it is pushed, then at CFA-16.
+	addrs, insns = disassemble(t, bin, "runtime.call16.abi0")
+	push := slices.Index(insns, "push %rbp")
+	if push < 1 || push+1 >= len(insns) || insns[push+1] != "mov %rsp,%rbp" {
+		t.Fatalf("runtime.call16 has no frame-pointer prologue after its first instruction: %q", insns)
 	}
 	framed := 0
-	for _, a := range addrs {
+	for i, a := range addrs {
 		r, _ := tab.Lookup(a)
-		if r.FP != FPSame {
-			t.Errorf("runtime.sigtramp+%#x: %+v, want RBP unchanged", a-addrs[0], r)
+		if r.CFA != CFASP || r.CFAOffset < 8 {
+			t.Errorf("runtime.call16+%#x (%s): %+v, want SP-based", a-addrs[0], insns[i], r)
 		}
-		if r.CFA == CFASP && r.CFAOffset > 8 {
+		if r.CFAOffset > 8 {
 			framed++
+		}
+		if saved := r.CFAOffset > 8; saved != (r.FP == FPOffset && r.FPOffset == -16) || i <= push && r.FP != FPSame {
+			t.Errorf("runtime.call16+%#x (%s): %+v, want RBP at CFA-16 exactly where the frame is open", a-addrs[0], insns[i], r)
 		}
 	}
 	if framed == 0 {
-		t.Error("runtime.sigtramp never has a frame")
+		t.Error("runtime.call16 never has a frame")
+	}
+}
+
+// goroot is the GOROOT of the go tool that builds the Go fixtures.
+func goroot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(testutil.RequireTool(t, "go"), "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// stackEndSymbols returns the ELF symbols of the functions where Go stacks
+// end, from the toolchain's linux/amd64 runtime assembly: those declared
+// TOPFRAME, and the switches to the system stack named in switches. An
+// ABI0 function's symbol carries the .abi0 suffix; the ABIInternal wrapper
+// that keeps the plain name is an ordinary frame.
+func stackEndSymbols(t *testing.T, switches ...string) map[string]bool {
+	t.Helper()
+	reText := regexp.MustCompile(`^TEXT\s+(?:runtime)?·(\w+)(<\w*>)?\(SB\),\s*([A-Z|]+)`)
+	want := map[string]bool{}
+	for _, file := range []string{"asm_amd64.s", "sys_linux_amd64.s"} {
+		src, err := os.ReadFile(filepath.Join(goroot(t), "src", "runtime", file))
+		if err != nil {
+			t.Skipf("toolchain sources: %v", err)
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			m := reText.FindStringSubmatch(line)
+			if m == nil || m[2] == "<>" || !strings.Contains(m[3], "TOPFRAME") && !slices.Contains(switches, m[1]) {
+				continue
+			}
+			sym := "runtime." + m[1]
+			if m[2] != "<ABIInternal>" {
+				sym += ".abi0"
+			}
+			want[sym] = true
+		}
+	}
+	if len(want) < 4+len(switches) {
+		t.Fatalf("oracle: stack ends %v", want)
+	}
+	return want
+}
+
+// stackBottomSwitches are the switches to the system stack below which no
+// caller can be found: runtime.mcall clears RBP and never returns,
+// runtime.morestack leaves its caller's state in g.sched.
+var stackBottomSwitches = []string{"mcall", "morestack"}
+
+// A Go stack ends, as a complete stack, in the functions the runtime
+// marks as top frames and in runtime.mcall and runtime.morestack; every
+// other function, the ABI wrappers of those among them, unwinds by its SP
+// deltas. runtime.systemstack and runtime.asmcgocall, whose frames the
+// unwinder crosses back to the goroutine's stack when it has read their
+// code, end the stack too in a table made without the code.
+func TestFromGoStackEnds(t *testing.T) {
+	bin := testutil.BuildWorkload(t, testutil.GoChain)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := pclntab.OpenELF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		switches []string
+		build    func() (*Table, error)
+	}{
+		{"with code", stackBottomSwitches, func() (*Table, error) { return fromFile(f, nil) }},
+		{"table only", append(slices.Clone(stackBottomSwitches), "systemstack", "asmcgocall"), func() (*Table, error) { return FromGo(pt) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := stackEndSymbols(t, tc.switches...)
+			tab, err := tc.build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ends []elf.Symbol
+			bySym := map[string]elf.Symbol{}
+			for _, s := range syms {
+				if elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+					continue
+				}
+				bySym[s.Name] = s
+				if want[s.Name] {
+					ends = append(ends, s)
+				}
+			}
+			if len(ends) < 4+len(tc.switches) {
+				t.Fatalf("only %d of the stack ends %v are in the binary", len(ends), want)
+			}
+			for _, s := range ends {
+				for pc := s.Value; pc < s.Value+s.Size; pc++ {
+					if r, ok := tab.Lookup(pc); !ok || r.CFA != CFAEnd {
+						t.Errorf("%s+%#x: row %+v, want the end of the stack", s.Name, pc-s.Value, r)
+						break
+					}
+				}
+			}
+			// No other function ends a stack: every CFAEnd row starts inside
+			// one of the ends (their rows run on over the padding after them).
+			for _, r := range tab.Rows {
+				if r.CFA != CFAEnd {
+					continue
+				}
+				if !slices.ContainsFunc(ends, func(s elf.Symbol) bool { return s.Value <= r.PC && r.PC < s.Value+s.Size }) {
+					t.Errorf("row %+v ends the stack outside the expected functions", r)
+				}
+			}
+			// The frames the unwinder passes on its way to them unwind
+			// normally.
+			for _, name := range []string{"runtime.mstart0", "runtime.mstart1", "runtime.main", "main.main", "runtime.schedule", "runtime.park_m",
+				"runtime.asmcgocall", "runtime.mstart0.abi0", "runtime.morestack_noctxt.abi0"} {
+				s, ok := bySym[name]
+				if !ok {
+					t.Errorf("no symbol %s", name)
+					continue
+				}
+				if r, _ := tab.Lookup(s.Value); r.CFA != CFASP || r.CFAOffset != 8 {
+					t.Errorf("%s entry: row %+v, want CFA=SP+8", name, r)
+				}
+			}
+		})
 	}
 }

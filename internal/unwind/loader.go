@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sync"
 	"syscall"
 
@@ -34,6 +33,13 @@ type LoaderOptions struct {
 	// process maps any more are evicted, least recently used first, to make
 	// room. Default 64 MiB.
 	BudgetBytes int64
+	// DebugDirs are host directories searched for separate debug files
+	// (<dir>/.build-id/xx/yyyy.debug, and <dir>/<file's dir>/<debuglink>)
+	// whose .debug_frame fills what the file's own CFI lacks; they are
+	// searched after /usr/lib/debug inside the process's root for files
+	// seen through /proc/PID/root or /proc/PID/map_files. Default
+	// ["/usr/lib/debug"]; a non-nil empty slice searches no host directory.
+	DebugDirs []string
 }
 
 // DefaultBudgetBytes is the default bound on table memory in the kernel.
@@ -42,6 +48,9 @@ const DefaultBudgetBytes = 64 << 20
 // tableOverhead is what a table costs the kernel beyond its rows (the inner
 // map itself), counted against the budget.
 const tableOverhead = 512
+
+// tableBytes is the kernel memory a table of n rows is counted as.
+func tableBytes(n int) int64 { return int64(n)*tracer.RowSize + tableOverhead }
 
 // LoaderStats are the Loader's counters; they only grow, except the gauges.
 type LoaderStats struct {
@@ -54,6 +63,7 @@ type LoaderStats struct {
 	NoCFI      uint64 // files without CFI: their frames use frame pointers
 	OverBudget uint64 // tables that did not fit in the budget even after eviction
 	Failures   uint64 // files that could not be read or parsed
+	DebugFiles uint64 // tables built with a separate debug file's .debug_frame
 }
 
 // Loader keeps the eBPF unwinder's tables and per-process mappings in step
@@ -65,6 +75,7 @@ type Loader struct {
 	identify Identify
 	log      *zap.Logger
 	budget   int64
+	debug    []string // DebugDirs
 
 	mu     sync.Mutex
 	files  map[elfx.FileID]*loadedFile
@@ -73,11 +84,22 @@ type Loader struct {
 	nextID uint32
 	clock  uint64 // ticks on every use, for LRU eviction
 	stats  LoaderStats
+
+	// Every file gets a handle the unwinder reports frames with. Handles
+	// are never reused; those of evicted files are still answered for a
+	// while (retired), as samples naming them may still be in flight.
+	nextHandle uint32
+	handles    map[uint32]elfx.FileID
+	retired    []uint32
 }
+
+// maxRetiredHandles bounds the handles of evicted files still answered.
+const maxRetiredHandles = 4096
 
 // loadedFile is a file's table: loaded in the kernel (id != 0) or known to
 // be unusable (err != nil), with the segments that turn mappings into biases.
 type loadedFile struct {
+	handle   uint32
 	id       uint32
 	rows     uint32
 	base     uint64
@@ -85,6 +107,7 @@ type loadedFile struct {
 	refs     int
 	lastUsed uint64
 	segments []segment
+	debug    string // the separate debug file whose CFI the table uses
 	err      error
 }
 
@@ -101,14 +124,19 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 	if opts.BudgetBytes <= 0 {
 		opts.BudgetBytes = DefaultBudgetBytes
 	}
+	if opts.DebugDirs == nil {
+		opts.DebugDirs = []string{elfx.DefaultDebugDir}
+	}
 	return &Loader{
 		k:        k,
 		identify: identify,
 		log:      log,
 		budget:   opts.BudgetBytes,
+		debug:    append([]string(nil), opts.DebugDirs...),
 		files:    make(map[elfx.FileID]*loadedFile),
 		procs:    make(map[int][]procMapping),
 		nextID:   1,
+		handles:  make(map[uint32]elfx.FileID),
 	}
 }
 
@@ -130,7 +158,10 @@ func (l *Loader) Prepare(p *process.Process) error {
 			continue
 		}
 		lf := l.file(path)
-		pm := procMapping{m: tracer.Mapping{Start: m.Start, End: m.End}, file: lf}
+		pm := procMapping{m: tracer.Mapping{
+			Start: m.Start, End: m.End,
+			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
+		}, file: lf}
 		if lf.id != 0 {
 			if bias, ok := lf.bias(m); ok {
 				pm.m.Bias, pm.m.Table, pm.m.Rows = bias, lf.id, lf.rows
@@ -180,6 +211,24 @@ func (l *Loader) Prepared(pid int) bool {
 	return ok
 }
 
+// File returns the id of the file the unwinder reports as handle.
+func (l *Loader) File(handle uint32) (elfx.FileID, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, ok := l.handles[handle]
+	return id, ok
+}
+
+// retire keeps answering for handle until maxRetiredHandles newer ones were
+// retired. Called with l.mu held.
+func (l *Loader) retire(handle uint32) {
+	l.retired = append(l.retired, handle)
+	if len(l.retired) > maxRetiredHandles {
+		delete(l.handles, l.retired[0])
+		l.retired = l.retired[1:]
+	}
+}
+
 // Stats returns the Loader's counters.
 func (l *Loader) Stats() LoaderStats {
 	l.mu.Lock()
@@ -218,7 +267,7 @@ func (l *Loader) file(path string) *loadedFile {
 	}
 	l.mu.Unlock()
 
-	lf, rows := buildFile(path)
+	lf, rows := buildFile(path, l.debug, l.log)
 	if vanished(lf.err) {
 		// The path went away with its process between identify and
 		// here: nothing is wrong with the file, so it is not recorded as
@@ -233,6 +282,15 @@ func (l *Loader) file(path string) *loadedFile {
 	l.clock++
 	lf.lastUsed = l.clock
 	l.files[id] = lf
+	l.nextHandle++
+	if l.nextHandle == 0 {
+		l.nextHandle++
+	}
+	lf.handle = l.nextHandle
+	l.handles[lf.handle] = id
+	if lf.debug != "" {
+		l.stats.DebugFiles++
+	}
 	switch {
 	case errors.Is(lf.err, ErrNoCFI):
 		l.stats.NoCFI++
@@ -255,9 +313,11 @@ func vanished(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
-// buildFile parses the file's CFI into kernel rows.
-func buildFile(path string) (*loadedFile, []tracer.Row) {
-	f, err := os.Open(path)
+// buildFile parses the file's CFI into kernel rows, with the .debug_frame
+// of its separate debug file (searched in debugDirs) where the file has no
+// .debug_frame of its own.
+func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, []tracer.Row) {
+	f, err := elfx.OpenFile(path)
 	if err != nil {
 		return &loadedFile{err: err}, nil
 	}
@@ -272,7 +332,26 @@ func buildFile(path string) (*loadedFile, []tracer.Row) {
 			lf.segments = append(lf.segments, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
 		}
 	}
-	t, err := fromFile(ef)
+	var debug *elf.File
+	if !hasSection(ef, ".debug_frame") {
+		df, err := elfx.FindDebugFile(ef, elfx.ViewOf(path), debugDirs)
+		if err != nil {
+			log.Debug("debug file lookup", zap.String("file", path), zap.Error(err))
+		}
+		if df != nil {
+			defer df.Close()
+			if hasSection(df.ELF, ".debug_frame") {
+				debug, lf.debug = df.ELF, df.Path
+			}
+		}
+	}
+	t, err := fromFile(ef, debug)
+	if err != nil && debug != nil && !errors.Is(err, ErrNoCFI) {
+		// A broken debug file must not cost the CFI the file itself has.
+		log.Debug("unusable debug file", zap.String("file", path), zap.String("debug_file", lf.debug), zap.Error(err))
+		lf.debug = ""
+		t, err = fromFile(ef, nil)
+	}
 	if err != nil {
 		lf.err = err
 		return lf, nil
@@ -284,6 +363,12 @@ func buildFile(path string) (*loadedFile, []tracer.Row) {
 	}
 	lf.base = base
 	return lf, rows
+}
+
+// hasSection reports whether f has a section name with content in the file.
+func hasSection(f *elf.File, name string) bool {
+	s := f.Section(name)
+	return s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0
 }
 
 // kernelRows converts a table to the eBPF side's compact rows, with PCs
@@ -333,7 +418,7 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 // load puts lf's rows in the kernel, evicting unreferenced tables if the
 // budget needs it. Called with l.mu held.
 func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
-	need := int64(len(rows))*tracer.RowSize + tableOverhead
+	need := tableBytes(len(rows))
 	if need > l.budget {
 		l.stats.OverBudget++
 		return fmt.Errorf("table of %d bytes exceeds the %d-byte budget", need, l.budget)
@@ -378,6 +463,7 @@ func (l *Loader) evictOne() bool {
 		return false
 	}
 	delete(l.files, victimID)
+	l.retire(victim.handle)
 	if victim.id == 0 {
 		return true // an unusable file's record: free to drop
 	}

@@ -1,10 +1,17 @@
 package unwind
 
 import (
+	"debug/elf"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
@@ -130,31 +137,32 @@ func contains(s, sub string) bool {
 	return false
 }
 
-// recordingKernel keeps what the Loader set, as the tracer's maps would:
-// loaded tables, each pid's mappings and the prepared pids. It is used
-// from one goroutine.
-type recordingKernel struct {
+// mapsKernel keeps what the Loader set, as the tracer's maps would:
+// loaded tables, each pid's mappings and the prepared pids, and checks
+// that only what was set is removed. Unlike recordingKernel it needs no
+// tracer. It is used from one goroutine.
+type mapsKernel struct {
 	t        *testing.T
 	tables   map[uint32]int // id -> rows
 	mappings map[uint32]map[tracer.Mapping]bool
 	known    map[uint32]bool
 }
 
-func newRecordingKernel(t *testing.T) *recordingKernel {
-	return &recordingKernel{t: t, tables: map[uint32]int{}, mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}}
+func newMapsKernel(t *testing.T) *mapsKernel {
+	return &mapsKernel{t: t, tables: map[uint32]int{}, mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}}
 }
 
-func (k *recordingKernel) LoadTable(id uint32, rows []tracer.Row) error {
+func (k *mapsKernel) LoadTable(id uint32, rows []tracer.Row) error {
 	k.tables[id] = len(rows)
 	return nil
 }
 
-func (k *recordingKernel) UnloadTable(id uint32) error {
+func (k *mapsKernel) UnloadTable(id uint32) error {
 	delete(k.tables, id)
 	return nil
 }
 
-func (k *recordingKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) error {
+func (k *mapsKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) error {
 	for _, m := range old {
 		if !k.mappings[pid][m] {
 			k.t.Errorf("pid %d: removing %+v, which was never set", pid, m)
@@ -171,14 +179,14 @@ func (k *recordingKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping
 	return nil
 }
 
-func (k *recordingKernel) ForgetProcess(pid uint32, old []tracer.Mapping) error {
+func (k *mapsKernel) ForgetProcess(pid uint32, old []tracer.Mapping) error {
 	_ = k.SetMappings(pid, old, nil)
 	delete(k.known, pid)
 	return nil
 }
 
 // holds reports what the kernel keeps for pid.
-func (k *recordingKernel) holds(pid int) (mappings int, known bool) {
+func (k *mapsKernel) holds(pid int) (mappings int, known bool) {
 	return len(k.mappings[uint32(pid)]), k.known[uint32(pid)]
 }
 
@@ -198,7 +206,8 @@ func (l *Loader) refs() map[elfx.FileID]int {
 func startWithLibc(t *testing.T, procs *process.Table, bin string) (*process.Process, *exec.Cmd) {
 	t.Helper()
 	cmd := testutil.StartWorkload(t, bin)
-	for {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
 		p, err := procs.Refresh(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
@@ -208,7 +217,10 @@ func startWithLibc(t *testing.T, procs *process.Table, bin string) (*process.Pro
 				return p, cmd
 			}
 		}
+		runtime.Gosched()
 	}
+	t.Fatalf("pid %d never mapped libc", cmd.Process.Pid)
+	return nil, nil
 }
 
 // killAndReap ends a workload and waits for it: its /proc entry is gone.
@@ -231,7 +243,7 @@ func TestLoaderProcessGone(t *testing.T) {
 	}
 	procs := process.NewTable("/proc", nil, process.Options{})
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
-	k := newRecordingKernel(t)
+	k := newMapsKernel(t)
 	core, logs := observer.New(zap.DebugLevel)
 	l := NewLoader(k, identifyFile, zap.New(core), LoaderOptions{})
 
@@ -294,7 +306,7 @@ func TestLoaderProcessGone(t *testing.T) {
 	// the file, building it finds the path gone. A fresh Loader has no
 	// table of this binary yet.
 	p, cmd = startWithLibc(t, procs, bin)
-	k2 := newRecordingKernel(t)
+	k2 := newMapsKernel(t)
 	killed := false
 	dying := func(path string) (elfx.FileID, error) {
 		id, err := identifyFile(path)
@@ -327,4 +339,178 @@ func TestLoaderProcessGone(t *testing.T) {
 	if n := logs.Len(); n > 1 {
 		t.Errorf("exited while building: %d log lines, want at most one: %v", n, logs.All())
 	}
+}
+
+// recordingKernel loads into the real tracer and keeps what the Loader
+// asked it to load, so a test can read the rows back.
+type recordingKernel struct {
+	*tracer.Tracer
+	mu       sync.Mutex
+	tables   map[uint32][]tracer.Row
+	mappings map[uint32][]tracer.Mapping
+}
+
+func (k *recordingKernel) LoadTable(id uint32, rows []tracer.Row) error {
+	k.mu.Lock()
+	k.tables[id] = slices.Clone(rows)
+	k.mu.Unlock()
+	return k.Tracer.LoadTable(id, rows)
+}
+
+func (k *recordingKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) error {
+	k.mu.Lock()
+	k.mappings[pid] = slices.Clone(mappings)
+	k.mu.Unlock()
+	return k.Tracer.SetMappings(pid, old, mappings)
+}
+
+// tableOfKernelRows turns kernel rows, relative to base, back into a Table.
+func tableOfKernelRows(t *testing.T, rows []tracer.Row, base uint64) *Table {
+	t.Helper()
+	cfa := map[uint8]CFAType{tracer.CFAUnknown: CFAUnknown, tracer.CFASP: CFASP, tracer.CFAFP: CFAFP,
+		tracer.CFAPLT: CFAPLT, tracer.CFASignal: CFASignal, tracer.CFAEnd: CFAEnd}
+	fp := map[uint8]FPRule{tracer.FPSame: FPSame, tracer.FPOffset: FPOffset, tracer.FPUnknown: FPUnknown}
+	tab := &Table{}
+	for _, kr := range rows {
+		c, ok1 := cfa[kr.CfaType]
+		f, ok2 := fp[kr.FpType]
+		if !ok1 || !ok2 {
+			t.Fatalf("kernel row %+v has an unknown rule", kr)
+		}
+		tab.Rows = append(tab.Rows, Row{PC: base + uint64(kr.Pc), CFA: c, CFAOffset: kr.CfaOffset, FP: f, FPOffset: int32(kr.FpOffset)})
+	}
+	return tab
+}
+
+// execMapping waits until pid maps path executable and returns the process
+// as it is then.
+func execMapping(t *testing.T, procs *process.Table, pid int, path string) (*process.Process, process.Mapping) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		p, err := procs.Refresh(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range p.Mappings {
+			if m.Executable() && m.Path == path {
+				return p, m
+			}
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("pid %d never mapped %s executable", pid, path)
+	return nil, process.Mapping{}
+}
+
+// A binary whose only CFI is the .debug_frame of its separate debug file
+// (found by build id in DebugDirs) gets that CFI as its kernel table, row
+// for row as readelf interprets the debug file; without the debug file it
+// has no table.
+func TestLoaderSeparateDebugFile(t *testing.T) {
+	testutil.RequirePrivileges(t, "loading unwind tables")
+	objcopy := testutil.RequireTool(t, "objcopy")
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	// Without unwind tables GCC writes the functions' CFI to .debug_frame;
+	// the start files' .eh_frame goes too, so the binary keeps no CFI.
+	full := testutil.BuildC(t, "full", []string{"-O2", "-g", "-Dmain=frames_main", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-Wl,--build-id"},
+		filepath.Join("testdata", "frames.c"), filepath.Join("testdata", "frames_loop.c"))
+	dir := t.TempDir()
+	debugPath, bin := filepath.Join(dir, "full.debug"), filepath.Join(dir, "frames-nocfi")
+	run(objcopy, "--only-keep-debug", full, debugPath)
+	run(testutil.RequireTool(t, "strip"), "--strip-all", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", "-o", bin, full)
+	if fdes := parseReadelf(t, bin); len(fdes) != 0 {
+		t.Fatalf("oracle: the stripped binary still has %d FDEs", len(fdes))
+	}
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := elfx.GNUBuildID(ef)
+	ef.Close()
+	if err != nil || len(id) < 4 {
+		t.Fatalf("build id %q, %v", id, err)
+	}
+	debugDir := t.TempDir()
+	byID := filepath.Join(debugDir, ".build-id", id[:2], id[2:]+".debug")
+	if err := os.MkdirAll(filepath.Dir(byID), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run("cp", debugPath, byID)
+	fileID, err := identifyFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	procs := process.NewTable("/proc", nil, process.Options{})
+	cmd := testutil.StartWorkload(t, bin)
+	p, binMapping := execMapping(t, procs, cmd.Process.Pid, bin)
+
+	// prepare returns the table the Loader set for bin's mapping.
+	prepare := func(t *testing.T, dirs []string) (*Loader, *recordingKernel, tracer.Mapping) {
+		t.Helper()
+		k := &recordingKernel{Tracer: tr, tables: map[uint32][]tracer.Row{}, mappings: map[uint32][]tracer.Mapping{}}
+		l := NewLoader(k, identifyFile, zaptest.NewLogger(t), LoaderOptions{DebugDirs: dirs})
+		if err := l.Prepare(p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Forget(p.PID) })
+		for _, m := range k.mappings[uint32(p.PID)] {
+			if m.Start == binMapping.Start {
+				return l, k, m
+			}
+		}
+		t.Fatalf("no mapping set at %#x: %+v", binMapping.Start, k.mappings)
+		return nil, nil, tracer.Mapping{}
+	}
+
+	t.Run("found by build id", func(t *testing.T) {
+		l, k, m := prepare(t, []string{t.TempDir(), debugDir})
+		rows, ok := k.tables[m.Table]
+		if m.Table == 0 || !ok || int(m.Rows) != len(rows) {
+			t.Fatalf("mapping %+v: no table loaded (tables %v)", m, slices.Collect(maps.Keys(k.tables)))
+		}
+		lf := l.files[fileID]
+		if lf == nil || lf.debug != byID {
+			t.Fatalf("file record %+v, want a table from %s", lf, byID)
+		}
+		if s := l.Stats(); s.DebugFiles == 0 {
+			t.Errorf("stats %+v: no table counted as built from a debug file", s)
+		}
+		tab := tableOfKernelRows(t, rows, lf.base)
+		oracleTable(t, tab, debugPath, ".debug_frame")
+		// And nothing beyond the debug file's FDEs: every row with a rule
+		// lies in one of them.
+		fdes := parseReadelf(t, debugPath)
+		for _, r := range tab.Rows {
+			if r.CFA == CFAUnknown {
+				continue
+			}
+			if !slices.ContainsFunc(fdes, func(f readelfFDE) bool { return f.begin <= r.PC && r.PC < f.end }) {
+				t.Errorf("row %+v lies outside every FDE of the debug file", r)
+			}
+		}
+	})
+	t.Run("not searched", func(t *testing.T) {
+		l, k, m := prepare(t, []string{})
+		if m.Table != 0 {
+			t.Errorf("mapping %+v has a table (%d rows) without the debug file", m, len(k.tables[m.Table]))
+		}
+		if lf := l.files[fileID]; lf == nil || !errors.Is(lf.err, ErrNoCFI) {
+			t.Errorf("file record %+v, want ErrNoCFI", lf)
+		}
+		if s := l.Stats(); s.NoCFI == 0 || s.DebugFiles != 0 {
+			t.Errorf("stats %+v, want the file counted as without CFI", s)
+		}
+	})
 }

@@ -201,9 +201,8 @@ func (e expectation) matches(r Row) bool {
 	return r.FP == e.fp && r.FPOffset == e.fpOff
 }
 
-// oracleFile compares tab with readelf's interpretation of path at every
-// readelf row of the FDEs of section (FDEs of .debug_frame that overlap an
-// .eh_frame FDE are skipped: .eh_frame wins).
+// oracleFile compares FromELF's table of path with readelf's
+// interpretation of it (see oracleTable).
 func oracleFile(t *testing.T, path, section string) (checked int) {
 	t.Helper()
 	f, err := elf.Open(path)
@@ -215,6 +214,19 @@ func oracleFile(t *testing.T, path, section string) (checked int) {
 	if err != nil {
 		t.Fatalf("FromELF(%s): %v", path, err)
 	}
+	return oracleTable(t, tab, path, section)
+}
+
+// oracleTable compares tab with readelf's interpretation of path at every
+// readelf row of the FDEs of section (FDEs of .debug_frame that overlap an
+// .eh_frame FDE are skipped: .eh_frame wins).
+func oracleTable(t *testing.T, tab *Table, path, section string) (checked int) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
 	var plts [][2]uint64
 	for _, s := range f.Sections {
 		if strings.HasPrefix(s.Name, ".plt") {

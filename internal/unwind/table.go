@@ -90,10 +90,6 @@ func (r Row) sameRule(o Row) bool {
 	return r.CFA == o.CFA && r.CFAOffset == o.CFAOffset && r.FP == o.FP && r.FPOffset == o.FPOffset
 }
 
-// RowBytes is the size of one row in the eBPF map encoding, for memory
-// budgets.
-const RowBytes = 16
-
 // Stats counts what was parsed and what was unusable.
 type Stats struct {
 	CIEs        int // CIEs parsed successfully

@@ -25,9 +25,14 @@ const struct mapping_info *unused_mapping_info __attribute__((unused));
 const struct unwind_row *unused_unwind_row __attribute__((unused));
 const enum cfa_type *unused_cfa_type __attribute__((unused));
 const enum fp_rule *unused_fp_rule __attribute__((unused));
+const struct pid_stats *unused_pid_stats __attribute__((unused));
 
 // Set by the loader before the programs are loaded.
 volatile const bool include_idle = false;
+volatile const bool include_kernel_threads = false;
+// With filters on, a process that execs is not sampled for this long (or
+// until user space decides about its new image, if sooner); 0: filters off.
+volatile const __u64 filter_pending_ns = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -74,7 +79,10 @@ struct ustack_state {
 	__u64 sp;
 	__u64 fp;
 	__u32 runs;
-	__u32 adjust; // the current pc is a return address: look up pc - 1
+	__u32 adjust;  // the current pc is a return address: look up pc - 1
+	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
+	__u32 pad;
+	struct mapping_info mi;
 };
 
 struct {
@@ -101,6 +109,25 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } known_pids SEC(".maps");
+
+// Filter decisions, made once per process by user space: samples of pid are
+// dropped before any work while bpf_ktime_get_ns() < the value (U64_MAX:
+// always; a process too young to profile gets the time it comes of age).
+// Cleared at exec and exit, so a new image or a reused PID is decided anew.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536); // resized by the loader
+	__type(key, __u32);
+	__type(value, __u64);
+} pid_filter SEC(".maps");
+
+// What sampling cost each recently sampled process.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct pid_stats);
+} pid_costs SEC(".maps");
 
 // When each process was last reported as unknown: notifications are
 // rate-limited to one per process per second.
@@ -146,25 +173,52 @@ volatile const __u64 thread_size = 16384;
 #define SC_RSP 120
 #define SC_RIP 128
 
+#define PF_KTHREAD 0x00200000
+
+// add_cost adds to pid's cost counters.
+static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, __u64 frames)
+{
+	struct pid_stats *ps = bpf_map_lookup_elem(&pid_costs, &pid);
+	if (!ps) {
+		struct pid_stats init = {};
+		bpf_map_update_elem(&pid_costs, &pid, &init, BPF_NOEXIST);
+		ps = bpf_map_lookup_elem(&pid_costs, &pid);
+		if (!ps)
+			return;
+	}
+	__sync_fetch_and_add(&ps->samples, samples);
+	__sync_fetch_and_add(&ps->filtered, filtered);
+	__sync_fetch_and_add(&ps->frames, frames);
+}
+
 static __always_inline void send_sample(struct sample_record *s)
 {
 	__u64 size = __builtin_offsetof(struct sample_record, stack) +
-		     (__u64)(s->kernel_len + s->user_len) * sizeof(__u64);
+		     (__u64)(s->kernel_len + 2 * s->user_len) * sizeof(__u64);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
 	if (bpf_ringbuf_output(&events, s, size, wakeup_flags()) == 0)
 		count(COUNTER_SAMPLES_SENT);
 	else
 		count(COUNTER_SAMPLES_LOST);
+	if (s->pid != 0)
+		add_cost(s->pid, 1, 0, s->user_len);
 }
 
-// notify_unknown asks user space, at most once a second per process, to
+// Least time between two notifications for one process: a process that is
+// new or maps code we have no entry for (JIT code never has one) is asked
+// about once a second; one whose mapping was replaced under an entry
+// (dlclose, then dlopen at the same place) sooner, as its entries are wrong.
+#define NOTIFY_GAP_NS 1000000000ULL
+#define NOTIFY_STALE_GAP_NS 50000000ULL
+
+// notify_unknown asks user space, at most once per gap per process, to
 // prepare the unwind information of pid.
-static __always_inline void notify_unknown(__u32 pid)
+static __always_inline void notify_unknown(__u32 pid, __u64 gap)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 *last = bpf_map_lookup_elem(&notified, &pid);
-	if (last && now - *last < 1000000000ULL)
+	if (last && now - *last < gap)
 		return;
 	bpf_map_update_elem(&notified, &pid, &now, BPF_ANY);
 	struct task_record *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
@@ -176,7 +230,9 @@ static __always_inline void notify_unknown(__u32 pid)
 	r->pid = pid;
 	r->ktime = now;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, wakeup_flags());
+	// Rare (rate-limited) and urgent: until user space acts, the process
+	// is unwound by frame pointers only.
+	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	count(COUNTER_UNKNOWN_SENT);
 }
 
@@ -192,7 +248,7 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct ust
 		return 0;
 	}
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	if (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */)
+	if (BPF_CORE_READ(task, flags) & PF_KTHREAD)
 		return -1;
 	struct pt_regs *regs;
 	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs)) {
@@ -218,6 +274,19 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	count(COUNTER_SAMPLES);
 	if (tgid == 0 && !include_idle) {
 		count(COUNTER_IDLE_SKIPPED);
+		return 0;
+	}
+	if (tgid != 0 && !include_kernel_threads) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		if (BPF_CORE_READ(task, flags) & PF_KTHREAD) {
+			count(COUNTER_KTHREAD_SKIPPED);
+			return 0;
+		}
+	}
+	__u64 *until = bpf_map_lookup_elem(&pid_filter, &tgid);
+	if (until && bpf_ktime_get_ns() < *until) {
+		count(COUNTER_FILTERED);
+		add_cost(tgid, 0, 1, 0);
 		return 0;
 	}
 
@@ -253,9 +322,10 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 	if (!bpf_map_lookup_elem(&known_pids, &tgid))
-		notify_unknown(tgid);
+		notify_unknown(tgid, NOTIFY_GAP_NS);
 	st->runs = 0;
 	st->adjust = 0;
+	st->have_mi = 0;
 	bpf_tail_call(ctx, &unwinders, 0);
 	// Only reached when the tail call failed.
 	count(COUNTER_UNWIND_TAIL_CALL_ERR);
@@ -313,18 +383,74 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 	return STEP_CONTINUE;
 }
 
-// step unwinds one frame: from (pc, sp, fp) of a frame to its caller's.
-static __always_inline enum step_result step(struct ustack_state *st, struct sample_record *s, __u32 pid)
+// vma_check is what check_vma compares with the VMA covering an address.
+struct vma_check {
+	__u64 inode;
+	__u64 file_bias;
+	bool live;
+};
+
+static long check_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_check *c)
 {
-	__u64 pc = st->pc & ~PC_FLAGS_MASK;
-	__u64 lookup = st->adjust ? pc - 1 : pc;
-	struct mapping_key key = {.prefixlen = 96, .pid = pid, .addr_be = bpf_cpu_to_be64(lookup)};
-	struct mapping_info *mi = bpf_map_lookup_elem(&mappings, &key);
-	if (!mi || mi->table_id == 0) {
-		if (!mi)
-			notify_unknown(pid);
-		return fp_step(st, s);
+	struct file *f = BPF_CORE_READ(vma, vm_file);
+	if (!f)
+		return 0;
+	__u64 ino = BPF_CORE_READ(f, f_inode, i_ino);
+	__u64 bias = BPF_CORE_READ(vma, vm_start) - (BPF_CORE_READ(vma, vm_pgoff) << 12);
+	c->live = ino == c->inode && bias == c->file_bias;
+	return 0;
+}
+
+// mapping_live reports whether mi still describes the mapping at addr, as
+// far as this kernel lets us look (bpf_find_vma, 5.17+). Without the check
+// (vma false) a stale entry is trusted until user space replaces it.
+static __always_inline bool mapping_live(struct mapping_info *mi, __u64 addr, bool vma)
+{
+	if (!vma)
+		return true;
+	struct vma_check c = {.inode = mi->inode, .file_bias = mi->file_bias};
+	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, check_vma, &c, 0);
+	if (err == -16 /* EBUSY: the mm lock is taken; trust the entry */) {
+		count(COUNTER_VMA_CHECK_BUSY);
+		return true;
 	}
+	if (err || !c.live) {
+		count(COUNTER_MAPPING_STALE);
+		return false;
+	}
+	return true;
+}
+
+// find_mapping returns the mapping of pid covering addr: the one cached in
+// st when addr is in it, else the trie's, checked live and cached.
+static __always_inline struct mapping_info *find_mapping(struct ustack_state *st, __u32 pid, __u64 addr, bool vma)
+{
+	if (st->have_mi && addr >= st->mi.start && addr < st->mi.end)
+		return &st->mi;
+	struct mapping_key key = {.prefixlen = 96, .pid = pid, .addr_be = bpf_cpu_to_be64(addr)};
+	struct mapping_info *mi = bpf_map_lookup_elem(&mappings, &key);
+	if (!mi) {
+		st->have_mi = 0;
+		notify_unknown(pid, NOTIFY_GAP_NS);
+		return NULL;
+	}
+	if (!mapping_live(mi, addr, vma)) {
+		st->have_mi = 0;
+		notify_unknown(pid, NOTIFY_STALE_GAP_NS);
+		return NULL;
+	}
+	st->mi = *mi;
+	st->have_mi = 1;
+	return &st->mi;
+}
+
+// step unwinds one frame, in mapping mi (NULL: none known), from (pc, sp,
+// fp) of a frame to its caller's.
+static __always_inline enum step_result step(struct ustack_state *st, struct sample_record *s,
+					     struct mapping_info *mi, __u64 pc, __u64 lookup)
+{
+	if (!mi || mi->table_id == 0)
+		return fp_step(st, s);
 	__u64 rel = lookup - mi->bias;
 	__u32 table_id = mi->table_id;
 	void *rows = bpf_map_lookup_elem(&tables, &table_id);
@@ -393,40 +519,67 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	return STEP_CONTINUE;
 }
 
-SEC("perf_event")
-int unwind_user(struct bpf_perf_event_data *ctx)
+// unwind_frames unwinds up to FRAMES_PER_RUN frames into s. It returns true
+// when the stack needs another run.
+static __always_inline bool unwind_frames(struct sample_record *s, struct ustack_state *st, bool vma)
+{
+	for (int i = 0; i < FRAMES_PER_RUN; i++) {
+		__u32 ulen = s->user_len;
+		__u32 idx = s->kernel_len + 2 * ulen;
+		if (ulen >= MAX_USER_FRAMES || idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
+			s->flags |= SAMPLE_USER_TRUNCATED;
+			return false;
+		}
+		__u64 pc = st->pc & ~PC_FLAGS_MASK;
+		if (pc == 0)
+			return false;
+		__u64 lookup = st->adjust ? pc - 1 : pc;
+		struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
+		__u64 file_word = 0;
+		if (mi && mi->file != 0 && pc - mi->file_bias <= 0xffffffffULL)
+			file_word = ((__u64)mi->file << 32) | (pc - mi->file_bias);
+		s->stack[idx] = st->pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+		s->stack[idx + 1] = file_word;
+		s->user_len = ulen + 1;
+		if (step(st, s, mi, pc, lookup) == STEP_DONE)
+			return false;
+	}
+	return true;
+}
+
+// unwind_run is one run of the user-stack unwinder; it tail-calls the next.
+static __always_inline int unwind_run(void *ctx, bool vma)
 {
 	__u32 zero = 0;
 	struct sample_record *s = bpf_map_lookup_elem(&scratch, &zero);
 	struct ustack_state *st = bpf_map_lookup_elem(&unwind_scratch, &zero);
 	if (!s || !st)
 		return 0;
-
-	for (int i = 0; i < FRAMES_PER_RUN; i++) {
-		__u32 ulen = s->user_len;
-		__u32 idx = s->kernel_len + ulen;
-		if (ulen >= MAX_USER_FRAMES || idx >= MAX_KERNEL_FRAMES + MAX_USER_FRAMES) {
-			s->flags |= SAMPLE_USER_TRUNCATED;
-			goto out;
+	if (unwind_frames(s, st, vma)) {
+		if (st->runs < MAX_UNWIND_RUNS - 1) {
+			st->runs++;
+			bpf_tail_call(ctx, &unwinders, 0);
+			count(COUNTER_UNWIND_TAIL_CALL_ERR);
 		}
-		if ((st->pc & ~PC_FLAGS_MASK) == 0)
-			goto out;
-		s->stack[idx] = st->pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
-		s->user_len = ulen + 1;
-		if (step(st, s, s->pid) == STEP_DONE)
-			goto out;
+		s->flags |= SAMPLE_USER_TRUNCATED;
 	}
-	if (st->runs < MAX_UNWIND_RUNS - 1) {
-		st->runs++;
-		bpf_tail_call(ctx, &unwinders, 0);
-		count(COUNTER_UNWIND_TAIL_CALL_ERR);
-	}
-	s->flags |= SAMPLE_USER_TRUNCATED;
-out:
 	send_sample(s);
 	return 0;
 }
 
+// Two builds of the unwinder: the loader installs the first where the kernel
+// has bpf_find_vma (5.17+), the second elsewhere; only one is loaded.
+SEC("perf_event")
+int unwind_user(struct bpf_perf_event_data *ctx)
+{
+	return unwind_run(ctx, true);
+}
+
+SEC("perf_event")
+int unwind_user_unchecked(struct bpf_perf_event_data *ctx)
+{
+	return unwind_run(ctx, false);
+}
 static __always_inline void task_event(__u32 type, struct task_struct *task)
 {
 	struct task_record *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
@@ -442,9 +595,29 @@ static __always_inline void task_event(__u32 type, struct task_struct *task)
 	count(COUNTER_TASK_EVENTS_SENT);
 }
 
+// forget_task drops what was decided for the process: a new image or a
+// reused PID is prepared and filtered anew.
+static __always_inline void forget_task(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&known_pids, &tgid);
+	bpf_map_delete_elem(&pid_filter, &tgid);
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
 {
+	forget_task(task);
+	// Costs are per image: what the forked copy cost is not the new program's.
+	__u32 pid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&pid_costs, &pid);
+	if (filter_pending_ns) {
+		// Not sampled until user space has filtered the new image, so an
+		// excluded program costs nothing from its first instruction.
+		__u32 tgid = BPF_CORE_READ(task, tgid);
+		__u64 until = bpf_ktime_get_ns() + filter_pending_ns;
+		bpf_map_update_elem(&pid_filter, &tgid, &until, BPF_ANY);
+	}
 	task_event(RECORD_EXEC, task);
 	return 0;
 }
@@ -455,6 +628,9 @@ int BPF_PROG(on_exit, struct task_struct *task)
 	// One record per process, not per thread: only the group leader counts.
 	if (BPF_CORE_READ(task, pid) != BPF_CORE_READ(task, tgid))
 		return 0;
+	forget_task(task);
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&pid_costs, &tgid);
 	task_event(RECORD_EXIT, task);
 	return 0;
 }

@@ -72,17 +72,37 @@ struct mapping_key {
 	__u64 addr_be;
 };
 
-// mapping_info says how to unwind in one mapping: row pc = addr - bias.
-// table_id 0 means no table (yet): walk frame pointers.
+// mapping_info says how to unwind in one mapping, [start, end): row pc =
+// addr - bias; table_id 0 means no table (yet): walk frame pointers. It also
+// names the mapped file, so frames leave as (file, offset): file is user
+// space's handle for the file (0: none), offset = addr - file_bias. inode is
+// the file's, checked against the live mapping where the kernel allows, so a
+// stale entry (dlclose, exec) is never trusted.
 struct mapping_info {
+	__u64 start;
+	__u64 end;
 	__u64 bias;
+	__u64 file_bias;
+	__u64 inode;
 	__u32 table_id;
 	__u32 rows;
+	__u32 file;
+	__u32 pad;
+};
+
+// pid_stats counts, per process, what sampling it cost: samples sent,
+// samples dropped by the filters before any work, and user frames unwound.
+struct pid_stats {
+	__u64 samples;
+	__u64 filtered;
+	__u64 frames;
 };
 
 // sample_record is one on-CPU sample. Only the used part of stack[] is sent:
-// kernel frames first (kernel_len of them), then user frames (user_len), each
-// leaf first.
+// kernel frames first (kernel_len PCs), then user frames (user_len), each
+// leaf first. A user frame takes two words: its PC (with PC_FLAG_* bits), then
+// its file word: the file's handle in the high 32 bits and the offset in that
+// file in the low 32, or 0 when the frame's file is not known.
 struct sample_record {
 	__u32 type;
 	__u32 pid; // thread group id as the host sees it
@@ -93,7 +113,7 @@ struct sample_record {
 	__u16 kernel_len;
 	__u16 user_len;
 	__u32 flags;
-	__u64 stack[MAX_KERNEL_FRAMES + MAX_USER_FRAMES];
+	__u64 stack[MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES];
 };
 
 // task_record tells user space a process exec'd or exited, or (RECORD_UNKNOWN)
@@ -122,5 +142,9 @@ enum counter {
 	COUNTER_UNWIND_UNKNOWN_RULE, // stacks stopped at a PC without a usable rule
 	COUNTER_UNWIND_READ_ERR,     // stacks stopped because user memory was unreadable
 	COUNTER_UNWIND_TAIL_CALL_ERR, // a tail call failed: stack cut short
+	COUNTER_FILTERED,            // samples of processes the filters exclude: no work done
+	COUNTER_KTHREAD_SKIPPED,     // samples of kernel threads (include_kernel_threads off)
+	COUNTER_MAPPING_STALE,       // a mapping entry no longer matched the live mapping
+	COUNTER_VMA_CHECK_BUSY,      // the live mapping could not be checked (lock busy)
 	COUNTER_MAX,
 };

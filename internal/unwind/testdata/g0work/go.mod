@@ -1,0 +1,3 @@
+module g0work
+
+go 1.26
