@@ -130,6 +130,13 @@ func functions(frames []frame) string {
 // configure, when given, edits the configuration first.
 func startReceiver(t *testing.T, sps int, configure ...func(*collector.Config)) *consumertest.ProfilesSink {
 	t.Helper()
+	sink, _ := startReceiverWith(t, sps, configure...)
+	return sink
+}
+
+// startReceiverWith is startReceiver that also returns the receiver.
+func startReceiverWith(t *testing.T, sps int, configure ...func(*collector.Config)) (*consumertest.ProfilesSink, xreceiver.Profiles) {
+	t.Helper()
 	testutil.RequirePrivileges(t, "the sonde receiver")
 	f := collector.NewFactory().(xreceiver.Factory)
 	cfg := f.CreateDefaultConfig().(*collector.Config)
@@ -153,7 +160,7 @@ func startReceiver(t *testing.T, sps int, configure ...func(*collector.Config)) 
 			t.Errorf("Shutdown: %v", err)
 		}
 	})
-	return sink
+	return sink, rcv
 }
 
 // waitForSample polls the sink until a sample matches or the deadline passes,

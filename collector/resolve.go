@@ -224,15 +224,24 @@ func (r *resolver) namedFrame(fe *fileEntry, mapping *profile.Mapping, pc, offse
 	if fe.err != nil {
 		return f
 	}
-	if fe.info.IsGo {
-		f.Type = profile.FrameGo
-	} else if !r.native {
+	if !fe.info.IsGo && !r.native {
 		return f
 	}
 	lines, err := r.syms.Symbolize(fe.info.ID, offset)
 	if err != nil {
 		r.stats.symbolizeErrs.Add(1)
 		r.logOnce("symbolization failed", zap.String("file", fe.info.Path), zap.Error(err))
+		if fe.info.IsGo {
+			f.Type = profile.FrameGo
+		}
+		return f
+	}
+	// A Go binary built with cgo holds C code too: the pclntab, which
+	// names only the Go code, tells them apart.
+	switch {
+	case len(lines) > 0 && lines[0].Go:
+		f.Type = profile.FrameGo
+	case !r.native:
 		return f
 	}
 	f.Lines = lines

@@ -1,6 +1,7 @@
 package collector_test
 
 import (
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -16,12 +17,14 @@ import (
 // A new process is unwound by frame pointers until its tables are loaded
 // (DESIGN.md, data flow 2-3). Those warm-up samples are counted apart: the
 // share is measured from the first export after a complete sample shows the
-// tables are in, over at least n samples.
+// tables are in, over at least n samples. When no sample ever matched, bad
+// holds the last few warm-up samples instead, to show what the stacks were.
 func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, match func([]frame) bool) (complete, total, warmup int, bad []flatSample) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	read := 0
 	warm := false
+	var early []flatSample
 	for total < n && time.Now().Before(deadline) {
 		all := sink.AllProfiles()
 		for _, pd := range all[read:] {
@@ -36,6 +39,12 @@ func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, ma
 				if !wasWarm {
 					warmup += s.Count
 					warm = warm || ok
+					if !ok {
+						early = append(early, s)
+						if len(early) > 5 {
+							early = early[1:]
+						}
+					}
 					continue
 				}
 				total += s.Count
@@ -48,6 +57,9 @@ func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, ma
 		}
 		read = len(all)
 		waitForExport(sink, read, time.Until(deadline))
+	}
+	if total == 0 {
+		bad = early
 	}
 	return complete, total, warmup, bad
 }
@@ -148,6 +160,92 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 			}
 			if total < 1500 || share < 99 {
 				t.Errorf("%s: %.2f %% of %d samples complete, want at least 99 %% of at least 1500", tc.name, share, total)
+			}
+		})
+	}
+}
+
+// cgoHash matches the hash cgo puts in the names it generates
+// (_cgo_<hash>_Cfunc_f in C, main._cgoexp_<hash>_f in Go); it derives from
+// the build directory, so the expected chains name it <hash>.
+var cgoHash = regexp.MustCompile(`(_cgo_|_cgoexp_)[0-9a-f]{12}_`)
+
+// typedChain is fullChain for chains whose frames must also have the right
+// type (go or native), with cgo's hashes replaced by <hash>.
+func typedChain(frames []frame, chain []frame) bool {
+	var user []frame
+	for _, f := range frames {
+		if f.Type != "kernel" {
+			user = append(user, frame{cgoHash.ReplaceAllString(f.Function, "${1}<hash>_"), f.Type})
+		}
+	}
+	i := slices.Index(user, chain[len(chain)-1])
+	if i < 0 {
+		return false
+	}
+	k := len(chain) - 1
+	for j := i; j >= 0 && k >= 0; j, k = j-1, k-1 {
+		if user[j] != chain[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// A Go program and its C half call each other on the hot path: Go calls C
+// through cgo (runtime.cgocall switches to the thread's system stack, g0)
+// and C calls back into Go (crosscall2 and runtime.cgocallback switch back
+// to the goroutine's stack). The unwinder must cross both switches in both
+// directions, through C without frame pointers, to reach main.main.
+func TestUnwindCgo(t *testing.T) {
+	g := func(name string) frame { return frame{name, "go"} }
+	c := func(name string) frame { return frame{name, "native"} }
+	// From the callback down to main.main, leaf first, as the binary's code
+	// has it (objdump -d): each cgo call goes main._Cfunc_f ->
+	// runtime.cgocall -> runtime.asmcgocall (assembly; it switches to the
+	// system stack) -> the C wrapper _cgo_<hash>_Cfunc_f -> f. The export
+	// goes through the C wrapper goCallback -> crosscall2 ->
+	// runtime.cgocallback (back to the goroutine's stack) ->
+	// runtime.cgocallbackg (its ABI0 wrapper, which the pclntab names like
+	// the function) -> runtime.cgocallbackg -> runtime.cgocallbackg1 ->
+	// _cgoexp_<hash>_goCallback -> main.goCallback.
+	callback := []frame{
+		g("main.goInner"), g("main.goCallback"), g("_cgoexp_<hash>_goCallback"),
+		g("runtime.cgocallbackg1"), g("runtime.cgocallbackg"), g("runtime.cgocallbackg"), g("runtime.cgocallback"),
+		g("crosscall2"), c("goCallback"), c("c_middle"), c("c_outer"), c("_cgo_<hash>_Cfunc_c_outer"),
+		g("runtime.asmcgocall"), g("runtime.cgocall"), g("main._Cfunc_c_outer"), g("main.goOuter"), g("main.main"),
+	}
+	for _, tc := range []struct {
+		name  string
+		arg   string
+		chain []frame
+	}{
+		// C under Go under C under Go.
+		{name: "c-leaf", arg: "c", chain: append([]frame{
+			c("c_leaf"), c("_cgo_<hash>_Cfunc_c_leaf"),
+			g("runtime.asmcgocall"), g("runtime.cgocall"), g("main._Cfunc_c_leaf"),
+		}, callback...)},
+		// Go under C under Go.
+		{name: "go-leaf", arg: "go", chain: append([]frame{g("main.goLeaf")}, callback...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := startReceiver(t, 499)
+			bin := testutil.BuildWorkload(t, testutil.GoCgo)
+			cmd := testutil.StartWorkload(t, bin, tc.arg)
+			match := func(frames []frame) bool { return typedChain(frames, tc.chain) }
+			complete, total, warmup, bad := completeShare(t, sink, cmd.Process.Pid, 1500, match)
+			share := 100 * float64(complete) / float64(max(total, 1))
+			t.Logf("%s %s: %d of %d samples (%.2f %%) carry the full chain down to main.main with the right frame types (after %d warm-up samples before its tables were loaded)",
+				testutil.GoCgo, tc.name, complete, total, share, warmup)
+			for i, s := range bad {
+				if i == 5 {
+					break
+				}
+				t.Logf("  incomplete: %s", functions(s.Frames))
+			}
+			if total < 1500 || share < 99 {
+				t.Errorf("%s %s: %.2f %% of %d samples complete, want at least 99 %% of at least 1500; want (leaf first) %s",
+					testutil.GoCgo, tc.name, share, total, functions(tc.chain))
 			}
 		})
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/symbolize"
 	"github.com/sonde-dev/sonde/internal/unwind"
-	"github.com/sonde-dev/sonde/tracer"
 )
 
 // preparer keeps the eBPF unwinder's tables in step with processes, off the
@@ -25,12 +24,25 @@ type preparer struct {
 	work   chan prepareWork
 	// filter decides which processes are profiled; kernel enforces it.
 	filter *procFilter
-	kernel interface {
-		Filter(pid uint32, until uint64) error
-	}
+	kernel preparerKernel
 
+	queued   atomic.Uint64 // requests accepted
+	handled  atomic.Uint64 // requests handled; queued - handled are waiting
 	dropped  atomic.Uint64
 	excluded atomic.Uint64 // process images the filters excluded
+	// gone counts processes that exited before or while being prepared:
+	// whatever was set for them is forgotten. Normal for short-lived
+	// processes, so counted, not logged.
+	gone atomic.Uint64
+}
+
+// preparerKernel is what the preparer sets in the eBPF side: the
+// unwinder's tables and mappings, and the process filter. The tracer is
+// one; tests record what is set.
+type preparerKernel interface {
+	unwind.Kernel
+	Filter(pid uint32, until uint64) error
+	Unfilter(pid uint32) error
 }
 
 type prepareKind uint8
@@ -49,10 +61,11 @@ type prepareWork struct {
 
 const prepareQueue = 4096
 
-// newPreparer returns a preparer whose Loader keeps tables within budget
-// bytes and reads separate debug files' CFI from debugDirs (as the
-// symbolizer does; nil searches no host directory).
-func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms *symbolize.Symbolizer,
+// newPreparer returns a preparer that sets tables, mappings and filter
+// decisions in k (the tracer). Its Loader keeps tables within budget bytes
+// and reads separate debug files' CFI from debugDirs (as the symbolizer
+// does; nil searches no host directory).
+func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *symbolize.Symbolizer,
 	filter *procFilter, budget int64, debugDirs []string) *preparer {
 	identify := func(path string) (elfx.FileID, error) {
 		fi, err := syms.Open(path)
@@ -61,7 +74,7 @@ func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms 
 		}
 		return fi.ID, nil
 	}
-	loader := unwind.NewLoader(tr, identify, log, unwind.LoaderOptions{
+	loader := unwind.NewLoader(k, identify, log, unwind.LoaderOptions{
 		BudgetBytes: budget,
 		DebugDirs:   append([]string{}, debugDirs...),
 	})
@@ -71,7 +84,7 @@ func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms 
 		loader: loader,
 		work:   make(chan prepareWork, prepareQueue),
 		filter: filter,
-		kernel: tr,
+		kernel: k,
 	}
 }
 
@@ -79,6 +92,7 @@ func newPreparer(log *zap.Logger, tr *tracer.Tracer, procs *process.Table, syms 
 func (p *preparer) enqueue(pid int, kind prepareKind) {
 	select {
 	case p.work <- prepareWork{pid, kind}:
+		p.queued.Add(1)
 	default:
 		p.dropped.Add(1)
 	}
@@ -92,6 +106,7 @@ func (p *preparer) run(ctx context.Context) {
 			return
 		case w := <-p.work:
 			p.handle(w)
+			p.handled.Add(1)
 		}
 	}
 }
@@ -117,7 +132,9 @@ func (p *preparer) handle(w prepareWork) {
 		proc, err = p.procs.Reread(w.pid)
 	}
 	if err != nil {
-		if !errors.Is(err, process.ErrGone) {
+		if errors.Is(err, process.ErrGone) {
+			p.gone.Add(1)
+		} else {
 			p.log.Debug("cannot prepare unwinding", zap.Int("pid", w.pid), zap.Error(err))
 		}
 		_ = p.loader.Forget(w.pid)
@@ -128,6 +145,15 @@ func (p *preparer) handle(w prepareWork) {
 		if err := p.kernel.Filter(uint32(w.pid), d.kernelUntil()); err != nil {
 			p.log.Debug("cannot set the process filter", zap.Int("pid", w.pid), zap.Error(err))
 		}
+		// The kernel clears a decision when the process exits; one set
+		// after that (a cached Process that has exited since) would stay.
+		if err := proc.Alive(); errors.Is(err, process.ErrGone) {
+			p.gone.Add(1)
+			p.filter.forget(w.pid)
+			_ = p.kernel.Unfilter(uint32(w.pid))
+			_ = p.loader.Forget(w.pid)
+			return
+		}
 		if d.excluded {
 			p.excluded.Add(1)
 			_ = p.loader.Forget(w.pid)
@@ -137,7 +163,12 @@ func (p *preparer) handle(w prepareWork) {
 	if w.kind == prepareFilter {
 		return
 	}
-	if err := p.loader.Prepare(proc); err != nil {
+	// A Process from the table's cache may have exited since: Prepare then
+	// sets nothing and forgets the pid.
+	switch err := p.loader.Prepare(proc); {
+	case errors.Is(err, process.ErrGone):
+		p.gone.Add(1)
+	case err != nil:
 		p.log.Debug("preparing unwinding failed", zap.Int("pid", w.pid), zap.Error(err))
 	}
 }

@@ -147,6 +147,31 @@ func (t *Tracer) ForgetProcess(pid uint32, old []Mapping) error {
 	return err
 }
 
+// ProcessEntries counts, by pid, the entries the unwinder's per-process
+// maps hold: one for a prepared pid (known_pids) and one per block of its
+// mappings. It walks both maps, for tests and diagnostics.
+func (t *Tracer) ProcessEntries() (map[uint32]int, error) {
+	n := map[uint32]int{}
+	var pid uint32
+	keys := t.objs.KnownPids.Iterate()
+	for v := uint32(0); keys.Next(&pid, &v); {
+		n[pid]++
+	}
+	if err := keys.Err(); err != nil {
+		return nil, fmt.Errorf("known pids: %w", err)
+	}
+	var k support.SondeMappingKey
+	var info support.SondeMappingInfo
+	blocks := t.objs.Mappings.Iterate()
+	for blocks.Next(&k, &info) {
+		n[k.Pid]++
+	}
+	if err := blocks.Err(); err != nil {
+		return nil, fmt.Errorf("mappings: %w", err)
+	}
+	return n, nil
+}
+
 // mappingKeys splits [start, end) into the aligned power-of-two blocks an
 // LPM trie can hold, each as a key (pid, block start) with its prefix length.
 func mappingKeys(pid uint32, start, end uint64) []support.SondeMappingKey {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/sonde-dev/sonde/support"
 )
 
@@ -111,5 +113,39 @@ func TestLoadTable(t *testing.T) {
 	}
 	if err := tr.UnloadTable(1); err != nil {
 		t.Errorf("second UnloadTable = %v, want nil", err)
+	}
+}
+
+// ProcessEntries counts a prepared pid once and each block of its mappings
+// once; a forgotten pid has none.
+func TestProcessEntries(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1})
+	ms := map[uint32][]Mapping{
+		4242: {{Start: 0x400000, End: 0x401234, Table: 3, Rows: 10}},
+		4343: {{Start: 0x7f1200003000, End: 0x7f1200187000, Table: 5, Rows: 30}, {Start: 0x7f1300000000, End: 0x7f1300001000}},
+	}
+	want := map[uint32]int{}
+	for pid, m := range ms {
+		if err := tr.SetMappings(pid, nil, m); err != nil {
+			t.Fatal(err)
+		}
+		want[pid] = 1
+		for _, mm := range m {
+			want[pid] += len(mappingKeys(pid, mm.Start, mm.End))
+		}
+	}
+	got, err := tr.ProcessEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ProcessEntries (-want +got):\n%s", diff)
+	}
+	if err := tr.ForgetProcess(4242, ms[4242]); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, 4242)
+	if got, err = tr.ProcessEntries(); err != nil || !cmp.Equal(want, got) {
+		t.Errorf("after forgetting 4242: %v, %v; want %v", got, err, want)
 	}
 }

@@ -64,3 +64,57 @@ func TestSPDeltasAgreesWithSPDelta(t *testing.T) {
 		t.Errorf("%d of %d functions undecodable", unknown, funcs)
 	}
 }
+
+// Funcs lists every function once, in address order, with the ranges
+// FuncRange finds and the flags the runtime's assembly declares: the
+// functions that switch stacks write SP, the outermost frames are top
+// frames, and compiled Go code has neither flag.
+func TestFuncsFlags(t *testing.T) {
+	tab := openELF(t, goToolBinary(t))
+	byName := map[string]Func{}
+	var n int
+	var prevEnd uint64
+	err := tab.Funcs(func(f Func) bool {
+		n++
+		name := tab.FuncName(f)
+		if f.Entry < prevEnd || f.End <= f.Entry {
+			t.Fatalf("function %s at %#x-%#x after one ending at %#x", name, f.Entry, f.End, prevEnd)
+		}
+		prevEnd = f.End
+		if start, end, ok := tab.FuncRange(f.Entry); !ok || start != f.Entry || end != f.End {
+			t.Fatalf("Funcs: %s at %#x-%#x; FuncRange: %#x-%#x, %v", name, f.Entry, f.End, start, end, ok)
+		}
+		if _, dup := byName[name]; !dup {
+			byName[name] = f
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != tab.NumFuncs() {
+		t.Errorf("Funcs yielded %d functions, the table has %d", n, tab.NumFuncs())
+	}
+	for _, tc := range []struct {
+		name string
+		want FuncFlag
+	}{
+		// runtime/asm_amd64.s: each moves SP to another stack.
+		{"runtime.systemstack", FlagSPWrite | FlagAsm},
+		{"runtime.mcall", FlagSPWrite | FlagAsm},
+		{"runtime.asmcgocall", FlagSPWrite | FlagAsm},
+		// TOPFRAME in its TEXT line.
+		{"runtime.goexit", FlagTopFrame | FlagAsm},
+		{"runtime.main", 0},
+		{"main.main", 0},
+	} {
+		f, ok := byName[tc.name]
+		if !ok {
+			t.Errorf("%s: not in the table", tc.name)
+			continue
+		}
+		if f.Flag != tc.want {
+			t.Errorf("%s: flags %03b, want %03b", tc.name, f.Flag, tc.want)
+		}
+	}
+}

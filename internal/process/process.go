@@ -117,6 +117,27 @@ func (p *Process) FilePath(m Mapping) string {
 	return p.Root() + m.Path
 }
 
+// Alive returns nil while p still runs: its pid exists with p's start time
+// (not reused) and its leader, or another of its threads, has not exited.
+// Otherwise the error matches ErrGone.
+func (p *Process) Alive() error {
+	r := reader{procfs: p.procfs}
+	dir := r.dir(p.PID)
+	st, err := r.stat(dir)
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", p.PID, err)
+	}
+	if st.StartTime != p.StartTime {
+		return fmt.Errorf("pid %d: %w: reused (start time %d, was %d)", p.PID, ErrGone, st.StartTime, p.StartTime)
+	}
+	if st.dead() || st.Flags&pfExiting != 0 {
+		if _, err := liveThread(dir, p.PID); err != nil {
+			return fmt.Errorf("pid %d: %w", p.PID, err)
+		}
+	}
+	return nil
+}
+
 // ThreadName returns the name (comm) of thread tid of process pid, read from
 // <procfs>/PID/task/TID/comm. The error matches ErrGone when the thread is
 // gone.

@@ -354,3 +354,32 @@ func TestRealScan(t *testing.T) {
 		}
 	}
 }
+
+// A real process is alive until it exits: as a zombie, and once reaped, it
+// is gone.
+func TestRealAlive(t *testing.T) {
+	bin := buildSleeper(t)
+	s := startSleeper(t, bin, "sonde-worker")
+	p, err := NewTable("", nil, Options{}).Get(s.pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Alive(); err != nil {
+		t.Fatalf("running: Alive() = %v", err)
+	}
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped yet: a zombie once the kernel is done with it.
+	var si unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, s.pid, &si, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Alive(); !errors.Is(err, ErrGone) {
+		t.Errorf("zombie: Alive() = %v, want ErrGone", err)
+	}
+	s.cmd.Wait()
+	if err := p.Alive(); !errors.Is(err, ErrGone) {
+		t.Errorf("reaped: Alive() = %v, want ErrGone", err)
+	}
+}

@@ -807,3 +807,51 @@ func TestTableConcurrent(t *testing.T) {
 		t.Errorf("Len() = %d, above MaxProcesses %d", tab.Len(), n/2)
 	}
 }
+
+// Alive tells a running process from one that exited (or whose pid now
+// belongs to another process) since it was read.
+func TestProcessAlive(t *testing.T) {
+	base := fakeProc{pid: 100, comm: "app", start: 500, exe: "/bin/app", maps: mapsText(textInit),
+		threads: map[int]string{101: "worker"}}
+	tests := []struct {
+		name  string
+		alive bool
+		setup func(fs *fakeProcfs)
+	}{
+		{"running", true, func(fs *fakeProcfs) {}},
+		{"leader exited, a thread runs on", true, func(fs *fakeProcfs) {
+			fs.write(100, "stat", statLine(100, "app", 'Z', 1, 0, 500))
+		}},
+		{"reaped", false, func(fs *fakeProcfs) { fs.remove(100, "") }},
+		{"zombie", false, func(fs *fakeProcfs) {
+			fs.write(100, "stat", statLine(100, "app", 'Z', 1, 0, 500))
+			fs.write(100, "task/101/stat", statLine(101, "worker", 'X', 1, 0, 500))
+		}},
+		{"exiting", false, func(fs *fakeProcfs) {
+			fs.write(100, "stat", statLine(100, "app", 'R', 1, pfExiting, 500))
+			fs.remove(100, "task/101")
+		}},
+		{"pid reused", false, func(fs *fakeProcfs) {
+			fs.add(fakeProc{pid: 100, comm: "other", start: 900, exe: "/bin/other", maps: mapsText(textInit)})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFakeProcfs(t)
+			fs.add(base)
+			tab, _ := newTestTable(t, fs, Options{})
+			p, err := tab.Get(100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.setup(fs)
+			err = p.Alive()
+			if tt.alive && err != nil {
+				t.Errorf("Alive() = %v, want nil", err)
+			}
+			if !tt.alive && !errors.Is(err, ErrGone) {
+				t.Errorf("Alive() = %v, want ErrGone", err)
+			}
+		})
+	}
+}

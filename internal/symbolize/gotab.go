@@ -134,7 +134,7 @@ func (g *goTable) frames(pc uint64) []Frame {
 	}
 	out := make([]Frame, len(raw))
 	for i, r := range raw {
-		out[i] = Frame{Function: strings.Clone(r.Function)}
+		out[i] = Frame{Function: strings.Clone(r.Function), Go: true}
 		if r.Line > 0 {
 			out[i].File, out[i].Line = strings.Clone(r.File), r.Line
 		}
@@ -152,5 +152,5 @@ func (g *goTable) legacyFrames(pc uint64) (frames []Frame) {
 	if fn == nil {
 		return nil
 	}
-	return []Frame{{Function: fn.Name, File: file, Line: int64(line)}}
+	return []Frame{{Function: fn.Name, File: file, Line: int64(line), Go: true}}
 }

@@ -3,6 +3,7 @@ package symbolize
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -116,7 +117,7 @@ func TestSymbolizeGoInline(t *testing.T) {
 			if len(f) != 3 || err != nil || len(stacks) == 0 {
 				t.Fatalf("fixture line %q", line)
 			}
-			stacks[len(stacks)-1].frames = append(stacks[len(stacks)-1].frames, Frame{Function: f[0], File: f[1], Line: n})
+			stacks[len(stacks)-1].frames = append(stacks[len(stacks)-1].frames, Frame{Function: f[0], File: f[1], Line: n, Go: true})
 		}
 	}
 	s := New(zaptest.NewLogger(t), Options{})
@@ -139,5 +140,50 @@ func TestSymbolizeGoInline(t *testing.T) {
 	}
 	if inlined < 4 {
 		t.Fatalf("fixture gave %d frames with inlined calls, want >= 4", inlined)
+	}
+}
+
+// A Go binary built with cgo holds C code too. The pclntab names only the
+// Go code, so the frames it names say Go and the C functions' do not.
+func TestCgoFramesGoOrNative(t *testing.T) {
+	bin := testutil.BuildWorkload(t, testutil.GoCgo)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := f.Symbols()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(zaptest.NewLogger(t), Options{})
+	info, err := s.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.IsGo {
+		t.Fatalf("%s: IsGo false", bin)
+	}
+	want := map[string]bool{ // ELF symbol -> Go code
+		"main.goInner": true, "runtime.cgocall": true, "crosscall2": true, "runtime.asmcgocall.abi0": true,
+		"c_leaf": false, "c_middle": false, "goCallback": false,
+	}
+	for _, sym := range syms {
+		isGo, ok := want[sym.Name]
+		if !ok || elf.ST_TYPE(sym.Info) != elf.STT_FUNC {
+			continue
+		}
+		delete(want, sym.Name)
+		frames, err := s.Symbolize(info.ID, vaddrToOffset(t, bin, sym.Value+1))
+		if err != nil || len(frames) == 0 {
+			t.Errorf("%s: %v, %v", sym.Name, frames, err)
+			continue
+		}
+		if frames[0].Go != isGo || strings.TrimSuffix(sym.Name, ".abi0") != frames[0].Function {
+			t.Errorf("%s: named %q with Go %v, want Go %v", sym.Name, frames[0].Function, frames[0].Go, isGo)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("symbols not in %s: %v", bin, want)
 	}
 }

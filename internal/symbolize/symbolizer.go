@@ -24,6 +24,9 @@ type Frame struct {
 	SystemName string // raw symbol name as in the binary (mangled), "" if same as Function
 	File       string
 	Line       int64
+	// Go: named by the Go pclntab, so Go code. In a cgo binary (IsGo) the
+	// C half is named from ELF symbols and DWARF and is not Go.
+	Go bool
 }
 
 // FileInfo identifies an ELF file. It is shared by every caller that opens
@@ -33,7 +36,7 @@ type FileInfo struct {
 	Path       string // the path it was opened by
 	GNUBuildID string
 	GoBuildID  string
-	IsGo       bool // has a .gopclntab: frames are Go frames
+	IsGo       bool // has a .gopclntab: Go code (and, with cgo, C code: see Frame.Go)
 }
 
 // Options bounds the Symbolizer's memory. Zero fields take the defaults.

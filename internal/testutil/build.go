@@ -39,13 +39,27 @@ func BuildCXX(tb testing.TB, name string, flags []string, sources ...string) str
 // directory and returns its path. flags are extra `go build` flags.
 func BuildGo(tb testing.TB, name, dir string, flags ...string) string {
 	tb.Helper()
+	// Fixtures are pure Go so the binary does not depend on the host's cgo setup.
+	return buildGo(tb, name, dir, []string{"CGO_ENABLED=0"}, flags)
+}
+
+// BuildCgo builds the Go main package in dir, which uses cgo, with the
+// system C compiler; cflags replace cgo's default C flags (CGO_CFLAGS),
+// so they decide how the C half is compiled.
+func BuildCgo(tb testing.TB, name, dir string, cflags []string, flags ...string) string {
+	tb.Helper()
+	RequireTool(tb, "cc")
+	return buildGo(tb, name, dir, []string{"CGO_ENABLED=1", "CC=cc", "CGO_CFLAGS=" + strings.Join(cflags, " ")}, flags)
+}
+
+func buildGo(tb testing.TB, name, dir string, env, flags []string) string {
+	tb.Helper()
 	out := filepath.Join(tb.TempDir(), name)
 	args := append([]string{"build", "-o", out}, flags...)
 	args = append(args, ".")
 	cmd := exec.Command(goTool(), args...)
 	cmd.Dir = dir
-	// Fixtures are pure Go so the binary does not depend on the host's cgo setup.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), env...)
 	run(tb, cmd)
 	return out
 }

@@ -59,6 +59,12 @@ const (
 	// CChainStripped: CChainNoFP with .symtab stripped; names come from
 	// .dynsym (-rdynamic), frames from .eh_frame.
 	CChainStripped = "cchain-stripped"
+	// GoCgo: Go and C (cgo, the C half without frame pointers) calling each
+	// other: main.main -> main.goOuter -> (cgo) c_outer -> c_middle ->
+	// (export) main.goCallback -> main.goInner -> a leaf that burns CPU:
+	// the C function c_leaf, through cgo again, or with the argument "go"
+	// the Go function main.goLeaf.
+	GoCgo = "gocgo"
 	// Threads: C: a thread named argv[1] burns CPU (spin -> burn) while the
 	// main thread waits in pthread_join.
 	Threads = "threads"
@@ -97,6 +103,8 @@ func BuildWorkload(tb testing.TB, name string) string {
 		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, strings.TrimSuffix(name, ".so")+".c"))
 	case GoChain, GoLeaf:
 		return BuildGo(tb, name, filepath.Join(dir, name))
+	case GoCgo:
+		return BuildCgo(tb, name, filepath.Join(dir, name), noFramePointers)
 	}
 	tb.Fatalf("unknown workload %q", name)
 	return ""

@@ -51,12 +51,16 @@ func (x funcIndex) name(pc uint64) string {
 }
 
 // The eBPF unwinder, with the Loader's table of a Go binary, ends the
-// stacks of the runtime's system stack at the switch that led there
-// (runtime.mcall, runtime.systemstack) or at the thread's start
-// (runtime.mstart), and calls them complete; no frame lies past an end.
+// stacks of the runtime's system stack at the switch that led there for
+// good (runtime.mcall) or at the thread's start (runtime.mstart), and
+// calls them complete; no frame lies past an end. It crosses the calls on
+// the system stack (runtime.systemstack, runtime.asmcgocall) back to the
+// goroutine's stack: none is ever the outermost frame, and the stacks
+// through them reach a bottom, complete.
 func TestUnwinderEndsGoStacks(t *testing.T) {
 	testutil.RequirePrivileges(t, "sampling with the eBPF unwinder")
-	ends := stackEndSymbols(t)
+	ends := stackEndSymbols(t, stackBottomSwitches...)
+	crossings := map[string]bool{"runtime.systemstack.abi0": true, "runtime.asmcgocall.abi0": true}
 	bin := testutil.BuildGo(t, "g0work", filepath.Join("testdata", "g0work"))
 	idx := newFuncIndex(t, bin)
 
@@ -92,12 +96,13 @@ func TestUnwinderEndsGoStacks(t *testing.T) {
 	}
 	defer l.Forget(p.PID)
 
-	// Enough samples that ended on the system stack, or the deadline.
+	// Enough samples that ended on the system stack, and that crossed from
+	// it to the goroutine's stack, or the deadline.
 	const want = 20
 	endedAt, elsewhere := map[string]int{}, map[string]int{}
-	systemEnds, checked := 0, 0
+	systemEnds, crossed, checked := 0, 0, 0
 	deadline := time.After(30 * time.Second)
-	for systemEnds < want {
+	for systemEnds < want || crossed < want {
 		var rec tracer.Record
 		select {
 		case r, ok := <-recs:
@@ -106,8 +111,8 @@ func TestUnwinderEndsGoStacks(t *testing.T) {
 			}
 			rec = r
 		case <-deadline:
-			t.Fatalf("after %d samples of the workload, %d ended on the system stack (by end function: %v), want %d",
-				checked, systemEnds, endedAt, want)
+			t.Fatalf("after %d samples of the workload, %d ended on the system stack (by end function: %v), %d crossed from it to a goroutine's bottom; want %d of each",
+				checked, systemEnds, endedAt, crossed, want)
 		}
 		if rec.PID != uint32(p.PID) || len(rec.User) == 0 || slices.ContainsFunc(rec.UserFlags, func(f tracer.FrameFlags) bool { return f&tracer.FrameFromFramePointer != 0 }) {
 			continue // another process, or not unwound by the tables
@@ -126,6 +131,9 @@ func TestUnwinderEndsGoStacks(t *testing.T) {
 			}
 		}
 		last := names[len(names)-1]
+		if crossings[last] {
+			t.Errorf("stack ends in %s, which the unwinder crosses: %v", last, names)
+		}
 		if !ends[last] {
 			// Stopped elsewhere (the vDSO, a read error): not this
 			// test's business, but shown.
@@ -137,9 +145,13 @@ func TestUnwinderEndsGoStacks(t *testing.T) {
 		}
 		endedAt[last]++
 		switch last {
-		case "runtime.mcall", "runtime.systemstack.abi0", "runtime.mstart.abi0":
+		case "runtime.mcall", "runtime.mstart.abi0":
 			systemEnds++
 		}
+		if slices.Contains(names, "runtime.systemstack.abi0") {
+			crossed++
+		}
 	}
-	t.Logf("%d samples unwound by tables; complete stacks by end function: %v; other outermost frames: %v", checked, endedAt, elsewhere)
+	t.Logf("%d samples unwound by tables; complete stacks by end function: %v; %d crossed runtime.systemstack to the bottom; other outermost frames: %v",
+		checked, endedAt, crossed, elsewhere)
 }

@@ -1,6 +1,7 @@
 package unwind
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -21,49 +22,193 @@ const maxGoRows = 1 << 22
 // Where a stack ends for the unwinder the rows are CFAEnd: in the
 // functions the runtime flags as top frames (runtime.goexit at the bottom of
 // every goroutine, runtime.mstart at the bottom of a thread's system stack,
-// runtime.rt0_go, runtime.sigtramp), and in the runtime's switches to the
-// system stack (runtime.mcall, runtime.morestack, runtime.systemstack,
-// runtime.asmcgocall). Below such a switch lies no return address: the
-// caller's state is in the goroutine's g.sched, out of the unwinder's
-// reach, and the pcsp table does not describe the new stack pointer.
-func FromGo(t *pclntab.Table) (*Table, error) {
-	ends, err := stackEnds(t)
+// runtime.rt0_go, runtime.sigtramp), and in the switches to the system stack
+// that leave no way back (stackBottoms).
+//
+// FromGo sees only the table; fromFile also reads the code of the
+// assembly functions, whose frames the deltas do not fully describe: only
+// those with the frame-pointer prologue save RBP, and in those that also
+// switch stacks (runtime.asmcgocall, runtime.cgocallback,
+// runtime.systemstack) the CFA is RBP+16 after it, so the unwinder crosses
+// between a goroutine's stack and the system stack both ways. Without the
+// code runtime.systemstack and runtime.asmcgocall end the stack
+// (systemStackCalls).
+func FromGo(t *pclntab.Table) (*Table, error) { return fromGo(t, nil) }
+
+// stackBottoms are the runtime's switches to the system stack below which
+// the unwinder finds no caller: runtime.mcall clears RBP and never returns
+// to its caller, runtime.morestack leaves its caller's state in g.sched,
+// out of the unwinder's reach. They are named, not matched by FuncID: the
+// linker gives them their FuncID by these very names, but the numbering
+// changes between Go releases. Each must also carry FlagSPWrite, the
+// linker's finding that it writes SP.
+var stackBottoms = map[string]bool{
+	"runtime.mcall":     true,
+	"runtime.morestack": true,
+}
+
+// systemStackCalls are the runtime's calls of a function on the system
+// stack. With the frame-pointer prologue they keep RBP on their frame on
+// the goroutine's stack, and the unwinder crosses back there; where their
+// code is unknown or lacks the prologue they end the stack as stackBottoms
+// do. As stackBottoms, they must carry FlagSPWrite.
+var systemStackCalls = map[string]bool{
+	"runtime.systemstack": true,
+	"runtime.asmcgocall":  true,
+}
+
+// goFunc is a function whose rows its SP deltas alone do not give: a
+// stack end, or an assembly function whose code is known.
+type goFunc struct {
+	pclntab.Func
+	// stackEnd: the stack ends anywhere in it (CFAEnd).
+	stackEnd bool
+	// switches: it moves SP to another stack (the runtime's cgo calls and
+	// callbacks, systemstack, vDSO calls on the system stack). Its SP
+	// deltas stop saying where its frame is once it does, but RBP still
+	// points at the frame its prologue opened: from there on the CFA is
+	// RBP+16.
+	switches bool
+	// systemCall: one of systemStackCalls, which ends the stack unless it
+	// has the frame-pointer prologue.
+	systemCall bool
+}
+
+// spRange is one range of a function's SP-delta table.
+type spRange struct {
+	start, stop uint64
+	delta       int32
+}
+
+// fpPrologue is the frame-pointer prologue the Go assembler writes in a
+// function with a frame, after the stack-split check if any: push %rbp
+// (55); mov %rsp,%rbp (48 89 e5).
+var fpPrologue = []byte{0x55, 0x48, 0x89, 0xe5}
+
+// asmRows appends to add the rows of the assembly function g from its SP
+// ranges and its code. The push of RBP is the first instruction that moves
+// SP, so the prologue, if any, starts one byte before the first range with
+// a delta; from its end RBP points at the frame. Without it the function
+// never saves RBP: RBP stays the caller's.
+func asmRows(g *goFunc, ranges []spRange, code codeReader, add func(Row)) error {
+	var push uint64 // the prologue's push %rbp; 0: none
+	for _, r := range ranges {
+		if r.delta == 0 {
+			continue
+		}
+		if r.delta == 8 && r.start > g.Entry {
+			b := make([]byte, len(fpPrologue))
+			if err := code(r.start-1, b); err != nil {
+				return err
+			}
+			if bytes.Equal(b, fpPrologue) {
+				push = r.start - 1
+			}
+		}
+		break
+	}
+	if g.systemCall && push == 0 {
+		add(Row{PC: ranges[0].start, CFA: CFAEnd})
+		return nil
+	}
+	set := push + uint64(len(fpPrologue)) // RBP points at the frame from here
+	row := func(pc uint64, delta int32) Row {
+		r := Row{PC: pc}
+		switch {
+		case delta < 0:
+			// CFAUnknown
+		case g.switches && push != 0 && delta >= 8 && pc >= set:
+			r.CFA, r.CFAOffset, r.FP, r.FPOffset = CFAFP, 16, FPOffset, -16
+		default:
+			r.CFA, r.CFAOffset = CFASP, delta+8
+			if push != 0 && delta >= 8 && pc > push {
+				r.FP, r.FPOffset = FPOffset, -16
+			}
+		}
+		return r
+	}
+	for _, r := range ranges {
+		if g.switches && push != 0 && r.start < set && r.stop > set {
+			// The range holding the end of the prologue splits there.
+			add(row(r.start, r.delta))
+			r.start = set
+		}
+		add(row(r.start, r.delta))
+	}
+	return nil
+}
+
+// codeReader reads len(b) bytes of code at virtual address addr.
+type codeReader func(addr uint64, b []byte) error
+
+// fromGo is FromGo with the code of the binary read by code (nil: unknown).
+func fromGo(t *pclntab.Table, code codeReader) (*Table, error) {
+	funcs, err := goFuncs(t, code)
 	if err != nil {
 		return nil, err
 	}
 	var rows []Row
 	var end uint64
 	var st Stats
+	add := func(r Row) {
+		if r.CFA == CFAUnknown {
+			st.Unknown++
+		}
+		if n := len(rows); n > 0 && rows[n-1].sameRule(r) {
+			return // equal neighbours merge
+		}
+		rows = append(rows, r)
+	}
+	// The ranges of the special function funcs[0], held until it ends.
+	var held []spRange
+	var codeErr error
+	flush := func() bool {
+		if len(held) == 0 {
+			return true
+		}
+		g := &funcs[0]
+		if g.stackEnd {
+			add(Row{PC: held[0].start, CFA: CFAEnd})
+		} else if err := asmRows(g, held, code, add); err != nil {
+			codeErr = fmt.Errorf("go tables: code of %s: %w", t.FuncName(g.Func), err)
+			return false
+		}
+		held = held[:0]
+		return true
+	}
 	err = t.SPDeltas(func(start, stop uint64, delta int32) bool {
-		for len(ends) > 0 && ends[0].end <= start {
-			ends = ends[1:]
+		for len(funcs) > 0 && funcs[0].End <= start {
+			if !flush() {
+				return false
+			}
+			funcs = funcs[1:]
+		}
+		end = stop
+		if len(funcs) > 0 && funcs[0].Entry <= start {
+			held = append(held, spRange{start, stop, delta})
+			return true
 		}
 		r := Row{PC: start}
-		if len(ends) > 0 && ends[0].start <= start {
-			r.CFA = CFAEnd
-		} else if delta >= 0 {
+		if delta >= 0 {
 			r.CFA, r.CFAOffset = CFASP, delta+8
 			if delta >= 8 {
 				r.FP, r.FPOffset = FPOffset, -16
 			}
-		} else {
-			st.Unknown++
 		}
-		if n := len(rows); n > 0 && rows[n-1].sameRule(r) {
-			// Equal neighbours merge.
-		} else {
-			rows = append(rows, r)
-		}
-		end = stop
+		add(r)
 		return len(rows) < maxGoRows
 	})
-	if err != nil {
+	if err == nil && len(funcs) > 0 {
+		flush()
+	}
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if len(rows) == 0 {
+	case codeErr != nil:
+		return nil, codeErr
+	case len(rows) == 0:
 		return nil, ErrNoCFI
-	}
-	if len(rows) >= maxGoRows {
+	case len(rows) >= maxGoRows:
 		return nil, fmt.Errorf("go tables: more than %d rows", maxGoRows)
 	}
 	rows = append(rows, Row{PC: end})
@@ -71,35 +216,52 @@ func FromGo(t *pclntab.Table) (*Table, error) {
 	return &Table{Rows: rows, Stats: st}, nil
 }
 
-// systemStackSwitches are the runtime functions that move to the system
-// (g0) stack and call a function there; as callers on that stack they are
-// its outermost frame. They are named, not matched by FuncID: the linker
-// gives them their FuncID by these very names, but the numbering changes
-// between Go releases. Each must also carry FlagSPWrite, the linker's
-// finding that it writes SP.
-var systemStackSwitches = map[string]bool{
-	"runtime.mcall":       true,
-	"runtime.morestack":   true,
-	"runtime.systemstack": true,
-	"runtime.asmcgocall":  true,
-}
-
-// pcRange is the address range [start, end).
-type pcRange struct{ start, end uint64 }
-
-// stackEnds returns, in address order, the ranges of the functions at
-// which the unwinder ends a Go stack: those flagged FlagTopFrame, and the
-// switches to the system stack.
-func stackEnds(t *pclntab.Table) ([]pcRange, error) {
-	var ends []pcRange
+// goFuncs returns, in address order, the functions of t whose rows their
+// SP deltas alone do not give: the stack ends, and when code is known the
+// assembly functions.
+func goFuncs(t *pclntab.Table, code codeReader) ([]goFunc, error) {
+	var out []goFunc
 	err := t.Funcs(func(f pclntab.Func) bool {
-		if f.Flag&pclntab.FlagTopFrame != 0 ||
-			f.Flag&pclntab.FlagSPWrite != 0 && systemStackSwitches[t.FuncName(f)] {
-			ends = append(ends, pcRange{f.Entry, f.End})
+		spWrite := f.Flag&pclntab.FlagSPWrite != 0
+		var name string
+		if spWrite {
+			name = t.FuncName(f)
 		}
+		g := goFunc{Func: f, switches: spWrite, systemCall: systemStackCalls[name]}
+		switch {
+		case f.Flag&pclntab.FlagTopFrame != 0 || stackBottoms[name]:
+			g.stackEnd = true
+		case f.Flag&pclntab.FlagAsm != 0 && code != nil:
+		case g.systemCall:
+			g.stackEnd = true // without the code, its prologue is unknown
+		default:
+			return true
+		}
+		out = append(out, g)
 		return true
 	})
-	return ends, err
+	return out, err
+}
+
+// elfCode returns the reader of f's loaded code; nil where the prologue
+// this package recognizes is not x86-64's.
+func elfCode(f *elf.File) codeReader {
+	if f.Machine != elf.EM_X86_64 {
+		return nil
+	}
+	return func(addr uint64, b []byte) error { return readCode(f, addr, b) }
+}
+
+// readCode reads len(b) bytes at virtual address addr of f's loaded code.
+func readCode(f *elf.File, addr uint64, b []byte) error {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 || addr < p.Vaddr || addr-p.Vaddr+uint64(len(b)) > p.Filesz {
+			continue
+		}
+		_, err := p.ReadAt(b, int64(addr-p.Vaddr))
+		return err
+	}
+	return fmt.Errorf("address %#x is outside the file's code", addr)
 }
 
 // fromFile builds the table of an ELF file: from the pclntab for Go code
@@ -115,7 +277,7 @@ func fromFile(f, debug *elf.File) (*Table, error) {
 	if err != nil {
 		return cfi, cfiErr
 	}
-	gt, err := FromGo(pt)
+	gt, err := fromGo(pt, elfCode(f))
 	if err != nil {
 		return cfi, cfiErr
 	}

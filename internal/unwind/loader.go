@@ -4,7 +4,9 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
+	"syscall"
 
 	"go.uber.org/zap"
 
@@ -141,6 +143,10 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 // Prepare loads the tables of every executable file p maps and sets p's
 // mappings in the kernel, replacing what was set for it before. A file that
 // cannot be used leaves its mapping to the frame-pointer walk.
+//
+// A process that is gone by the time its files are read (it exited, or its
+// pid was reused) gets nothing set: what was set for it before is
+// forgotten, and the error matches process.ErrGone.
 func (l *Loader) Prepare(p *process.Process) error {
 	var next []procMapping
 	for _, m := range p.Mappings {
@@ -162,6 +168,12 @@ func (l *Loader) Prepare(p *process.Process) error {
 			}
 		}
 		next = append(next, pm)
+	}
+	// Its files vanish with the process: mappings set now would outlive it
+	// if its exit was already handled, or its exit record lost. One that
+	// exits after this check is forgotten on its exit.
+	if err := p.Alive(); errors.Is(err, process.ErrGone) {
+		return errors.Join(fmt.Errorf("prepare unwinding: %w", err), l.Forget(p.PID))
 	}
 
 	l.mu.Lock()
@@ -256,6 +268,12 @@ func (l *Loader) file(path string) *loadedFile {
 	l.mu.Unlock()
 
 	lf, rows := buildFile(path, l.debug, l.log)
+	if vanished(lf.err) {
+		// The path went away with its process between identify and
+		// here: nothing is wrong with the file, so it is not recorded as
+		// unusable for the next process that maps it.
+		return lf
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if existing, ok := l.files[id]; ok {
@@ -287,6 +305,12 @@ func (l *Loader) file(path string) *loadedFile {
 		l.log.Debug("unwind table not loaded; frame pointers there", zap.String("file", path), zap.Error(err))
 	}
 	return lf
+}
+
+// vanished reports whether err says a path through procfs no longer
+// exists (its process exited).
+func vanished(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // buildFile parses the file's CFI into kernel rows, with the .debug_frame

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/process"
@@ -132,6 +135,210 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// mapsKernel keeps what the Loader set, as the tracer's maps would:
+// loaded tables, each pid's mappings and the prepared pids, and checks
+// that only what was set is removed. Unlike recordingKernel it needs no
+// tracer. It is used from one goroutine.
+type mapsKernel struct {
+	t        *testing.T
+	tables   map[uint32]int // id -> rows
+	mappings map[uint32]map[tracer.Mapping]bool
+	known    map[uint32]bool
+}
+
+func newMapsKernel(t *testing.T) *mapsKernel {
+	return &mapsKernel{t: t, tables: map[uint32]int{}, mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}}
+}
+
+func (k *mapsKernel) LoadTable(id uint32, rows []tracer.Row) error {
+	k.tables[id] = len(rows)
+	return nil
+}
+
+func (k *mapsKernel) UnloadTable(id uint32) error {
+	delete(k.tables, id)
+	return nil
+}
+
+func (k *mapsKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) error {
+	for _, m := range old {
+		if !k.mappings[pid][m] {
+			k.t.Errorf("pid %d: removing %+v, which was never set", pid, m)
+		}
+		delete(k.mappings[pid], m)
+	}
+	for _, m := range mappings {
+		if k.mappings[pid] == nil {
+			k.mappings[pid] = map[tracer.Mapping]bool{}
+		}
+		k.mappings[pid][m] = true
+	}
+	k.known[pid] = true
+	return nil
+}
+
+func (k *mapsKernel) ForgetProcess(pid uint32, old []tracer.Mapping) error {
+	_ = k.SetMappings(pid, old, nil)
+	delete(k.known, pid)
+	return nil
+}
+
+// holds reports what the kernel keeps for pid.
+func (k *mapsKernel) holds(pid int) (mappings int, known bool) {
+	return len(k.mappings[uint32(pid)]), k.known[uint32(pid)]
+}
+
+// refs returns the Loader's reference count of every file it knows.
+func (l *Loader) refs() map[elfx.FileID]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[elfx.FileID]int{}
+	for id, lf := range l.files {
+		out[id] = lf.refs
+	}
+	return out
+}
+
+// startWithLibc starts bin and reads it once the dynamic loader has mapped
+// libc: the process is then in main's loop.
+func startWithLibc(t *testing.T, procs *process.Table, bin string) (*process.Process, *exec.Cmd) {
+	t.Helper()
+	cmd := testutil.StartWorkload(t, bin)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		p, err := procs.Refresh(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range p.Mappings {
+			if m.Executable() && contains(m.Path, "libc.so") {
+				return p, cmd
+			}
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("pid %d never mapped libc", cmd.Process.Pid)
+	return nil, nil
+}
+
+// killAndReap ends a workload and waits for it: its /proc entry is gone.
+func killAndReap(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// A process that exits before or while the Loader prepares it costs only
+// an error matching process.ErrGone: nothing stays set for it in the
+// kernel, the Loader forgets it, the tables it shares keep their other
+// users' references, and a file whose path vanished mid-build is not
+// recorded as unusable for the next process that maps it.
+func TestLoaderProcessGone(t *testing.T) {
+	if _, err := os.Stat("/proc/self/map_files"); err != nil {
+		t.Skipf("no procfs: %v", err)
+	}
+	procs := process.NewTable("/proc", nil, process.Options{})
+	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
+	k := newMapsKernel(t)
+	core, logs := observer.New(zap.DebugLevel)
+	l := NewLoader(k, identifyFile, zap.New(core), LoaderOptions{})
+
+	// Another process of the same binary holds the tables.
+	keep, _ := startWithLibc(t, procs, bin)
+	if err := l.Prepare(keep); err != nil {
+		t.Fatal(err)
+	}
+	before, stats := l.refs(), l.Stats()
+	if stats.Tables < 2 || stats.Processes != 1 {
+		t.Fatalf("after preparing one process: %+v", stats)
+	}
+	logs.TakeAll()
+
+	check := func(what string, pid int, err error) {
+		t.Helper()
+		if !errors.Is(err, process.ErrGone) {
+			t.Errorf("%s: Prepare = %v, want an error matching process.ErrGone", what, err)
+		}
+		if n, known := k.holds(pid); n != 0 || known {
+			t.Errorf("%s: the kernel holds %d mappings for pid %d, known %v; want none", what, n, pid, known)
+		}
+		if l.Prepared(pid) {
+			t.Errorf("%s: the Loader still holds pid %d", what, pid)
+		}
+		if diff := cmp.Diff(before, l.refs()); diff != "" {
+			t.Errorf("%s: table references (-before +after):\n%s", what, diff)
+		}
+		if s := l.Stats(); s.Processes != 1 || s.Tables != stats.Tables || s.Failures != stats.Failures {
+			t.Errorf("%s: stats %+v, want those before it %+v", what, s, stats)
+		}
+		if n := logs.Len(); n > 1 {
+			t.Errorf("%s: %d log lines, want at most one: %v", what, n, logs.All())
+		}
+		for _, e := range logs.TakeAll() {
+			if e.Level > zap.DebugLevel {
+				t.Errorf("%s: logged %v %q", what, e.Level, e.Message)
+			}
+		}
+	}
+
+	// Read, then gone before Prepare.
+	p, cmd := startWithLibc(t, procs, bin)
+	killAndReap(t, cmd)
+	check("exited before Prepare", p.PID, l.Prepare(p))
+
+	// Prepared while running, gone before it is prepared again (a refresh
+	// after dlopen): what was set for it goes.
+	p, cmd = startWithLibc(t, procs, bin)
+	if err := l.Prepare(p); err != nil {
+		t.Fatal(err)
+	}
+	if n, known := k.holds(p.PID); n == 0 || !known {
+		t.Fatalf("running process: the kernel holds %d mappings, known %v", n, known)
+	}
+	killAndReap(t, cmd)
+	check("exited between two Prepares", p.PID, l.Prepare(p))
+
+	// Gone while its first file's table is built: identify still opened
+	// the file, building it finds the path gone. A fresh Loader has no
+	// table of this binary yet.
+	p, cmd = startWithLibc(t, procs, bin)
+	k2 := newMapsKernel(t)
+	killed := false
+	dying := func(path string) (elfx.FileID, error) {
+		id, err := identifyFile(path)
+		if !killed {
+			killed = true
+			killAndReap(t, cmd)
+		}
+		return id, err
+	}
+	l2 := NewLoader(k2, dying, zap.New(core), LoaderOptions{})
+	err := l2.Prepare(p)
+	if !errors.Is(err, process.ErrGone) || l2.Prepared(p.PID) {
+		t.Errorf("exited while building: Prepare = %v, prepared %v; want ErrGone, not prepared", err, l2.Prepared(p.PID))
+	}
+	if n, known := k2.holds(p.PID); n != 0 || known {
+		t.Errorf("exited while building: the kernel holds %d mappings, known %v; want none", n, known)
+	}
+	if s := l2.Stats(); s.Failures != 0 || s.Processes != 0 {
+		t.Errorf("exited while building: %+v; want no file recorded as failed", s)
+	}
+	again, _ := startWithLibc(t, procs, bin)
+	if err := l2.Prepare(again); err != nil {
+		t.Fatal(err)
+	}
+	for m := range k2.mappings[uint32(again.PID)] {
+		if m.Table == 0 {
+			t.Errorf("the next process of the binary: mapping %#x-%#x has no table", m.Start, m.End)
+		}
+	}
+	if n := logs.Len(); n > 1 {
+		t.Errorf("exited while building: %d log lines, want at most one: %v", n, logs.All())
+	}
 }
 
 // recordingKernel loads into the real tracer and keeps what the Loader

@@ -1,0 +1,5 @@
+#include <stdint.h>
+
+void c_outer(int mode);
+void c_middle(int mode);
+void c_leaf(void);
