@@ -165,7 +165,8 @@ func (t *telemetry) register(r *profilesReceiver, meter metric.Meter) error {
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		return t.observe(r, o)
 	},
-		tb.SamplesReceived, tb.SamplesLost, tb.RecordsLost, tb.RecordsMalformed,
+		tb.SamplesReceived, tb.SamplesLost, tb.SamplesSkipped, tb.RecordsLost, tb.RecordsMalformed,
+		tb.UnwindMappingsStale,
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
 		tb.UnwindTableCount, tb.UnwindTableRows, tb.UnwindTableSize,
 		tb.UnwindTableBuilds, tb.UnwindTableEvictions, tb.UnwindTableFailures,
