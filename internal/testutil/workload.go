@@ -59,6 +59,15 @@ const (
 	// CChainStripped: CChainNoFP with .symtab stripped; names come from
 	// .dynsym (-rdynamic), frames from .eh_frame.
 	CChainStripped = "cchain-stripped"
+
+	// OffCPUSleep: C: main -> a -> b -> nanosleep(200 ms), after a little CPU
+	// in main -> spin; logs each sleep to argv[1] if given (see the source).
+	OffCPUSleep = "offcpusleep"
+	// PipeWait: C: main -> reader -> read on a pipe a child writes every 100 ms.
+	PipeWait = "pipewait"
+	// PingPong: C: two processes bounce a byte over two pipes for argv[1]
+	// seconds and print "round-trips-per-second N".
+	PingPong = "pingpong"
 )
 
 // Flags without frame pointers, keeping calls as calls so the chain is real.
@@ -76,7 +85,7 @@ func BuildWorkload(tb testing.TB, name string) string {
 	tb.Helper()
 	dir := workloadDir(tb)
 	switch name {
-	case CChain, Syscalls, Fixed:
+	case CChain, Syscalls, Fixed, OffCPUSleep, PipeWait, PingPong:
 		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}, filepath.Join(dir, name+".c"))
 	case CChainNoFP:
 		return BuildC(tb, name, noFramePointers, filepath.Join(dir, CChain+".c"))
