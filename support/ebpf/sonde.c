@@ -698,23 +698,26 @@ struct task_struct___pre514 {
 	long state;
 } __attribute__((preserve_access_index));
 
+// The task pointers of a BTF tracepoint are trusted: their fields are
+// read by plain (CO-RE relocated) loads, without a helper call.
 static __always_inline long task_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+		return t->__state;
+	return ((struct task_struct___pre514 *)t)->state;
 }
 
 // offcpu_end closes the wait of next, if it was traced: the thread is back
-// on a CPU at now.
-static __always_inline void offcpu_end(struct task_struct *next, __u64 now)
+// on a CPU now.
+static __always_inline void offcpu_end(struct task_struct *next)
 {
-	__u32 tid = BPF_CORE_READ(next, pid);
+	__u32 tid = next->pid;
 	if (tid == 0)
 		return;
 	__u64 *startp = bpf_map_lookup_elem(&offcpu_starts, &tid);
 	if (!startp)
 		return;
+	__u64 now = bpf_ktime_get_ns();
 	__u64 start = *startp;
 	bpf_map_delete_elem(&offcpu_starts, &tid);
 	__u64 duration = now > start ? now - start : 0;
@@ -731,7 +734,7 @@ static __always_inline void offcpu_end(struct task_struct *next, __u64 now)
 		return;
 	}
 	r->type = RECORD_OFFCPU_END;
-	r->pid = BPF_CORE_READ(next, tgid);
+	r->pid = next->tgid;
 	r->tid = tid;
 	r->flags = flags;
 	r->start = start;
@@ -754,20 +757,19 @@ static __always_inline void offcpu_end(struct task_struct *next, __u64 now)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(off_cpu, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	__u64 now = bpf_ktime_get_ns();
 	count(COUNTER_OFFCPU_SWITCHES);
-	offcpu_end(next, now);
+	offcpu_end(next);
 
-	if (preempt)
+	// Cheapest and most selective first: this runs at every switch.
+	if (preempt || (__u64)bpf_get_prandom_u32() >= offcpu_threshold)
 		return 0;
-	__u32 tgid = BPF_CORE_READ(prev, tgid);
-	if (tgid == 0 || (BPF_CORE_READ(prev, flags) & PF_KTHREAD))
+	__u32 tgid = prev->tgid;
+	if (tgid == 0 || (prev->flags & PF_KTHREAD))
 		return 0;
 	long state = task_state(prev);
 	if (state == TASK_RUNNING || (state & TASK_DEAD))
 		return 0;
-	if ((__u64)bpf_get_prandom_u32() >= offcpu_threshold)
-		return 0;
+	__u64 now = bpf_ktime_get_ns();
 	__u64 *until = bpf_map_lookup_elem(&pid_filter, &tgid);
 	if (until && now < *until) {
 		count(COUNTER_OFFCPU_FILTERED);
