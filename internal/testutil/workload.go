@@ -66,7 +66,7 @@ const (
 	// PipeWait: C: main -> reader -> read on a pipe a child writes every 100 ms.
 	PipeWait = "pipewait"
 	// PingPong: C: two processes bounce a byte over two pipes for argv[1]
-	// seconds and print "round-trips-per-second N".
+	// seconds, on CPU argv[2] if given, and print "round-trips-per-second N".
 	PingPong = "pingpong"
 )
 

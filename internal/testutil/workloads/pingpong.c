@@ -1,6 +1,10 @@
 // pingpong bounces one byte between two processes over two pipes for
 // argv[1] seconds (default 10), then prints the round trips per second.
 // Every round trip is two blocking reads: two context switches per side.
+// With argv[2], both processes run on that CPU only: the rate then does not
+// depend on whether the scheduler put them on one CPU or two.
+#define _GNU_SOURCE
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +22,15 @@ static double now(void)
 int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 10;
+	if (argc > 2) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(atoi(argv[2]), &set);
+		if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+			perror("sched_setaffinity");
+			return 1;
+		}
+	}
 	int ping[2], pong[2];
 	if (pipe(ping) != 0 || pipe(pong) != 0)
 		return 1;
