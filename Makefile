@@ -75,4 +75,4 @@ test: check-generated lint dist ## Everything CI runs: generated files, lint, al
 .PHONY: bench
 bench: ## Benchmarks: per-operation costs and the receiver's overhead (needs root)
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v internal/bench)
-	$(GO) test -run '^$$' -bench ReceiverOverhead -benchtime 1x ./internal/bench
+	$(GO) test -run '^$$' -bench 'ReceiverOverhead|OffCPUOverhead' -benchtime 1x ./internal/bench

@@ -41,6 +41,12 @@ const (
 	maxFilterMinProcessAge = 24 * time.Hour
 )
 
+// Bounds of the off-CPU keys, which default to their zero values (off).
+const (
+	minOffCPUThreshold = 0.0
+	maxOffCPUThreshold = 1.0
+)
+
 // Config is the configuration of the sonde receiver.
 //
 // A Config is a plain value: the Collector unmarshals it once, validates it
@@ -52,6 +58,16 @@ type Config struct {
 	// ReporterInterval is how often the samples of the interval are emitted
 	// as one pprofile.Profiles.
 	ReporterInterval time.Duration `mapstructure:"reporter_interval"`
+
+	// OffCPUThreshold is the probability, per context switch, that a thread
+	// that blocks is traced while it is off the CPU: its stack when it left
+	// and how long it stayed away become the off-CPU profile. 0 (the
+	// default) turns off-CPU profiling off; 1 traces every blocking switch.
+	// The key and its meaning are those of the reference profiling receiver.
+	OffCPUThreshold float64 `mapstructure:"off_cpu_threshold"`
+
+	// OffCPUMinDuration drops traced waits shorter than this.
+	OffCPUMinDuration time.Duration `mapstructure:"off_cpu_min_duration"`
 
 	// ProcFS is where the host's procfs is mounted. A node agent that mounts
 	// the host's /proc elsewhere (for example /host/proc) sets it here.
@@ -213,6 +229,14 @@ func (c *Config) Validate() error {
 	if c.ReporterInterval < minReporterInterval || c.ReporterInterval > maxReporterInterval {
 		errs = append(errs, fmt.Errorf("reporter_interval: must be between %v and %v, got %v",
 			minReporterInterval, maxReporterInterval, c.ReporterInterval))
+	}
+	// Written so that NaN fails too.
+	if !(c.OffCPUThreshold >= minOffCPUThreshold && c.OffCPUThreshold <= maxOffCPUThreshold) {
+		errs = append(errs, fmt.Errorf("off_cpu_threshold: must be between %v and %v, got %v",
+			minOffCPUThreshold, maxOffCPUThreshold, c.OffCPUThreshold))
+	}
+	if c.OffCPUMinDuration < 0 {
+		errs = append(errs, fmt.Errorf("off_cpu_min_duration: must be at least 0s, got %v", c.OffCPUMinDuration))
 	}
 	if !filepath.IsAbs(c.ProcFS) {
 		errs = append(errs, fmt.Errorf("procfs: must be an absolute path, got %q", c.ProcFS))

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -142,6 +143,24 @@ func TestLoadConfig(t *testing.T) {
 			},
 		},
 		{
+			id: component.NewIDWithName(metadata.Type, "off_cpu"),
+			want: withDefaults(func(c *Config) {
+				c.OffCPUThreshold = 0.25
+				c.OffCPUMinDuration = time.Millisecond
+			}),
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "invalid_off_cpu"),
+			want: withDefaults(func(c *Config) {
+				c.OffCPUThreshold = 1.5
+				c.OffCPUMinDuration = -time.Second
+			}),
+			wantInvalid: []string{
+				"off_cpu_threshold: must be between 0 and 1, got 1.5",
+				"off_cpu_min_duration: must be at least 0s, got -1s",
+			},
+		},
+		{
 			id:               component.NewIDWithName(metadata.Type, "unknown_key"),
 			wantUnmarshalErr: "sample_rate",
 		},
@@ -222,6 +241,36 @@ func TestValidate(t *testing.T) {
 			name: "reporter_interval above max",
 			edit: func(c *Config) { c.ReporterInterval = 10*time.Minute + time.Second },
 			want: []string{"reporter_interval: must be between 100ms and 10m0s, got 10m1s"},
+		},
+
+		{name: "off_cpu_threshold off", edit: func(c *Config) { c.OffCPUThreshold = 0 }},
+		{name: "off_cpu_threshold every switch", edit: func(c *Config) { c.OffCPUThreshold = 1 }},
+		{name: "off_cpu_threshold one in a thousand", edit: func(c *Config) { c.OffCPUThreshold = 0.001 }},
+		{
+			name: "off_cpu_threshold negative",
+			edit: func(c *Config) { c.OffCPUThreshold = -0.1 },
+			want: []string{"off_cpu_threshold: must be between 0 and 1, got -0.1"},
+		},
+		{
+			name: "off_cpu_threshold above 1",
+			edit: func(c *Config) { c.OffCPUThreshold = 1.0000001 },
+			want: []string{"off_cpu_threshold: must be between 0 and 1, got 1.0000001"},
+		},
+		{
+			name: "off_cpu_threshold NaN",
+			edit: func(c *Config) { c.OffCPUThreshold = math.NaN() },
+			want: []string{"off_cpu_threshold: must be between 0 and 1, got NaN"},
+		},
+		{
+			name: "off_cpu_threshold infinite",
+			edit: func(c *Config) { c.OffCPUThreshold = math.Inf(1) },
+			want: []string{"off_cpu_threshold: must be between 0 and 1, got +Inf"},
+		},
+		{name: "off_cpu_min_duration long", edit: func(c *Config) { c.OffCPUMinDuration = time.Hour }},
+		{
+			name: "off_cpu_min_duration negative",
+			edit: func(c *Config) { c.OffCPUMinDuration = -time.Nanosecond },
+			want: []string{"off_cpu_min_duration: must be at least 0s, got -1ns"},
 		},
 
 		{name: "procfs host mount", edit: func(c *Config) { c.ProcFS = "/host/proc" }},
@@ -364,7 +413,7 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate() messages mismatch (-want +got):\n%s", diff)
 			}
 			// Validate is pure: it must leave the config as it found it.
-			if diff := cmp.Diff(&before, cfg, ignoreBlank); diff != "" {
+			if diff := cmp.Diff(&before, cfg, ignoreBlank, cmpopts.EquateNaNs()); diff != "" {
 				t.Errorf("Validate() changed the config (-before +after):\n%s", diff)
 			}
 		})

@@ -40,6 +40,9 @@ type flatSample struct {
 	Files      []string // source file of each frame's innermost line
 	Lines      []int64  // line of each frame's innermost line
 	Count      int
+	Type       string   // the profile's sample type: "samples" (on-CPU) or "off_cpu"
+	Times      []uint64 // the sample's timestamps (Unix ns)
+	Values     []int64  // its values, parallel to Times
 }
 
 func flatten(pd pprofile.Profiles) []flatSample {
@@ -69,8 +72,12 @@ func flatten(pd pprofile.Profiles) []flatSample {
 		}
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, prof := range sp.Profiles().All() {
+				typ := strs.At(int(prof.SampleType().TypeStrindex()))
 				for _, s := range prof.Samples().All() {
 					fs := base
+					fs.Type = typ
+					fs.Times = s.TimestampsUnixNano().AsRaw()
+					fs.Values = s.Values().AsRaw()
 					idx := s.AttributeIndices().AsRaw()
 					if v, ok := attr(idx, "thread.id"); ok {
 						fs.TID = v.(int64)

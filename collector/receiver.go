@@ -36,6 +36,7 @@ type profilesReceiver struct {
 	resolver *resolver
 	preparer *preparer
 	filter   *procFilter
+	offCPU   *offCPUJoin // pairs off-CPU starts and ends; resolver goroutine only
 
 	mu      sync.Mutex // guards current
 	current *profile.Builder
@@ -44,6 +45,8 @@ type profilesReceiver struct {
 	stats    receiverStats
 	tel      *telemetry
 	lastLost uint64 // the tracer's lost-record counters at the last flush
+	// lastOffCPUDrops: off-CPU waits dropped by the join at the last flush.
+	lastOffCPUDrops uint64
 
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
@@ -85,6 +88,8 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		IncludeIdle:          r.cfg.Filters.IncludeIdle,
 		IncludeKernelThreads: r.cfg.Filters.IncludeKernelThreads,
 		FilterPending:        pending,
+		OffCPUThreshold:      r.cfg.OffCPUThreshold,
+		OffCPUMinDuration:    r.cfg.OffCPUMinDuration,
 	})
 	if err != nil {
 		return fmt.Errorf("sonde receiver: %w", err)
@@ -108,6 +113,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		r.tracer = nil
 		return errors.Join(fmt.Errorf("sonde receiver: %w", err), tr.Close())
 	}
+	r.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(r.cfg.ReporterInterval))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -143,6 +149,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	r.log.Info("sonde receiver started",
 		zap.Int("cpus", tr.CPUs()),
 		zap.Int("samples_per_second", r.cfg.SamplesPerSecond),
+		zap.Float64("off_cpu_threshold", r.cfg.OffCPUThreshold),
 		zap.Duration("reporter_interval", r.cfg.ReporterInterval),
 		zap.Duration("start_time", time.Since(started)))
 	return nil
@@ -225,6 +232,15 @@ func (r *profilesReceiver) resolve(records <-chan *tracer.Record, free chan<- *t
 			r.stats.samples.Add(1)
 			r.tel.countSample(rec, r.current.Len() > n)
 			r.mu.Unlock()
+		case tracer.RecordOffCPUStart:
+			if r.excludedSample(rec) {
+				r.stats.filtered.Add(1)
+				break
+			}
+			r.resolver.offCPUStart(rec, &sample)
+			r.offCPU.start(offCPUKey{tid: rec.TID, start: rec.KTime}, &sample)
+		case tracer.RecordOffCPUEnd:
+			r.offCPU.end(offCPUKey{tid: rec.TID, start: rec.KTime}, rec.OffCPU, rec.Flags&tracer.OffCPUShort != 0, r.addOffCPU)
 		case tracer.RecordExec:
 			r.resolver.exec(int(rec.PID))
 		case tracer.RecordExit:
@@ -243,6 +259,13 @@ func (r *profilesReceiver) excludedSample(rec *tracer.Record) bool {
 	}
 	p, err := r.resolver.procs.Get(int(rec.PID))
 	return err == nil && r.filter.decide(p).excluded
+}
+
+// addOffCPU adds a joined off-CPU wait to the current interval.
+func (r *profilesReceiver) addOffCPU(s profile.Sample) {
+	r.mu.Lock()
+	r.current.Add(s)
+	r.mu.Unlock()
 }
 
 // report emits one profile per interval until ctx ends. A failing consumer is
@@ -297,13 +320,29 @@ func (r *profilesReceiver) reportLost() {
 	if err != nil {
 		return
 	}
-	lost := c.SamplesLost + c.TaskEventsLost
+	lost := c.Lost()
 	if lost > r.lastLost {
 		r.log.Warn("ring buffer full: records lost this interval; raise limits::ring_buffer_bytes if this persists",
 			zap.Uint64("lost", lost-r.lastLost), zap.Uint64("samples_lost_total", c.SamplesLost),
-			zap.Uint64("task_events_lost_total", c.TaskEventsLost))
+			zap.Uint64("task_events_lost_total", c.TaskEventsLost),
+			zap.Uint64("off_cpu_lost_total", c.OffCPUStartsLost+c.OffCPUEndsLost))
 	}
 	r.lastLost = lost
+	r.reportOffCPUDrops(c)
+}
+
+// reportOffCPUDrops logs, once per interval, the off-CPU waits that were
+// traced but could not become samples.
+func (r *profilesReceiver) reportOffCPUDrops(c tracer.Counters) {
+	st := &r.offCPU.stats
+	drops := st.expired.Load() + st.evicted.Load() + st.orphanEnds.Load() + c.OffCPUMapFull
+	if drops > r.lastOffCPUDrops {
+		r.log.Debug("off-CPU waits dropped this interval (counted; long waits expire by design)",
+			zap.Uint64("dropped", drops-r.lastOffCPUDrops),
+			zap.Uint64("expired_total", st.expired.Load()), zap.Uint64("evicted_total", st.evicted.Load()),
+			zap.Uint64("orphan_ends_total", st.orphanEnds.Load()), zap.Uint64("map_full_total", c.OffCPUMapFull))
+	}
+	r.lastOffCPUDrops = drops
 }
 
 // Shutdown stops sampling and waits for the pipeline's goroutines. It is

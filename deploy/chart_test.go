@@ -160,6 +160,9 @@ func TestRender(t *testing.T) {
 		wantHeaders    map[string]any
 		wantImage      string
 		wantSamples    int
+		// wantOffCPU is the receiver's off_cpu_threshold and
+		// off_cpu_min_duration, as the rendered YAML parses.
+		wantOffCPU []any
 	}{
 		{
 			name:           "defaults",
@@ -169,6 +172,7 @@ func TestRender(t *testing.T) {
 			wantRBAC:       true,
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:" + c.Metadata.AppVersion,
 			wantSamples:    19,
+			wantOffCPU:     []any{0, "0s"},
 		},
 		{
 			name: "old kernel, extras, no kubernetes attributes",
@@ -179,7 +183,8 @@ func TestRender(t *testing.T) {
 					"insecure": true,
 					"headers":  map[string]any{"x-scope-orgid": "tenant-1", "authorization": "Bearer ${env:OTLP_TOKEN}"},
 				},
-				"profiling":            map[string]any{"samplesPerSecond": 99, "reporterInterval": "10s"},
+				"profiling": map[string]any{"samplesPerSecond": 99, "reporterInterval": "10s",
+					"offCPUThreshold": 0.05, "offCPUMinDuration": "1ms"},
 				"kernel":               map[string]any{"before511": true},
 				"extraCapabilities":    []any{"SYSLOG"},
 				"kubernetesAttributes": map[string]any{"enabled": false},
@@ -196,6 +201,7 @@ func TestRender(t *testing.T) {
 			wantHeaders:    map[string]any{"x-scope-orgid": "tenant-1", "authorization": "Bearer ${env:OTLP_TOKEN}"},
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:9.9.9",
 			wantSamples:    99,
+			wantOffCPU:     []any{0.05, "1ms"},
 		},
 		{
 			name: "privileged",
@@ -208,6 +214,7 @@ func TestRender(t *testing.T) {
 			wantRBAC:       true,
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:" + c.Metadata.AppVersion,
 			wantSamples:    19,
+			wantOffCPU:     []any{0, "0s"},
 		},
 	}
 	for _, tt := range tests {
@@ -351,6 +358,13 @@ func TestRender(t *testing.T) {
 			if got := lookup(t, o.collector, "receivers", "sonde", "samples_per_second"); got != tt.wantSamples {
 				t.Errorf("samples_per_second = %v, want %d", got, tt.wantSamples)
 			}
+			gotOffCPU := []any{
+				lookup(t, o.collector, "receivers", "sonde", "off_cpu_threshold"),
+				lookup(t, o.collector, "receivers", "sonde", "off_cpu_min_duration"),
+			}
+			if diff := cmp.Diff(tt.wantOffCPU, gotOffCPU); diff != "" {
+				t.Errorf("off_cpu_threshold, off_cpu_min_duration (-want +got):\n%s", diff)
+			}
 			if got := lookup(t, o.collector, "exporters", "otlp_grpc", "tls", "insecure"); got != tt.wantInsecure {
 				t.Errorf("tls.insecure = %v, want %v", got, tt.wantInsecure)
 			}
@@ -422,6 +436,9 @@ func TestRenderRejects(t *testing.T) {
 		{"rate not a number", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"samplesPerSecond": "fast"}}, "samplesPerSecond"},
 		{"bad capability", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "extraCapabilities": []any{"cap_sys_admin"}}, "extraCapabilities"},
 		{"bad duration", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"reporterInterval": "5 seconds"}}, "reporterInterval"},
+		{"off-CPU threshold above 1", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUThreshold": 2}}, "offCPUThreshold"},
+		{"off-CPU threshold not a number", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUThreshold": "all"}}, "offCPUThreshold"},
+		{"off-CPU minimum not a duration", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUMinDuration": "1 ms"}}, "offCPUMinDuration"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

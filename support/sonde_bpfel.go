@@ -46,7 +46,15 @@ const (
 	SondeCounterCOUNTER_KTHREAD_SKIPPED      SondeCounter = 16
 	SondeCounterCOUNTER_MAPPING_STALE        SondeCounter = 17
 	SondeCounterCOUNTER_VMA_CHECK_BUSY       SondeCounter = 18
-	SondeCounterCOUNTER_MAX                  SondeCounter = 19
+	SondeCounterCOUNTER_OFFCPU_SWITCHES      SondeCounter = 19
+	SondeCounterCOUNTER_OFFCPU_FILTERED      SondeCounter = 20
+	SondeCounterCOUNTER_OFFCPU_STARTS_SENT   SondeCounter = 21
+	SondeCounterCOUNTER_OFFCPU_STARTS_LOST   SondeCounter = 22
+	SondeCounterCOUNTER_OFFCPU_MAP_FULL      SondeCounter = 23
+	SondeCounterCOUNTER_OFFCPU_ENDS_SENT     SondeCounter = 24
+	SondeCounterCOUNTER_OFFCPU_ENDS_LOST     SondeCounter = 25
+	SondeCounterCOUNTER_OFFCPU_SHORT         SondeCounter = 26
+	SondeCounterCOUNTER_MAX                  SondeCounter = 27
 )
 
 type SondeFpRule uint32
@@ -77,6 +85,22 @@ type SondeMappingKey struct {
 	AddrBe    uint64
 }
 
+type SondeOffcpuEndFlags uint32
+
+const (
+	SondeOffcpuEndFlagsOFFCPU_END_SHORT SondeOffcpuEndFlags = 1
+)
+
+type SondeOffcpuEndRecord struct {
+	_        structs.HostLayout
+	Type     uint32
+	Pid      uint32
+	Tid      uint32
+	Flags    uint32
+	Start    uint64
+	Duration uint64
+}
+
 type SondePidStats struct {
 	_        structs.HostLayout
 	Samples  uint64
@@ -87,10 +111,12 @@ type SondePidStats struct {
 type SondeRecordType uint32
 
 const (
-	SondeRecordTypeRECORD_SAMPLE  SondeRecordType = 1
-	SondeRecordTypeRECORD_EXEC    SondeRecordType = 2
-	SondeRecordTypeRECORD_EXIT    SondeRecordType = 3
-	SondeRecordTypeRECORD_UNKNOWN SondeRecordType = 4
+	SondeRecordTypeRECORD_SAMPLE       SondeRecordType = 1
+	SondeRecordTypeRECORD_EXEC         SondeRecordType = 2
+	SondeRecordTypeRECORD_EXIT         SondeRecordType = 3
+	SondeRecordTypeRECORD_UNKNOWN      SondeRecordType = 4
+	SondeRecordTypeRECORD_OFFCPU_START SondeRecordType = 5
+	SondeRecordTypeRECORD_OFFCPU_END   SondeRecordType = 6
 )
 
 type SondeSampleFlags uint32
@@ -152,37 +178,48 @@ type SondeUstackState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SondeMapCounters             = "counters"
-	SondeMapEvents               = "events"
-	SondeMapKnownPids            = "known_pids"
-	SondeMapMappings             = "mappings"
-	SondeMapNotified             = "notified"
-	SondeMapPidCosts             = "pid_costs"
-	SondeMapPidFilter            = "pid_filter"
-	SondeMapScratch              = "scratch"
-	SondeMapTables               = "tables"
-	SondeMapUnwindScratch        = "unwind_scratch"
-	SondeMapUnwinders            = "unwinders"
-	SondeProgOnExec              = "on_exec"
-	SondeProgOnExit              = "on_exit"
-	SondeProgSampleCpu           = "sample_cpu"
-	SondeProgUnwindUser          = "unwind_user"
-	SondeProgUnwindUserUnchecked = "unwind_user_unchecked"
-	SondeVarFilterPendingNs      = "filter_pending_ns"
-	SondeVarIncludeIdle          = "include_idle"
-	SondeVarIncludeKernelThreads = "include_kernel_threads"
-	SondeVarThreadSize           = "thread_size"
-	SondeVarUnusedCfaType        = "unused_cfa_type"
-	SondeVarUnusedCounter        = "unused_counter"
-	SondeVarUnusedFpRule         = "unused_fp_rule"
-	SondeVarUnusedMappingInfo    = "unused_mapping_info"
-	SondeVarUnusedMappingKey     = "unused_mapping_key"
-	SondeVarUnusedPidStats       = "unused_pid_stats"
-	SondeVarUnusedRecordType     = "unused_record_type"
-	SondeVarUnusedSampleFlags    = "unused_sample_flags"
-	SondeVarUnusedTaskRecord     = "unused_task_record"
-	SondeVarUnusedUnwindRow      = "unused_unwind_row"
-	SondeVarWakeupBytes          = "wakeup_bytes"
+	SondeMapCounters                   = "counters"
+	SondeMapEvents                     = "events"
+	SondeMapKnownPids                  = "known_pids"
+	SondeMapMappings                   = "mappings"
+	SondeMapNotified                   = "notified"
+	SondeMapOffcpuScratch              = "offcpu_scratch"
+	SondeMapOffcpuStarts               = "offcpu_starts"
+	SondeMapOffcpuUnwindScratch        = "offcpu_unwind_scratch"
+	SondeMapOffcpuUnwinders            = "offcpu_unwinders"
+	SondeMapPidCosts                   = "pid_costs"
+	SondeMapPidFilter                  = "pid_filter"
+	SondeMapScratch                    = "scratch"
+	SondeMapTables                     = "tables"
+	SondeMapUnwindScratch              = "unwind_scratch"
+	SondeMapUnwinders                  = "unwinders"
+	SondeProgOffCpu                    = "off_cpu"
+	SondeProgOffCpuUnwindUser          = "off_cpu_unwind_user"
+	SondeProgOffCpuUnwindUserUnchecked = "off_cpu_unwind_user_unchecked"
+	SondeProgOnExec                    = "on_exec"
+	SondeProgOnExit                    = "on_exit"
+	SondeProgSampleCpu                 = "sample_cpu"
+	SondeProgUnwindUser                = "unwind_user"
+	SondeProgUnwindUserUnchecked       = "unwind_user_unchecked"
+	SondeVarFilterPendingNs            = "filter_pending_ns"
+	SondeVarIncludeIdle                = "include_idle"
+	SondeVarIncludeKernelThreads       = "include_kernel_threads"
+	SondeVarOffcpuMinNs                = "offcpu_min_ns"
+	SondeVarOffcpuThreshold            = "offcpu_threshold"
+	SondeVarThreadSize                 = "thread_size"
+	SondeVarUnusedCfaType              = "unused_cfa_type"
+	SondeVarUnusedCounter              = "unused_counter"
+	SondeVarUnusedFpRule               = "unused_fp_rule"
+	SondeVarUnusedMappingInfo          = "unused_mapping_info"
+	SondeVarUnusedMappingKey           = "unused_mapping_key"
+	SondeVarUnusedOffcpuEndFlags       = "unused_offcpu_end_flags"
+	SondeVarUnusedOffcpuEndRecord      = "unused_offcpu_end_record"
+	SondeVarUnusedPidStats             = "unused_pid_stats"
+	SondeVarUnusedRecordType           = "unused_record_type"
+	SondeVarUnusedSampleFlags          = "unused_sample_flags"
+	SondeVarUnusedTaskRecord           = "unused_task_record"
+	SondeVarUnusedUnwindRow            = "unused_unwind_row"
+	SondeVarWakeupBytes                = "wakeup_bytes"
 )
 
 // LoadSonde returns the embedded CollectionSpec for Sonde.
@@ -227,49 +264,60 @@ type SondeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeProgramSpecs struct {
-	OnExec              *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit              *ebpf.ProgramSpec `ebpf:"on_exit"`
-	SampleCpu           *ebpf.ProgramSpec `ebpf:"sample_cpu"`
-	UnwindUser          *ebpf.ProgramSpec `ebpf:"unwind_user"`
-	UnwindUserUnchecked *ebpf.ProgramSpec `ebpf:"unwind_user_unchecked"`
+	OffCpu                    *ebpf.ProgramSpec `ebpf:"off_cpu"`
+	OffCpuUnwindUser          *ebpf.ProgramSpec `ebpf:"off_cpu_unwind_user"`
+	OffCpuUnwindUserUnchecked *ebpf.ProgramSpec `ebpf:"off_cpu_unwind_user_unchecked"`
+	OnExec                    *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit                    *ebpf.ProgramSpec `ebpf:"on_exit"`
+	SampleCpu                 *ebpf.ProgramSpec `ebpf:"sample_cpu"`
+	UnwindUser                *ebpf.ProgramSpec `ebpf:"unwind_user"`
+	UnwindUserUnchecked       *ebpf.ProgramSpec `ebpf:"unwind_user_unchecked"`
 }
 
 // SondeMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeMapSpecs struct {
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	Events        *ebpf.MapSpec `ebpf:"events"`
-	KnownPids     *ebpf.MapSpec `ebpf:"known_pids"`
-	Mappings      *ebpf.MapSpec `ebpf:"mappings"`
-	Notified      *ebpf.MapSpec `ebpf:"notified"`
-	PidCosts      *ebpf.MapSpec `ebpf:"pid_costs"`
-	PidFilter     *ebpf.MapSpec `ebpf:"pid_filter"`
-	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
-	Tables        *ebpf.MapSpec `ebpf:"tables"`
-	UnwindScratch *ebpf.MapSpec `ebpf:"unwind_scratch"`
-	Unwinders     *ebpf.MapSpec `ebpf:"unwinders"`
+	Counters            *ebpf.MapSpec `ebpf:"counters"`
+	Events              *ebpf.MapSpec `ebpf:"events"`
+	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
+	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
+	Notified            *ebpf.MapSpec `ebpf:"notified"`
+	OffcpuScratch       *ebpf.MapSpec `ebpf:"offcpu_scratch"`
+	OffcpuStarts        *ebpf.MapSpec `ebpf:"offcpu_starts"`
+	OffcpuUnwindScratch *ebpf.MapSpec `ebpf:"offcpu_unwind_scratch"`
+	OffcpuUnwinders     *ebpf.MapSpec `ebpf:"offcpu_unwinders"`
+	PidCosts            *ebpf.MapSpec `ebpf:"pid_costs"`
+	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
+	Scratch             *ebpf.MapSpec `ebpf:"scratch"`
+	Tables              *ebpf.MapSpec `ebpf:"tables"`
+	UnwindScratch       *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	Unwinders           *ebpf.MapSpec `ebpf:"unwinders"`
 }
 
 // SondeVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeVariableSpecs struct {
-	FilterPendingNs      *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
-	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
-	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
-	ThreadSize           *ebpf.VariableSpec `ebpf:"thread_size"`
-	UnusedCfaType        *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
-	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedFpRule         *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
-	UnusedMappingInfo    *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
-	UnusedMappingKey     *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
-	UnusedPidStats       *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
-	UnusedRecordType     *ebpf.VariableSpec `ebpf:"unused_record_type"`
-	UnusedSampleFlags    *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
-	UnusedTaskRecord     *ebpf.VariableSpec `ebpf:"unused_task_record"`
-	UnusedUnwindRow      *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
-	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	FilterPendingNs       *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
+	IncludeIdle           *ebpf.VariableSpec `ebpf:"include_idle"`
+	IncludeKernelThreads  *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	OffcpuMinNs           *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
+	OffcpuThreshold       *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
+	ThreadSize            *ebpf.VariableSpec `ebpf:"thread_size"`
+	UnusedCfaType         *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
+	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedFpRule          *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedMappingInfo     *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
+	UnusedMappingKey      *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
+	UnusedOffcpuEndFlags  *ebpf.VariableSpec `ebpf:"unused_offcpu_end_flags"`
+	UnusedOffcpuEndRecord *ebpf.VariableSpec `ebpf:"unused_offcpu_end_record"`
+	UnusedPidStats        *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
+	UnusedRecordType      *ebpf.VariableSpec `ebpf:"unused_record_type"`
+	UnusedSampleFlags     *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
+	UnusedTaskRecord      *ebpf.VariableSpec `ebpf:"unused_task_record"`
+	UnusedUnwindRow       *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	WakeupBytes           *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // SondeObjects contains all objects after they have been loaded into the kernel.
@@ -292,17 +340,21 @@ func (o *SondeObjects) Close() error {
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeMaps struct {
-	Counters      *ebpf.Map `ebpf:"counters"`
-	Events        *ebpf.Map `ebpf:"events"`
-	KnownPids     *ebpf.Map `ebpf:"known_pids"`
-	Mappings      *ebpf.Map `ebpf:"mappings"`
-	Notified      *ebpf.Map `ebpf:"notified"`
-	PidCosts      *ebpf.Map `ebpf:"pid_costs"`
-	PidFilter     *ebpf.Map `ebpf:"pid_filter"`
-	Scratch       *ebpf.Map `ebpf:"scratch"`
-	Tables        *ebpf.Map `ebpf:"tables"`
-	UnwindScratch *ebpf.Map `ebpf:"unwind_scratch"`
-	Unwinders     *ebpf.Map `ebpf:"unwinders"`
+	Counters            *ebpf.Map `ebpf:"counters"`
+	Events              *ebpf.Map `ebpf:"events"`
+	KnownPids           *ebpf.Map `ebpf:"known_pids"`
+	Mappings            *ebpf.Map `ebpf:"mappings"`
+	Notified            *ebpf.Map `ebpf:"notified"`
+	OffcpuScratch       *ebpf.Map `ebpf:"offcpu_scratch"`
+	OffcpuStarts        *ebpf.Map `ebpf:"offcpu_starts"`
+	OffcpuUnwindScratch *ebpf.Map `ebpf:"offcpu_unwind_scratch"`
+	OffcpuUnwinders     *ebpf.Map `ebpf:"offcpu_unwinders"`
+	PidCosts            *ebpf.Map `ebpf:"pid_costs"`
+	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
+	Scratch             *ebpf.Map `ebpf:"scratch"`
+	Tables              *ebpf.Map `ebpf:"tables"`
+	UnwindScratch       *ebpf.Map `ebpf:"unwind_scratch"`
+	Unwinders           *ebpf.Map `ebpf:"unwinders"`
 }
 
 func (m *SondeMaps) Close() error {
@@ -312,6 +364,10 @@ func (m *SondeMaps) Close() error {
 		m.KnownPids,
 		m.Mappings,
 		m.Notified,
+		m.OffcpuScratch,
+		m.OffcpuStarts,
+		m.OffcpuUnwindScratch,
+		m.OffcpuUnwinders,
 		m.PidCosts,
 		m.PidFilter,
 		m.Scratch,
@@ -325,36 +381,46 @@ func (m *SondeMaps) Close() error {
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeVariables struct {
-	FilterPendingNs      *ebpf.Variable `ebpf:"filter_pending_ns"`
-	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
-	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
-	ThreadSize           *ebpf.Variable `ebpf:"thread_size"`
-	UnusedCfaType        *ebpf.Variable `ebpf:"unused_cfa_type"`
-	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedFpRule         *ebpf.Variable `ebpf:"unused_fp_rule"`
-	UnusedMappingInfo    *ebpf.Variable `ebpf:"unused_mapping_info"`
-	UnusedMappingKey     *ebpf.Variable `ebpf:"unused_mapping_key"`
-	UnusedPidStats       *ebpf.Variable `ebpf:"unused_pid_stats"`
-	UnusedRecordType     *ebpf.Variable `ebpf:"unused_record_type"`
-	UnusedSampleFlags    *ebpf.Variable `ebpf:"unused_sample_flags"`
-	UnusedTaskRecord     *ebpf.Variable `ebpf:"unused_task_record"`
-	UnusedUnwindRow      *ebpf.Variable `ebpf:"unused_unwind_row"`
-	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`
+	FilterPendingNs       *ebpf.Variable `ebpf:"filter_pending_ns"`
+	IncludeIdle           *ebpf.Variable `ebpf:"include_idle"`
+	IncludeKernelThreads  *ebpf.Variable `ebpf:"include_kernel_threads"`
+	OffcpuMinNs           *ebpf.Variable `ebpf:"offcpu_min_ns"`
+	OffcpuThreshold       *ebpf.Variable `ebpf:"offcpu_threshold"`
+	ThreadSize            *ebpf.Variable `ebpf:"thread_size"`
+	UnusedCfaType         *ebpf.Variable `ebpf:"unused_cfa_type"`
+	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedFpRule          *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedMappingInfo     *ebpf.Variable `ebpf:"unused_mapping_info"`
+	UnusedMappingKey      *ebpf.Variable `ebpf:"unused_mapping_key"`
+	UnusedOffcpuEndFlags  *ebpf.Variable `ebpf:"unused_offcpu_end_flags"`
+	UnusedOffcpuEndRecord *ebpf.Variable `ebpf:"unused_offcpu_end_record"`
+	UnusedPidStats        *ebpf.Variable `ebpf:"unused_pid_stats"`
+	UnusedRecordType      *ebpf.Variable `ebpf:"unused_record_type"`
+	UnusedSampleFlags     *ebpf.Variable `ebpf:"unused_sample_flags"`
+	UnusedTaskRecord      *ebpf.Variable `ebpf:"unused_task_record"`
+	UnusedUnwindRow       *ebpf.Variable `ebpf:"unused_unwind_row"`
+	WakeupBytes           *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // SondePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondePrograms struct {
-	OnExec              *ebpf.Program `ebpf:"on_exec"`
-	OnExit              *ebpf.Program `ebpf:"on_exit"`
-	SampleCpu           *ebpf.Program `ebpf:"sample_cpu"`
-	UnwindUser          *ebpf.Program `ebpf:"unwind_user"`
-	UnwindUserUnchecked *ebpf.Program `ebpf:"unwind_user_unchecked"`
+	OffCpu                    *ebpf.Program `ebpf:"off_cpu"`
+	OffCpuUnwindUser          *ebpf.Program `ebpf:"off_cpu_unwind_user"`
+	OffCpuUnwindUserUnchecked *ebpf.Program `ebpf:"off_cpu_unwind_user_unchecked"`
+	OnExec                    *ebpf.Program `ebpf:"on_exec"`
+	OnExit                    *ebpf.Program `ebpf:"on_exit"`
+	SampleCpu                 *ebpf.Program `ebpf:"sample_cpu"`
+	UnwindUser                *ebpf.Program `ebpf:"unwind_user"`
+	UnwindUserUnchecked       *ebpf.Program `ebpf:"unwind_user_unchecked"`
 }
 
 func (p *SondePrograms) Close() error {
 	return _SondeClose(
+		p.OffCpu,
+		p.OffCpuUnwindUser,
+		p.OffCpuUnwindUserUnchecked,
 		p.OnExec,
 		p.OnExit,
 		p.SampleCpu,

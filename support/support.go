@@ -6,4 +6,4 @@
 // committed objects match their sources.
 package support
 
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type sample_record -type task_record -type counter -type record_type -type sample_flags -type unwind_row -type mapping_key -type mapping_info -type cfa_type -type fp_rule -type pid_stats Sonde ebpf/sonde.c -- -I./ebpf
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type sample_record -type task_record -type counter -type record_type -type sample_flags -type unwind_row -type mapping_key -type mapping_info -type cfa_type -type fp_rule -type pid_stats -type offcpu_end_record -type offcpu_end_flags Sonde ebpf/sonde.c -- -I./ebpf

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -24,7 +25,19 @@ const (
 	// RecordUnknown: a process was sampled before its unwind information was
 	// prepared (or at an address outside its prepared mappings).
 	RecordUnknown = RecordType(support.SondeRecordTypeRECORD_UNKNOWN)
+	// RecordOffCPUStart: a thread left the CPU to wait. It is decoded like
+	// a sample: Time is when it left, KTime the key its RecordOffCPUEnd
+	// names, and the stacks are where it waits.
+	RecordOffCPUStart = RecordType(support.SondeRecordTypeRECORD_OFFCPU_START)
+	// RecordOffCPUEnd: the thread TID of PID is back on a CPU. KTime is
+	// the KTime of its start record, Time that start as wall-clock time,
+	// OffCPU how long it was away; Flags may hold OffCPUShort.
+	RecordOffCPUEnd = RecordType(support.SondeRecordTypeRECORD_OFFCPU_END)
 )
+
+// OffCPUShort flags an end record whose wait was shorter than
+// Options.OffCPUMinDuration: its start is to be dropped.
+const OffCPUShort = uint32(support.SondeOffcpuEndFlagsOFFCPU_END_SHORT)
 
 // Sample flags, as the eBPF side sets them.
 const (
@@ -58,14 +71,19 @@ const (
 )
 
 // Record is one decoded ring-buffer record. For RecordExec and RecordExit only
-// PID, Time and Comm are set. Kernel and User alias a buffer that the next
-// ReadInto reuses: copy what must outlive it.
+// PID, Time and Comm are set; for RecordOffCPUEnd only PID, TID, KTime, Time,
+// Flags and OffCPU. Kernel and User alias a buffer that the next ReadInto
+// reuses: copy what must outlive it.
 type Record struct {
-	Type      RecordType
-	PID       uint32
-	TID       uint32
-	CPU       uint32
-	Time      time.Time
+	Type RecordType
+	PID  uint32
+	TID  uint32
+	CPU  uint32
+	Time time.Time
+	// KTime is Time as the kernel's monotonic clock (bpf_ktime_get_ns) said.
+	KTime uint64
+	// OffCPU is how long the thread of a RecordOffCPUEnd was off the CPU.
+	OffCPU    time.Duration
 	Comm      string
 	Flags     uint32
 	Kernel    []uint64     // kernel PCs, leaf first
@@ -107,6 +125,13 @@ const (
 	taskOffComm  = 16
 	taskSize     = 32
 
+	endOffPID      = 4
+	endOffTID      = 8
+	endOffFlags    = 12
+	endOffStart    = 16
+	endOffDuration = 24
+	endSize        = 32
+
 	maxWords      = len(support.SondeSampleRecord{}.Stack)
 	maxUserFrames = 256
 )
@@ -142,15 +167,17 @@ func (rec *Record) decode(b []byte, c clock) error {
 		return fmt.Errorf("%w: %d bytes", ErrMalformed, len(b))
 	}
 	rec.Type = RecordType(le.Uint32(b[offType:]))
+	rec.OffCPU = 0
 	switch rec.Type {
-	case RecordSample:
+	case RecordSample, RecordOffCPUStart:
 		if len(b) < offStack {
 			return fmt.Errorf("%w: sample of %d bytes", ErrMalformed, len(b))
 		}
 		rec.PID = le.Uint32(b[offPID:])
 		rec.TID = le.Uint32(b[offTID:])
 		rec.CPU = le.Uint32(b[offCPU:])
-		rec.Time = c.wall(le.Uint64(b[offKtime:]))
+		rec.KTime = le.Uint64(b[offKtime:])
+		rec.Time = c.wall(rec.KTime)
 		rec.setComm(b[offComm : offComm+16])
 		klen := int(le.Uint16(b[offKernelLen:]))
 		ulen := int(le.Uint16(b[offUserLen:]))
@@ -195,8 +222,26 @@ func (rec *Record) decode(b []byte, c clock) error {
 		}
 		rec.PID = le.Uint32(b[taskOffPID:])
 		rec.TID, rec.CPU, rec.Flags = 0, 0, 0
-		rec.Time = c.wall(le.Uint64(b[taskOffKtime:]))
+		rec.KTime = le.Uint64(b[taskOffKtime:])
+		rec.Time = c.wall(rec.KTime)
 		rec.setComm(b[taskOffComm : taskOffComm+16])
+		rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles = nil, nil, nil, nil
+	case RecordOffCPUEnd:
+		if len(b) < endSize {
+			return fmt.Errorf("%w: off-CPU end record of %d bytes", ErrMalformed, len(b))
+		}
+		rec.PID = le.Uint32(b[endOffPID:])
+		rec.TID = le.Uint32(b[endOffTID:])
+		rec.Flags = le.Uint32(b[endOffFlags:])
+		rec.CPU = 0
+		rec.KTime = le.Uint64(b[endOffStart:])
+		rec.Time = c.wall(rec.KTime)
+		d := le.Uint64(b[endOffDuration:])
+		if d > math.MaxInt64 {
+			return fmt.Errorf("%w: off-CPU duration %d ns", ErrMalformed, d)
+		}
+		rec.OffCPU = time.Duration(d)
+		rec.Comm = ""
 		rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles = nil, nil, nil, nil
 	default:
 		return fmt.Errorf("%w: unknown type %d", ErrMalformed, rec.Type)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,6 +17,7 @@ import (
 func TestRecordLayoutMatchesBPF(t *testing.T) {
 	var s support.SondeSampleRecord
 	var task support.SondeTaskRecord
+	var end support.SondeOffcpuEndRecord
 	got := map[string]uintptr{
 		"sample.pid":        unsafe.Offsetof(s.Pid),
 		"sample.tid":        unsafe.Offsetof(s.Tid),
@@ -30,12 +32,20 @@ func TestRecordLayoutMatchesBPF(t *testing.T) {
 		"task.ktime":        unsafe.Offsetof(task.Ktime),
 		"task.comm":         unsafe.Offsetof(task.Comm),
 		"task.size":         unsafe.Sizeof(task),
+		"end.pid":           unsafe.Offsetof(end.Pid),
+		"end.tid":           unsafe.Offsetof(end.Tid),
+		"end.flags":         unsafe.Offsetof(end.Flags),
+		"end.start":         unsafe.Offsetof(end.Start),
+		"end.duration":      unsafe.Offsetof(end.Duration),
+		"end.size":          unsafe.Sizeof(end),
 	}
 	want := map[string]uintptr{
 		"sample.pid": offPID, "sample.tid": offTID, "sample.cpu": offCPU,
 		"sample.ktime": offKtime, "sample.comm": offComm, "sample.kernel_len": offKernelLen,
 		"sample.user_len": offUserLen, "sample.flags": offFlags, "sample.stack": offStack,
 		"task.pid": taskOffPID, "task.ktime": taskOffKtime, "task.comm": taskOffComm, "task.size": taskSize,
+		"end.pid": endOffPID, "end.tid": endOffTID, "end.flags": endOffFlags, "end.start": endOffStart,
+		"end.duration": endOffDuration, "end.size": endSize,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("record layout (-decoder +bpf2go):\n%s", diff)
@@ -101,6 +111,53 @@ func TestDecodeSample(t *testing.T) {
 	}
 }
 
+// encodeEnd encodes an off-CPU end record as the eBPF side does.
+func encodeEnd(pid, tid, flags uint32, start, duration uint64) []byte {
+	le := binary.LittleEndian
+	b := make([]byte, endSize)
+	le.PutUint32(b[offType:], uint32(RecordOffCPUEnd))
+	le.PutUint32(b[endOffPID:], pid)
+	le.PutUint32(b[endOffTID:], tid)
+	le.PutUint32(b[endOffFlags:], flags)
+	le.PutUint64(b[endOffStart:], start)
+	le.PutUint64(b[endOffDuration:], duration)
+	return b
+}
+
+func TestDecodeOffCPU(t *testing.T) {
+	var rec Record
+	// A start is a sample of another type: same layout.
+	start := encodeSample(42, 43, 1, "waiter", []uint64{0xffffffff81000010}, []uint64{0x401000 | pcFlagNoAdjust, 0x401100})
+	binary.LittleEndian.PutUint32(start[offType:], uint32(RecordOffCPUStart))
+	if err := rec.decode(start, clock{offset: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Type != RecordOffCPUStart || rec.PID != 42 || rec.TID != 43 || rec.KTime != 1_000_000_000 ||
+		rec.Time.UnixNano() != 1_000_000_005 || len(rec.Kernel) != 1 || len(rec.User) != 2 || rec.OffCPU != 0 {
+		t.Errorf("decoded start %+v", rec)
+	}
+	// The same Record then takes an end: nothing of the start stays.
+	if err := rec.decode(encodeEnd(42, 43, OffCPUShort, 1_000_000_000, 250_000_000), clock{offset: 5}); err != nil {
+		t.Fatal(err)
+	}
+	got := struct {
+		Type         RecordType
+		PID, TID     uint32
+		Flags        uint32
+		KTime        uint64
+		Nanos        int64
+		OffCPU       time.Duration
+		Comm         string
+		Kernel, User []uint64
+	}{rec.Type, rec.PID, rec.TID, rec.Flags, rec.KTime, rec.Time.UnixNano(), rec.OffCPU, rec.Comm, rec.Kernel, rec.User}
+	want := got
+	want.Type, want.PID, want.TID, want.Flags = RecordOffCPUEnd, 42, 43, OffCPUShort
+	want.KTime, want.Nanos, want.OffCPU, want.Comm, want.Kernel, want.User = 1_000_000_000, 1_000_000_005, 250*time.Millisecond, "", nil, nil
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("decoded end (-want +got):\n%s", diff)
+	}
+}
+
 func TestDecodeMalformed(t *testing.T) {
 	full := encodeSample(1, 1, 0, "x", []uint64{1, 2}, []uint64{3})
 	lying := append([]byte{}, full...)
@@ -121,6 +178,8 @@ func TestDecodeMalformed(t *testing.T) {
 		{"frame count beyond maximum", tooMany},
 		{"unknown type", unknown},
 		{"short task record", full[:taskSize-1]},
+		{"short off-CPU end", encodeEnd(1, 1, 0, 1, 1)[:endSize-1]},
+		{"off-CPU duration beyond int64", encodeEnd(1, 1, 0, 1, 1<<63)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := tc.b
@@ -139,6 +198,7 @@ func TestDecodeMalformed(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(encodeSample(1, 2, 3, "comm", []uint64{1}, []uint64{2, 3}))
 	f.Add([]byte{2, 0, 0, 0})
+	f.Add(encodeEnd(1, 2, 0, 3, 4))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var rec Record
 		if err := rec.decode(b, clock{}); err != nil {

@@ -1,6 +1,7 @@
 // Package tracer owns the kernel side of Sonde: it loads the eBPF objects from
-// package support, attaches the sampler to a perf event on every online CPU and
-// the exec/exit tracepoints, and decodes what arrives on the ring buffer.
+// package support, attaches the sampler to a perf event on every online CPU,
+// the exec/exit tracepoints and, when off-CPU profiling is on, the
+// context-switch tracepoint, and decodes what arrives on the ring buffer.
 //
 // A Tracer owns every file descriptor it opens (programs, maps, links, perf
 // events, the ring buffer reader) and closes all of them in Close, also on
@@ -11,6 +12,7 @@ package tracer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -61,6 +63,13 @@ type Options struct {
 	// reader only once an eighth of the ring buffer is full, so a record
 	// waits at most about this long.
 	PollInterval time.Duration
+	// OffCPUThreshold is the probability, per context switch, that a thread
+	// that blocks is traced off the CPU (0: off-CPU profiling is off and its
+	// programs are not loaded; 1: every blocking switch).
+	OffCPUThreshold float64
+	// OffCPUMinDuration: traced waits shorter than this are dropped (their
+	// end records carry OffCPUShort).
+	OffCPUMinDuration time.Duration
 }
 
 // DefaultPollInterval is the default Options.PollInterval.
@@ -87,9 +96,39 @@ func (o *objects) Close() error {
 	return errors.Join(errs...)
 }
 
+// offCPUPrograms are loaded only when off-CPU profiling is on: the
+// context-switch program and one build of its unwinder.
+type offCPUPrograms struct {
+	OffCpu           *ebpf.Program `ebpf:"off_cpu"`
+	OffCpuUnwindUser *ebpf.Program `ebpf:"off_cpu_unwind_user"`
+}
+
+func (o *offCPUPrograms) Close() error {
+	var errs []error
+	for _, p := range []*ebpf.Program{o.OffCpu, o.OffCpuUnwindUser} {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// offCPUThreshold turns a probability into the bound bpf_get_prandom_u32()
+// is compared with: 1 becomes 1<<32, above every 32-bit value.
+func offCPUThreshold(p float64) uint64 {
+	switch {
+	case !(p > 0): // also NaN
+		return 0
+	case p >= 1:
+		return 1 << 32
+	}
+	return uint64(math.Round(p * (1 << 32)))
+}
+
 // Tracer is the loaded and attached set of eBPF programs.
 type Tracer struct {
-	objs objects
+	objs   objects
+	offCPU offCPUPrograms // nil programs when off-CPU profiling is off
 	// CheckedMappings: the unwinder checks each mapping entry against the
 	// live mapping (bpf_find_vma), so a stale entry is never used.
 	checked bool
@@ -112,6 +151,13 @@ func New(opts Options) (_ *Tracer, err error) {
 	if opts.SamplesPerSecond <= 0 {
 		return nil, fmt.Errorf("samples per second must be positive, got %d", opts.SamplesPerSecond)
 	}
+	if !(opts.OffCPUThreshold >= 0 && opts.OffCPUThreshold <= 1) {
+		return nil, fmt.Errorf("off-CPU threshold must be between 0 and 1, got %v", opts.OffCPUThreshold)
+	}
+	if opts.OffCPUMinDuration < 0 {
+		return nil, fmt.Errorf("off-CPU minimum duration must not be negative, got %v", opts.OffCPUMinDuration)
+	}
+	offCPU := opts.OffCPUThreshold > 0
 
 	spec, err := support.LoadSonde()
 	if err != nil {
@@ -130,6 +176,12 @@ func New(opts Options) (_ *Tracer, err error) {
 	checked := features.HaveProgramHelper(ebpf.PerfEvent, asm.FnFindVma) == nil
 	if !checked {
 		spec.Programs[support.SondeProgUnwindUser] = spec.Programs[support.SondeProgUnwindUserUnchecked]
+		spec.Programs[support.SondeProgOffCpuUnwindUser] = spec.Programs[support.SondeProgOffCpuUnwindUserUnchecked]
+	}
+	if !offCPU {
+		// Every map is created (the generated struct names them all); the
+		// one sized for off-CPU work takes no memory when it is off.
+		spec.Maps[support.SondeMapOffcpuStarts].MaxEntries = 1
 	}
 	if opts.MaxMappingPrefixes > 0 {
 		spec.Maps[support.SondeMapMappings].MaxEntries = uint32(opts.MaxMappingPrefixes)
@@ -150,6 +202,12 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err := vars.WakeupBytes.Set(uint64(spec.Maps[support.SondeMapEvents].MaxEntries / 8)); err != nil {
 		return nil, fmt.Errorf("set wakeup_bytes: %w", err)
 	}
+	if err := vars.OffcpuThreshold.Set(offCPUThreshold(opts.OffCPUThreshold)); err != nil {
+		return nil, fmt.Errorf("set offcpu_threshold: %w", err)
+	}
+	if err := vars.OffcpuMinNs.Set(uint64(opts.OffCPUMinDuration.Nanoseconds())); err != nil {
+		return nil, fmt.Errorf("set offcpu_min_ns: %w", err)
+	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
@@ -161,7 +219,16 @@ func New(opts Options) (_ *Tracer, err error) {
 		}
 	}()
 
-	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
+	// Only the programs named in the destination are loaded: the off-CPU
+	// ones only when off-CPU profiling is on.
+	var dst any = &t.objs
+	if offCPU {
+		dst = &struct {
+			Base   *objects
+			OffCPU *offCPUPrograms
+		}{&t.objs, &t.offCPU}
+	}
+	if err := spec.LoadAndAssign(dst, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load eBPF objects: verifier rejected a program: %+v", ve)
@@ -174,14 +241,24 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err := t.objs.Unwinders.Put(uint32(0), t.objs.UnwindUser); err != nil {
 		return nil, fmt.Errorf("install unwinder: %w", err)
 	}
-
-	for _, tp := range []struct {
+	tracepoints := []struct {
 		name string
 		prog *ebpf.Program
 	}{
 		{"sched_process_exec", t.objs.OnExec},
 		{"sched_process_exit", t.objs.OnExit},
-	} {
+	}
+	if offCPU {
+		if err := t.objs.OffcpuUnwinders.Put(uint32(0), t.offCPU.OffCpuUnwindUser); err != nil {
+			return nil, fmt.Errorf("install off-CPU unwinder: %w", err)
+		}
+		tracepoints = append(tracepoints, struct {
+			name string
+			prog *ebpf.Program
+		}{"sched_switch", t.offCPU.OffCpu})
+	}
+
+	for _, tp := range tracepoints {
 		l, err := link.AttachTracing(link.TracingOptions{Program: tp.prog})
 		if err != nil {
 			return nil, fmt.Errorf("attach BTF tracepoint %s: %w", tp.name, err)
@@ -263,7 +340,7 @@ func (t *Tracer) Close() error {
 		if t.reader != nil {
 			errs = append(errs, t.reader.Close())
 		}
-		errs = append(errs, t.objs.Close())
+		errs = append(errs, t.offCPU.Close(), t.objs.Close())
 		t.closeErr = errors.Join(errs...)
 	})
 	return t.closeErr
@@ -272,6 +349,10 @@ func (t *Tracer) Close() error {
 // CheckedMappings reports whether the unwinder checks mapping entries
 // against the live mappings (kernels with bpf_find_vma).
 func (t *Tracer) CheckedMappings() bool { return t.checked }
+
+// OffCPU reports whether off-CPU profiling is on: its programs are loaded
+// and attached.
+func (t *Tracer) OffCPU() bool { return t.offCPU.OffCpu != nil }
 
 // CPUs returns how many CPUs are sampled.
 func (t *Tracer) CPUs() int { return len(t.perf) }
@@ -297,6 +378,20 @@ type Counters struct {
 	KernelThreads   uint64 // samples of kernel threads, not sent
 	StaleMappings   uint64 // mapping entries that no longer matched the live mapping
 	VMACheckBusy    uint64 // mapping entries used unchecked: the mm lock was busy
+
+	OffCPUSwitches   uint64 // context switches the off-CPU program saw
+	OffCPUFiltered   uint64 // traced waits of processes the filters exclude, dropped before any work
+	OffCPUStartsSent uint64 // off-CPU start records written
+	OffCPUStartsLost uint64 // off-CPU start records dropped: ring buffer full
+	OffCPUMapFull    uint64 // starts that could not be remembered: their ends are never sent
+	OffCPUEndsSent   uint64 // off-CPU end records written, short ones included
+	OffCPUEndsLost   uint64 // off-CPU end records dropped: ring buffer full
+	OffCPUShortWaits uint64 // waits shorter than the minimum duration, dropped
+}
+
+// Lost is every record the ring buffer could not take.
+func (c Counters) Lost() uint64 {
+	return c.SamplesLost + c.TaskEventsLost + c.UnknownLost + c.OffCPUStartsLost + c.OffCPUEndsLost
 }
 
 // Counters reads the eBPF side's counters.
@@ -322,6 +417,14 @@ func (t *Tracer) Counters() (Counters, error) {
 		support.SondeCounterCOUNTER_KTHREAD_SKIPPED:      &c.KernelThreads,
 		support.SondeCounterCOUNTER_MAPPING_STALE:        &c.StaleMappings,
 		support.SondeCounterCOUNTER_VMA_CHECK_BUSY:       &c.VMACheckBusy,
+		support.SondeCounterCOUNTER_OFFCPU_SWITCHES:      &c.OffCPUSwitches,
+		support.SondeCounterCOUNTER_OFFCPU_FILTERED:      &c.OffCPUFiltered,
+		support.SondeCounterCOUNTER_OFFCPU_STARTS_SENT:   &c.OffCPUStartsSent,
+		support.SondeCounterCOUNTER_OFFCPU_STARTS_LOST:   &c.OffCPUStartsLost,
+		support.SondeCounterCOUNTER_OFFCPU_MAP_FULL:      &c.OffCPUMapFull,
+		support.SondeCounterCOUNTER_OFFCPU_ENDS_SENT:     &c.OffCPUEndsSent,
+		support.SondeCounterCOUNTER_OFFCPU_ENDS_LOST:     &c.OffCPUEndsLost,
+		support.SondeCounterCOUNTER_OFFCPU_SHORT:         &c.OffCPUShortWaits,
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {

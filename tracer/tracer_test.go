@@ -202,13 +202,16 @@ func TestCloseUnblocksRead(t *testing.T) {
 func TestCloseLeavesNothing(t *testing.T) {
 	testutil.RequirePrivileges(t, "eBPF sampling")
 	fdsBefore := openFDs(t)
-	for range 3 {
-		tr, err := New(Options{SamplesPerSecond: 99, RingBufferBytes: 1 << 20})
+	for i := range 4 {
+		// Off-CPU profiling on every other time: its programs and the
+		// program array they tail-call through go too.
+		offCPU := float64(i % 2)
+		tr, err := New(Options{SamplesPerSecond: 99, RingBufferBytes: 1 << 20, OffCPUThreshold: offCPU})
 		if err != nil {
 			t.Fatal(err)
 		}
 		progs, maps, links := objectIDs(t, tr)
-		if len(progs) < 4 || len(maps) < 5 || len(links) < tr.CPUs()+2 {
+		if len(progs) < 4+2*int(offCPU) || len(maps) < 5 || len(links) < tr.CPUs()+2+int(offCPU) {
 			t.Fatalf("while running: %d programs, %d maps, %d links; the test does not see the tracer's objects", len(progs), len(maps), len(links))
 		}
 		if err := tr.Close(); err != nil {
@@ -283,7 +286,11 @@ func openFDs(t *testing.T) int {
 // objectIDs returns the kernel ids of the tracer's programs, maps and links.
 func objectIDs(t *testing.T, tr *Tracer) (progs []ebpf.ProgramID, maps []ebpf.MapID, links []link.ID) {
 	t.Helper()
-	for _, p := range []*ebpf.Program{tr.objs.SampleCpu, tr.objs.UnwindUser, tr.objs.OnExec, tr.objs.OnExit} {
+	for _, p := range []*ebpf.Program{tr.objs.SampleCpu, tr.objs.UnwindUser, tr.objs.OnExec, tr.objs.OnExit,
+		tr.offCPU.OffCpu, tr.offCPU.OffCpuUnwindUser} {
+		if p == nil {
+			continue
+		}
 		info, err := p.Info()
 		if err != nil {
 			t.Fatal(err)
@@ -291,7 +298,8 @@ func objectIDs(t *testing.T, tr *Tracer) (progs []ebpf.ProgramID, maps []ebpf.Ma
 		id, _ := info.ID()
 		progs = append(progs, id)
 	}
-	for _, m := range []*ebpf.Map{tr.objs.Events, tr.objs.Counters, tr.objs.Scratch, tr.objs.Mappings, tr.objs.Tables, tr.objs.Unwinders} {
+	for _, m := range []*ebpf.Map{tr.objs.Events, tr.objs.Counters, tr.objs.Scratch, tr.objs.Mappings, tr.objs.Tables, tr.objs.Unwinders,
+		tr.objs.OffcpuUnwinders, tr.objs.OffcpuStarts} {
 		info, err := m.Info()
 		if err != nil {
 			t.Fatal(err)

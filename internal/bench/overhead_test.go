@@ -32,6 +32,9 @@ import (
 // CPU time and peak RSS are those of a process that runs only the receiver.
 const agentEnv = "SONDE_BENCH_AGENT_HZ"
 
+// offCPUEnv, when set, is the agent's off_cpu_threshold.
+const offCPUEnv = "SONDE_BENCH_AGENT_OFF_CPU"
+
 // heapProfileEnv names a file the agent writes its heap profile to before it
 // stops, for finding where the memory goes.
 const heapProfileEnv = "SONDE_BENCH_HEAP_PROFILE"
@@ -67,6 +70,12 @@ func runAgent(hz string) int {
 	f := collector.NewFactory().(xreceiver.Factory)
 	cfg := f.CreateDefaultConfig().(*collector.Config)
 	cfg.SamplesPerSecond = sps
+	if v := os.Getenv(offCPUEnv); v != "" {
+		if cfg.OffCPUThreshold, err = strconv.ParseFloat(v, 64); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
 	begin := time.Now()
 	var once sync.Once
 	next, _ := xconsumer.NewProfiles(func(context.Context, pprofile.Profiles) error {

@@ -68,6 +68,15 @@ const (
 	// Threads: C: a thread named argv[1] burns CPU (spin -> burn) while the
 	// main thread waits in pthread_join.
 	Threads = "threads"
+
+	// OffCPUSleep: C: main -> a -> b -> nanosleep(200 ms), after a little CPU
+	// in main -> spin; logs each sleep to argv[1] if given (see the source).
+	OffCPUSleep = "offcpusleep"
+	// PipeWait: C: main -> reader -> read on a pipe a child writes every 100 ms.
+	PipeWait = "pipewait"
+	// PingPong: C: two processes bounce a byte over two pipes for argv[1]
+	// seconds, on CPU argv[2] if given, and print "round-trips-per-second N".
+	PingPong = "pingpong"
 )
 
 // Flags without frame pointers, keeping calls as calls so the chain is real.
@@ -85,7 +94,7 @@ func BuildWorkload(tb testing.TB, name string) string {
 	tb.Helper()
 	dir := workloadDir(tb)
 	switch name {
-	case CChain, Syscalls, Fixed:
+	case CChain, Syscalls, Fixed, OffCPUSleep, PipeWait, PingPong:
 		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}, filepath.Join(dir, name+".c"))
 	case Threads:
 		return BuildC(tb, name, []string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-pthread"}, filepath.Join(dir, name+".c"))

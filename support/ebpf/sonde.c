@@ -2,8 +2,9 @@
 //go:build ignore
 
 // Sonde's sampler: a perf-event program run on every CPU at the configured
-// frequency, and BTF tracepoints that report exec and exit. Everything leaves
-// through one BPF ring buffer; everything dropped is counted.
+// frequency, BTF tracepoints that report exec and exit, and (when off-CPU
+// profiling is on) a BTF tracepoint on every context switch. Everything
+// leaves through one BPF ring buffer; everything dropped is counted.
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -26,6 +27,8 @@ const struct unwind_row *unused_unwind_row __attribute__((unused));
 const enum cfa_type *unused_cfa_type __attribute__((unused));
 const enum fp_rule *unused_fp_rule __attribute__((unused));
 const struct pid_stats *unused_pid_stats __attribute__((unused));
+const struct offcpu_end_record *unused_offcpu_end_record __attribute__((unused));
+const enum offcpu_end_flags *unused_offcpu_end_flags __attribute__((unused));
 
 // Set by the loader before the programs are loaded.
 volatile const bool include_idle = false;
@@ -162,6 +165,48 @@ struct {
 	__type(value, __u32);
 } unwinders SEC(".maps");
 
+// Off-CPU tracing. A tail call only reaches a program of the caller's type
+// (and, since 6.12, of its attach point), so the off-CPU path has its own
+// build of the unwinder, its own program array, and its own per-CPU scratch
+// slots: it never shares a half-built record with the on-CPU sampler.
+
+// Set by the loader: a switch is traced when bpf_get_prandom_u32() is below
+// offcpu_threshold (1 << 32: every switch); waits shorter than offcpu_min_ns
+// are dropped.
+volatile const __u64 offcpu_threshold = 0;
+volatile const __u64 offcpu_min_ns = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_record);
+} offcpu_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ustack_state);
+} offcpu_unwind_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} offcpu_unwinders SEC(".maps");
+
+// When each traced thread left the CPU (tid -> ktime of its start record).
+// Bounded: a thread that never comes back (or not before this many newer
+// waits) is evicted, and user space expires its start record.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, __u64);
+} offcpu_starts SEC(".maps");
+
 // Kernel stack size, for finding user registers on kernels without
 // bpf_task_pt_regs (before 5.15); set by the loader.
 volatile const __u64 thread_size = 16384;
@@ -191,18 +236,40 @@ static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, _
 	__sync_fetch_and_add(&ps->frames, frames);
 }
 
-static __always_inline void send_sample(struct sample_record *s)
+static __always_inline int output_sample(struct sample_record *s)
 {
 	__u64 size = __builtin_offsetof(struct sample_record, stack) +
 		     (__u64)(s->kernel_len + 2 * s->user_len) * sizeof(__u64);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
-	if (bpf_ringbuf_output(&events, s, size, wakeup_flags()) == 0)
+	return bpf_ringbuf_output(&events, s, size, wakeup_flags());
+}
+
+static __always_inline void send_sample(struct sample_record *s)
+{
+	if (output_sample(s) == 0)
 		count(COUNTER_SAMPLES_SENT);
 	else
 		count(COUNTER_SAMPLES_LOST);
 	if (s->pid != 0)
 		add_cost(s->pid, 1, 0, s->user_len);
+}
+
+// send_offcpu_start sends an off-CPU start record and, once user space has
+// it, remembers when the thread left so its return can close it. The thread
+// cannot run anywhere before this program ends (it is still on this CPU), so
+// the end can never overtake the start.
+static __always_inline void send_offcpu_start(struct sample_record *s)
+{
+	if (output_sample(s) != 0) {
+		count(COUNTER_OFFCPU_STARTS_LOST);
+		return;
+	}
+	count(COUNTER_OFFCPU_STARTS_SENT);
+	__u32 tid = s->tid;
+	__u64 start = s->ktime;
+	if (bpf_map_update_elem(&offcpu_starts, &tid, &start, BPF_ANY) != 0)
+		count(COUNTER_OFFCPU_MAP_FULL);
 }
 
 // Least time between two notifications for one process: a process that is
@@ -236,17 +303,10 @@ static __always_inline void notify_unknown(__u32 pid, __u64 gap)
 	count(COUNTER_UNKNOWN_SENT);
 }
 
-// user_regs finds the user-mode registers of the interrupted task: the
-// perf event's own when it interrupted user mode, else those saved on
-// kernel entry. Kernel threads have none.
-static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct ustack_state *st)
+// saved_user_regs finds the user-mode registers the current task saved on
+// its last entry into the kernel. Kernel threads have none.
+static __always_inline int saved_user_regs(struct ustack_state *st)
 {
-	if ((ctx->regs.csx & 3) == 3) {
-		st->pc = ctx->regs.ip;
-		st->sp = ctx->regs.sp;
-		st->fp = ctx->regs.bp;
-		return 0;
-	}
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	if (BPF_CORE_READ(task, flags) & PF_KTHREAD)
 		return -1;
@@ -262,6 +322,58 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct ust
 	    bpf_probe_read_kernel(&st->fp, sizeof(st->fp), &regs->bp))
 		return -1;
 	return 0;
+}
+
+// user_regs finds the user-mode registers of the interrupted task: the
+// perf event's own when it interrupted user mode, else those saved on
+// kernel entry.
+static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct ustack_state *st)
+{
+	if ((ctx->regs.csx & 3) == 3) {
+		st->pc = ctx->regs.ip;
+		st->sp = ctx->regs.sp;
+		st->fp = ctx->regs.bp;
+		return 0;
+	}
+	return saved_user_regs(st);
+}
+
+// begin_sample fills the header of s for the current task and takes its
+// kernel stack; the user stack is left to the unwinder.
+static __always_inline void begin_sample(void *ctx, struct sample_record *s, __u32 type, __u64 pid_tgid, __u64 now)
+{
+	s->type = type;
+	s->pid = pid_tgid >> 32;
+	s->tid = (__u32)pid_tgid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->ktime = now;
+	s->flags = 0;
+	s->user_len = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+
+	// The kernel stack is empty when the sample interrupted user mode.
+	long n = bpf_get_stack(ctx, s->stack, MAX_KERNEL_FRAMES * sizeof(__u64), 0);
+	__u32 klen = 0;
+	if (n > 0) {
+		klen = (__u64)n / sizeof(__u64);
+	} else if (n < 0 && n != -14 /* EFAULT: no kernel part */) {
+		s->flags |= SAMPLE_KERNEL_STACK_ERR;
+		count(COUNTER_KERNEL_STACK_ERR);
+	}
+	if (klen > MAX_KERNEL_FRAMES)
+		klen = MAX_KERNEL_FRAMES;
+	s->kernel_len = klen;
+}
+
+// begin_unwind prepares the unwinder's state for a new user stack, asking
+// user space for the process's unwind information if it has none yet.
+static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
+{
+	if (!bpf_map_lookup_elem(&known_pids, &tgid))
+		notify_unknown(tgid, NOTIFY_GAP_NS);
+	st->runs = 0;
+	st->adjust = 0;
+	st->have_mi = 0;
 }
 
 SEC("perf_event")
@@ -295,37 +407,12 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	if (!s || !st)
 		return 0;
 
-	s->type = RECORD_SAMPLE;
-	s->pid = tgid;
-	s->tid = (__u32)pid_tgid;
-	s->cpu = bpf_get_smp_processor_id();
-	s->ktime = bpf_ktime_get_ns();
-	s->flags = 0;
-	s->user_len = 0;
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
-
-	// The kernel stack is empty when the sample interrupted user mode.
-	long n = bpf_get_stack(ctx, s->stack, MAX_KERNEL_FRAMES * sizeof(__u64), 0);
-	__u32 klen = 0;
-	if (n > 0) {
-		klen = (__u64)n / sizeof(__u64);
-	} else if (n < 0 && n != -14 /* EFAULT: no kernel part */) {
-		s->flags |= SAMPLE_KERNEL_STACK_ERR;
-		count(COUNTER_KERNEL_STACK_ERR);
-	}
-	if (klen > MAX_KERNEL_FRAMES)
-		klen = MAX_KERNEL_FRAMES;
-	s->kernel_len = klen;
-
+	begin_sample(ctx, s, RECORD_SAMPLE, pid_tgid, bpf_ktime_get_ns());
 	if (tgid == 0 || user_regs(ctx, st) != 0) {
 		send_sample(s);
 		return 0;
 	}
-	if (!bpf_map_lookup_elem(&known_pids, &tgid))
-		notify_unknown(tgid, NOTIFY_GAP_NS);
-	st->runs = 0;
-	st->adjust = 0;
-	st->have_mi = 0;
+	begin_unwind(st, tgid);
 	bpf_tail_call(ctx, &unwinders, 0);
 	// Only reached when the tail call failed.
 	count(COUNTER_UNWIND_TAIL_CALL_ERR);
@@ -378,6 +465,7 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 	st->sp = st->fp + 16;
 	st->fp = link[0];
 	st->pc = link[1] | PC_FLAG_FRAME_POINTER;
+	st->adjust = 1; // a return address, like the ones CFI finds
 	s->flags |= SAMPLE_FRAME_POINTERS;
 	count(COUNTER_FRAMES_FP);
 	return STEP_CONTINUE;
@@ -548,22 +636,30 @@ static __always_inline bool unwind_frames(struct sample_record *s, struct ustack
 }
 
 // unwind_run is one run of the user-stack unwinder; it tail-calls the next.
-static __always_inline int unwind_run(void *ctx, bool vma)
+// offcpu picks the off-CPU path's scratch slots, program array and record;
+// it is a constant at every call, so each build refers only to its own maps.
+static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
 {
 	__u32 zero = 0;
-	struct sample_record *s = bpf_map_lookup_elem(&scratch, &zero);
-	struct ustack_state *st = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	struct sample_record *s = bpf_map_lookup_elem(offcpu ? (void *)&offcpu_scratch : (void *)&scratch, &zero);
+	struct ustack_state *st = bpf_map_lookup_elem(offcpu ? (void *)&offcpu_unwind_scratch : (void *)&unwind_scratch, &zero);
 	if (!s || !st)
 		return 0;
 	if (unwind_frames(s, st, vma)) {
 		if (st->runs < MAX_UNWIND_RUNS - 1) {
 			st->runs++;
-			bpf_tail_call(ctx, &unwinders, 0);
+			if (offcpu)
+				bpf_tail_call(ctx, &offcpu_unwinders, 0);
+			else
+				bpf_tail_call(ctx, &unwinders, 0);
 			count(COUNTER_UNWIND_TAIL_CALL_ERR);
 		}
 		s->flags |= SAMPLE_USER_TRUNCATED;
 	}
-	send_sample(s);
+	if (offcpu)
+		send_offcpu_start(s);
+	else
+		send_sample(s);
 	return 0;
 }
 
@@ -572,13 +668,135 @@ static __always_inline int unwind_run(void *ctx, bool vma)
 SEC("perf_event")
 int unwind_user(struct bpf_perf_event_data *ctx)
 {
-	return unwind_run(ctx, true);
+	return unwind_run(ctx, true, false);
 }
 
 SEC("perf_event")
 int unwind_user_unchecked(struct bpf_perf_event_data *ctx)
 {
-	return unwind_run(ctx, false);
+	return unwind_run(ctx, false, false);
+}
+
+// The same two builds for the off-CPU path. They are never attached: they
+// only run as tail calls of off_cpu, and declare its attach point because
+// the kernel (6.12+) refuses tail calls between tracing programs of
+// different hooks.
+SEC("tp_btf/sched_switch")
+int off_cpu_unwind_user(void *ctx)
+{
+	return unwind_run(ctx, true, true);
+}
+
+SEC("tp_btf/sched_switch")
+int off_cpu_unwind_user_unchecked(void *ctx)
+{
+	return unwind_run(ctx, false, true);
+}
+
+#define TASK_RUNNING 0
+#define TASK_DEAD 0x80
+
+// task_struct before 5.14 named its state field `state`.
+struct task_struct___pre514 {
+	long state;
+} __attribute__((preserve_access_index));
+
+// The task pointers of a BTF tracepoint are trusted: their fields are
+// read by plain (CO-RE relocated) loads, without a helper call.
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return t->__state;
+	return ((struct task_struct___pre514 *)t)->state;
+}
+
+// offcpu_end closes the wait of next, if it was traced: the thread is back
+// on a CPU now.
+static __always_inline void offcpu_end(struct task_struct *next)
+{
+	__u32 tid = next->pid;
+	if (tid == 0)
+		return;
+	__u64 *startp = bpf_map_lookup_elem(&offcpu_starts, &tid);
+	if (!startp)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = *startp;
+	bpf_map_delete_elem(&offcpu_starts, &tid);
+	__u64 duration = now > start ? now - start : 0;
+	__u32 flags = 0;
+	if (duration < offcpu_min_ns) {
+		// Still sent, as 32 bytes, so user space frees the start record
+		// now instead of keeping it until it expires.
+		flags |= OFFCPU_END_SHORT;
+		count(COUNTER_OFFCPU_SHORT);
+	}
+	struct offcpu_end_record *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count(COUNTER_OFFCPU_ENDS_LOST);
+		return;
+	}
+	r->type = RECORD_OFFCPU_END;
+	r->pid = next->tgid;
+	r->tid = tid;
+	r->flags = flags;
+	r->start = start;
+	r->duration = duration;
+	bpf_ringbuf_submit(r, wakeup_flags());
+	count(COUNTER_OFFCPU_ENDS_SENT);
+}
+
+// off_cpu runs at every context switch, on the CPU being switched, with
+// current == prev. It closes the wait of next if it was traced, then
+// decides whether prev's wait is traced: if so it records prev's stacks as
+// an off-CPU start record (the user stack by the unwinder's off-CPU build,
+// from the registers prev saved when it entered the kernel).
+//
+// Only blocking is traced: a thread preempted while runnable (preempt, or
+// still TASK_RUNNING as after sched_yield) waits for a CPU, not for an
+// event; that time is CPU contention, which the on-CPU profile already
+// shows, and tracing it would fill the off-CPU profile with every busy
+// thread's time slices. Exiting threads (TASK_DEAD) never come back.
+SEC("tp_btf/sched_switch")
+int BPF_PROG(off_cpu, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	count(COUNTER_OFFCPU_SWITCHES);
+	offcpu_end(next);
+
+	// Cheapest and most selective first: this runs at every switch.
+	if (preempt || (__u64)bpf_get_prandom_u32() >= offcpu_threshold)
+		return 0;
+	__u32 tgid = prev->tgid;
+	if (tgid == 0 || (prev->flags & PF_KTHREAD))
+		return 0;
+	long state = task_state(prev);
+	if (state == TASK_RUNNING || (state & TASK_DEAD))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *until = bpf_map_lookup_elem(&pid_filter, &tgid);
+	if (until && now < *until) {
+		count(COUNTER_OFFCPU_FILTERED);
+		return 0;
+	}
+
+	__u32 zero = 0;
+	struct sample_record *s = bpf_map_lookup_elem(&offcpu_scratch, &zero);
+	struct ustack_state *st = bpf_map_lookup_elem(&offcpu_unwind_scratch, &zero);
+	if (!s || !st)
+		return 0;
+	// prev is current here, so the current-task helpers read prev.
+	begin_sample(ctx, s, RECORD_OFFCPU_START, bpf_get_current_pid_tgid(), now);
+	if (saved_user_regs(st) != 0) {
+		send_offcpu_start(s);
+		return 0;
+	}
+	begin_unwind(st, tgid);
+	bpf_tail_call(ctx, &offcpu_unwinders, 0);
+	// Only reached when the tail call failed.
+	count(COUNTER_UNWIND_TAIL_CALL_ERR);
+	s->flags |= SAMPLE_USER_STACK_ERR;
+	send_offcpu_start(s);
+	return 0;
 }
 static __always_inline void task_event(__u32 type, struct task_struct *task)
 {

@@ -24,6 +24,8 @@ enum record_type {
 	RECORD_EXEC = 2,
 	RECORD_EXIT = 3,
 	RECORD_UNKNOWN = 4, // a sampled process or address has no unwind information yet
+	RECORD_OFFCPU_START = 5, // a sample_record: a thread left the CPU to wait, with its stacks
+	RECORD_OFFCPU_END = 6,   // an offcpu_end_record: that thread is back on a CPU
 };
 
 // sample_flags say how complete a sample's stacks are.
@@ -116,6 +118,24 @@ struct sample_record {
 	__u64 stack[MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES];
 };
 
+// offcpu_end_flags qualify an offcpu_end_record.
+enum offcpu_end_flags {
+	// The wait was shorter than off_cpu_min_duration: user space drops its
+	// start record rather than keeping it until it expires.
+	OFFCPU_END_SHORT = 1 << 0,
+};
+
+// offcpu_end_record closes the off-CPU start record of thread tid whose
+// ktime is start: the thread was off the CPU for duration nanoseconds.
+struct offcpu_end_record {
+	__u32 type;
+	__u32 pid;
+	__u32 tid;
+	__u32 flags;
+	__u64 start;
+	__u64 duration;
+};
+
 // task_record tells user space a process exec'd or exited, or (RECORD_UNKNOWN)
 // that it was sampled without unwind information.
 struct task_record {
@@ -146,5 +166,13 @@ enum counter {
 	COUNTER_KTHREAD_SKIPPED,     // samples of kernel threads (include_kernel_threads off)
 	COUNTER_MAPPING_STALE,       // a mapping entry no longer matched the live mapping
 	COUNTER_VMA_CHECK_BUSY,      // the live mapping could not be checked (lock busy)
+	COUNTER_OFFCPU_SWITCHES,     // context switches the off-CPU tracepoint saw
+	COUNTER_OFFCPU_FILTERED,     // selected threads of processes the filters exclude: no work done
+	COUNTER_OFFCPU_STARTS_SENT,  // off-CPU start records written
+	COUNTER_OFFCPU_STARTS_LOST,  // ring buffer full: off-CPU start record dropped
+	COUNTER_OFFCPU_MAP_FULL,     // the start could not be remembered: its end is never sent
+	COUNTER_OFFCPU_ENDS_SENT,    // off-CPU end records written (short ones included)
+	COUNTER_OFFCPU_ENDS_LOST,    // ring buffer full: off-CPU end record dropped
+	COUNTER_OFFCPU_SHORT,        // waits shorter than off_cpu_min_duration (sent flagged, then dropped)
 	COUNTER_MAX,
 };

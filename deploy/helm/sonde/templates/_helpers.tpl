@@ -58,6 +58,8 @@ receivers:
   sonde:
     samples_per_second: {{ .Values.profiling.samplesPerSecond }}
     reporter_interval: {{ .Values.profiling.reporterInterval }}
+    off_cpu_threshold: {{ .Values.profiling.offCPUThreshold }}
+    off_cpu_min_duration: {{ .Values.profiling.offCPUMinDuration }}
     # hostPID: the container's /proc lists every process on the node.
     procfs: /proc
 processors:
