@@ -109,11 +109,11 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	})
 	r.preparer = newPreparer(r.log, tr, procs, syms, r.filter, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
 	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native, r.preparer.loader)
+	r.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(r.cfg.ReporterInterval))
 	if err := r.tel.register(r, metadata.Meter(r.set.TelemetrySettings)); err != nil {
 		r.tracer = nil
 		return errors.Join(fmt.Errorf("sonde receiver: %w", err), tr.Close())
 	}
-	r.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(r.cfg.ReporterInterval))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

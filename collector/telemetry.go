@@ -81,6 +81,14 @@ func classifyStack(flags uint32, userFrames int) (stackClass, bool) {
 var (
 	lostRingBuffer   = attrs("reason", "ring_buffer_full")
 	skippedIdle      = attrs("reason", "idle")
+	offCPUSampled    = attrs("outcome", "sampled")
+	offCPUShort      = attrs("outcome", "short")
+	offCPUFiltered   = attrs("outcome", "filtered")
+	offCPURingFull   = attrs("outcome", "ring_buffer_full")
+	offCPUMapFull    = attrs("outcome", "map_full")
+	offCPUExpired    = attrs("outcome", "expired")
+	offCPUEvicted    = attrs("outcome", "evicted")
+	offCPUOrphanEnd  = attrs("outcome", "orphan_end")
 	skippedKThread   = attrs("reason", "kernel_thread")
 	skippedKernel    = attrs("reason", "filtered_in_kernel")
 	skippedUser      = attrs("reason", "filtered_in_user")
@@ -166,7 +174,7 @@ func (t *telemetry) register(r *profilesReceiver, meter metric.Meter) error {
 		return t.observe(r, o)
 	},
 		tb.SamplesReceived, tb.SamplesLost, tb.SamplesSkipped, tb.RecordsLost, tb.RecordsMalformed,
-		tb.UnwindMappingsStale,
+		tb.UnwindMappingsStale, tb.OffcpuWaits,
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
 		tb.UnwindTableCount, tb.UnwindTableRows, tb.UnwindTableSize,
 		tb.UnwindTableBuilds, tb.UnwindTableEvictions, tb.UnwindTableFailures,
@@ -244,6 +252,17 @@ func (t *telemetry) observe(r *profilesReceiver, o metric.Observer) error {
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.Filtered), skippedKernel)
 	o.ObserveInt64(tb.SamplesSkipped, i64(r.stats.filtered.Load()), skippedUser)
 	o.ObserveInt64(tb.UnwindMappingsStale, i64(c.StaleMappings))
+	if r.tracer.OffCPU() && r.offCPU != nil {
+		j := &r.offCPU.stats
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.samples.Load()), offCPUSampled)
+		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUShortWaits), offCPUShort)
+		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUFiltered), offCPUFiltered)
+		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUStartsLost+c.OffCPUEndsLost), offCPURingFull)
+		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUMapFull), offCPUMapFull)
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.expired.Load()), offCPUExpired)
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.evicted.Load()), offCPUEvicted)
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.orphanEnds.Load()), offCPUOrphanEnd)
+	}
 	o.ObserveInt64(tb.RecordsLost, i64(c.TaskEventsLost), recordsExecExit)
 	o.ObserveInt64(tb.RecordsLost, i64(c.UnknownLost), recordsUnknown)
 	o.ObserveInt64(tb.UnwindErrors, i64(c.UnknownRule), unwindUnknownRule)

@@ -31,6 +31,7 @@ type TelemetryBuilder struct {
 	ExportErrors            metric.Int64Counter
 	ExportProfiles          metric.Int64Counter
 	ExportSamples           metric.Int64Counter
+	OffcpuWaits             metric.Int64ObservableCounter
 	ProcessesTracked        metric.Int64ObservableGauge
 	RecordsLost             metric.Int64ObservableCounter
 	RecordsMalformed        metric.Int64ObservableCounter
@@ -64,6 +65,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterOffcpuWaitsCallback sets callback for observable OffcpuWaits metric.
+func (builder *TelemetryBuilder) RegisterOffcpuWaitsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.OffcpuWaits, obs: o})
+		return nil
+	}, builder.OffcpuWaits)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterProcessesTrackedCallback sets callback for observable ProcessesTracked metric.
@@ -440,6 +456,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.export.samples",
 		metric.WithDescription("Samples in the profiles the next consumer accepted. [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.OffcpuWaits, err = builder.meter.Int64ObservableCounter(
+		"sonde.offcpu.waits",
+		metric.WithDescription("Waits the off-CPU program traced, by outcome - sampled (in the off-CPU profile), short (under off_cpu_min_duration), filtered (excluded process), ring_buffer_full or map_full (dropped in the kernel), expired, evicted or orphan_end (dropped while user space joined the wait's start and end). [Development]"),
+		metric.WithUnit("{wait}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessesTracked, err = builder.meter.Int64ObservableGauge(

@@ -69,6 +69,22 @@ func AssertEqualExportSamples(t *testing.T, tt *componenttest.Telemetry, dps []m
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualOffcpuWaits(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.offcpu.waits",
+		Description: "Waits the off-CPU program traced, by outcome - sampled (in the off-CPU profile), short (under off_cpu_min_duration), filtered (excluded process), ring_buffer_full or map_full (dropped in the kernel), expired, evicted or orphan_end (dropped while user space joined the wait's start and end). [Development]",
+		Unit:        "{wait}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.offcpu.waits")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualProcessesTracked(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.processes.tracked",
