@@ -46,16 +46,32 @@ const (
 	SondeCounterCOUNTER_KTHREAD_SKIPPED      SondeCounter = 16
 	SondeCounterCOUNTER_MAPPING_STALE        SondeCounter = 17
 	SondeCounterCOUNTER_VMA_CHECK_BUSY       SondeCounter = 18
-	SondeCounterCOUNTER_OFFCPU_SWITCHES      SondeCounter = 19
-	SondeCounterCOUNTER_OFFCPU_FILTERED      SondeCounter = 20
-	SondeCounterCOUNTER_OFFCPU_STARTS_SENT   SondeCounter = 21
-	SondeCounterCOUNTER_OFFCPU_STARTS_LOST   SondeCounter = 22
-	SondeCounterCOUNTER_OFFCPU_MAP_FULL      SondeCounter = 23
-	SondeCounterCOUNTER_OFFCPU_ENDS_SENT     SondeCounter = 24
-	SondeCounterCOUNTER_OFFCPU_ENDS_LOST     SondeCounter = 25
-	SondeCounterCOUNTER_OFFCPU_SHORT         SondeCounter = 26
-	SondeCounterCOUNTER_MAX                  SondeCounter = 27
+	SondeCounterCOUNTER_MAPPING_BY_FILE      SondeCounter = 19
+	SondeCounterCOUNTER_OFFCPU_SWITCHES      SondeCounter = 20
+	SondeCounterCOUNTER_OFFCPU_FILTERED      SondeCounter = 21
+	SondeCounterCOUNTER_OFFCPU_STARTS_SENT   SondeCounter = 22
+	SondeCounterCOUNTER_OFFCPU_STARTS_LOST   SondeCounter = 23
+	SondeCounterCOUNTER_OFFCPU_MAP_FULL      SondeCounter = 24
+	SondeCounterCOUNTER_OFFCPU_ENDS_SENT     SondeCounter = 25
+	SondeCounterCOUNTER_OFFCPU_ENDS_LOST     SondeCounter = 26
+	SondeCounterCOUNTER_OFFCPU_SHORT         SondeCounter = 27
+	SondeCounterCOUNTER_MAX                  SondeCounter = 28
 )
+
+type SondeFileKey struct {
+	_     structs.HostLayout
+	Dev   uint64
+	Inode uint64
+}
+
+type SondeFileTable struct {
+	_       structs.HostLayout
+	Delta   int64
+	TableId uint32
+	Rows    uint32
+	File    uint32
+	Pad     uint32
+}
 
 type SondeFpRule uint32
 
@@ -180,6 +196,7 @@ type SondeUstackState struct {
 const (
 	SondeMapCounters                   = "counters"
 	SondeMapEvents                     = "events"
+	SondeMapFileTables                 = "file_tables"
 	SondeMapKnownPids                  = "known_pids"
 	SondeMapMappings                   = "mappings"
 	SondeMapNotified                   = "notified"
@@ -209,6 +226,8 @@ const (
 	SondeVarThreadSize                 = "thread_size"
 	SondeVarUnusedCfaType              = "unused_cfa_type"
 	SondeVarUnusedCounter              = "unused_counter"
+	SondeVarUnusedFileKey              = "unused_file_key"
+	SondeVarUnusedFileTable            = "unused_file_table"
 	SondeVarUnusedFpRule               = "unused_fp_rule"
 	SondeVarUnusedMappingInfo          = "unused_mapping_info"
 	SondeVarUnusedMappingKey           = "unused_mapping_key"
@@ -280,6 +299,7 @@ type SondeProgramSpecs struct {
 type SondeMapSpecs struct {
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	Events              *ebpf.MapSpec `ebpf:"events"`
+	FileTables          *ebpf.MapSpec `ebpf:"file_tables"`
 	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
 	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
 	Notified            *ebpf.MapSpec `ebpf:"notified"`
@@ -307,6 +327,8 @@ type SondeVariableSpecs struct {
 	ThreadSize            *ebpf.VariableSpec `ebpf:"thread_size"`
 	UnusedCfaType         *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
 	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedFileKey         *ebpf.VariableSpec `ebpf:"unused_file_key"`
+	UnusedFileTable       *ebpf.VariableSpec `ebpf:"unused_file_table"`
 	UnusedFpRule          *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
 	UnusedMappingInfo     *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
 	UnusedMappingKey      *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
@@ -342,6 +364,7 @@ func (o *SondeObjects) Close() error {
 type SondeMaps struct {
 	Counters            *ebpf.Map `ebpf:"counters"`
 	Events              *ebpf.Map `ebpf:"events"`
+	FileTables          *ebpf.Map `ebpf:"file_tables"`
 	KnownPids           *ebpf.Map `ebpf:"known_pids"`
 	Mappings            *ebpf.Map `ebpf:"mappings"`
 	Notified            *ebpf.Map `ebpf:"notified"`
@@ -361,6 +384,7 @@ func (m *SondeMaps) Close() error {
 	return _SondeClose(
 		m.Counters,
 		m.Events,
+		m.FileTables,
 		m.KnownPids,
 		m.Mappings,
 		m.Notified,
@@ -389,6 +413,8 @@ type SondeVariables struct {
 	ThreadSize            *ebpf.Variable `ebpf:"thread_size"`
 	UnusedCfaType         *ebpf.Variable `ebpf:"unused_cfa_type"`
 	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedFileKey         *ebpf.Variable `ebpf:"unused_file_key"`
+	UnusedFileTable       *ebpf.Variable `ebpf:"unused_file_table"`
 	UnusedFpRule          *ebpf.Variable `ebpf:"unused_fp_rule"`
 	UnusedMappingInfo     *ebpf.Variable `ebpf:"unused_mapping_info"`
 	UnusedMappingKey      *ebpf.Variable `ebpf:"unused_mapping_key"`

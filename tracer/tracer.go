@@ -378,6 +378,7 @@ type Counters struct {
 	KernelThreads   uint64 // samples of kernel threads, not sent
 	StaleMappings   uint64 // mapping entries that no longer matched the live mapping
 	VMACheckBusy    uint64 // mapping entries used unchecked: the mm lock was busy
+	MappingsByFile  uint64 // mappings unwound from their file's table, without a process entry
 
 	OffCPUSwitches   uint64 // context switches the off-CPU program saw
 	OffCPUFiltered   uint64 // traced waits of processes the filters exclude, dropped before any work
@@ -417,6 +418,7 @@ func (t *Tracer) Counters() (Counters, error) {
 		support.SondeCounterCOUNTER_KTHREAD_SKIPPED:      &c.KernelThreads,
 		support.SondeCounterCOUNTER_MAPPING_STALE:        &c.StaleMappings,
 		support.SondeCounterCOUNTER_VMA_CHECK_BUSY:       &c.VMACheckBusy,
+		support.SondeCounterCOUNTER_MAPPING_BY_FILE:      &c.MappingsByFile,
 		support.SondeCounterCOUNTER_OFFCPU_SWITCHES:      &c.OffCPUSwitches,
 		support.SondeCounterCOUNTER_OFFCPU_FILTERED:      &c.OffCPUFiltered,
 		support.SondeCounterCOUNTER_OFFCPU_STARTS_SENT:   &c.OffCPUStartsSent,

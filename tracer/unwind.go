@@ -240,3 +240,44 @@ func (t *Tracer) Cost(pid uint32) (c Cost, ok bool, err error) {
 	}
 	return Cost{Samples: ps.Samples, Filtered: ps.Filtered, Frames: ps.Frames}, true, nil
 }
+
+// FileKey names a mapped file as the kernel knows it: its file system's
+// device, as /proc/PID/maps shows it (major, minor), and its inode.
+type FileKey struct {
+	Major, Minor uint32
+	Inode        uint64
+}
+
+// FileTable says how to unwind in any mapping of a file: rows of Table at
+// address - (mapping start - file offset + Delta); frames report File. Table
+// 0: frame pointers, but frames still name the file.
+type FileTable struct {
+	Delta int64
+	Table uint32
+	Rows  uint32
+	File  uint32
+}
+
+// kernelDev encodes a device number as the kernel's dev_t (MKDEV).
+func kernelDev(major, minor uint32) uint64 { return uint64(major)<<20 | uint64(minor) }
+
+// SetFileTable makes ft the table of the file key names, used where a
+// process's own mapping entries do not cover an address yet (kernels with
+// CheckedMappings only).
+func (t *Tracer) SetFileTable(key FileKey, ft FileTable) error {
+	k := support.SondeFileKey{Dev: kernelDev(key.Major, key.Minor), Inode: key.Inode}
+	v := support.SondeFileTable{Delta: ft.Delta, TableId: ft.Table, Rows: ft.Rows, File: ft.File}
+	if err := t.objs.FileTables.Put(k, v); err != nil {
+		return fmt.Errorf("file %d:%d inode %d: set table: %w", key.Major, key.Minor, key.Inode, err)
+	}
+	return nil
+}
+
+// DeleteFileTable removes the table of the file key names.
+func (t *Tracer) DeleteFileTable(key FileKey) error {
+	k := support.SondeFileKey{Dev: kernelDev(key.Major, key.Minor), Inode: key.Inode}
+	if err := t.objs.FileTables.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("file %d:%d inode %d: remove table: %w", key.Major, key.Minor, key.Inode, err)
+	}
+	return nil
+}

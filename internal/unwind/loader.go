@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/process"
@@ -91,6 +92,10 @@ type Loader struct {
 	nextHandle uint32
 	handles    map[uint32]elfx.FileID
 	retired    []uint32
+
+	// keys says which file's table the kernel holds under each file
+	// identity (FileKernel).
+	keys map[tracer.FileKey]*loadedFile
 }
 
 // maxRetiredHandles bounds the handles of evicted files still answered.
@@ -99,6 +104,7 @@ const maxRetiredHandles = 4096
 // loadedFile is a file's table: loaded in the kernel (id != 0) or known to
 // be unusable (err != nil), with the segments that turn mappings into biases.
 type loadedFile struct {
+	keys     []tracer.FileKey // identities the kernel holds its table under
 	handle   uint32
 	id       uint32
 	rows     uint32
@@ -111,12 +117,25 @@ type loadedFile struct {
 	err      error
 }
 
-type segment struct{ off, vaddr, filesz uint64 }
+type segment struct {
+	off, vaddr, filesz uint64
+	exec               bool
+}
 
-// procMapping is one mapping as set for a process, with the file it uses.
+// FileKernel is what a Kernel may also do: hold each file's table by the
+// file's kernel identity, so the unwinder can use it in mappings no process
+// entry covers yet (the tracer, on kernels with bpf_find_vma).
+type FileKernel interface {
+	SetFileTable(key tracer.FileKey, ft tracer.FileTable) error
+	DeleteFileTable(key tracer.FileKey) error
+}
+
+// procMapping is one mapping as set for a process, with the file it uses
+// and that file's kernel identity.
 type procMapping struct {
 	m    tracer.Mapping
 	file *loadedFile
+	key  tracer.FileKey
 }
 
 // NewLoader returns a Loader writing to k.
@@ -137,6 +156,7 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 		procs:    make(map[int][]procMapping),
 		nextID:   1,
 		handles:  make(map[uint32]elfx.FileID),
+		keys:     make(map[tracer.FileKey]*loadedFile),
 	}
 }
 
@@ -161,7 +181,7 @@ func (l *Loader) Prepare(p *process.Process) error {
 		pm := procMapping{m: tracer.Mapping{
 			Start: m.Start, End: m.End,
 			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
-		}, file: lf}
+		}, file: lf, key: tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}}
 		if lf.id != 0 {
 			if bias, ok := lf.bias(m); ok {
 				pm.m.Bias, pm.m.Table, pm.m.Rows = bias, lf.id, lf.rows
@@ -186,7 +206,52 @@ func (l *Loader) Prepare(p *process.Process) error {
 	l.release(old)
 	l.procs[p.PID] = next
 	l.stats.Processes = len(l.procs)
-	return err
+	return errors.Join(err, l.setFileTables(next))
+}
+
+// setFileTables gives the kernel the table of each file in pms it does not
+// hold yet under that file's identity. Called with l.mu held.
+func (l *Loader) setFileTables(pms []procMapping) error {
+	fk, ok := l.k.(FileKernel)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	for _, pm := range pms {
+		lf := pm.file
+		if lf.handle == 0 || pm.key.Inode == 0 || l.keys[pm.key] == lf {
+			continue
+		}
+		ft := tracer.FileTable{File: lf.handle}
+		if delta, ok := lf.delta(); ok && lf.id != 0 {
+			ft.Delta, ft.Table, ft.Rows = delta, lf.id, lf.rows
+		}
+		if err := fk.SetFileTable(pm.key, ft); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		l.keys[pm.key] = lf
+		lf.keys = append(lf.keys, pm.key)
+	}
+	return errors.Join(errs...)
+}
+
+// dropFileTables removes lf's tables held by file identity. Called with
+// l.mu held.
+func (l *Loader) dropFileTables(lf *loadedFile) {
+	fk, ok := l.k.(FileKernel)
+	for _, key := range lf.keys {
+		if l.keys[key] != lf {
+			continue // claimed since by another content at that inode
+		}
+		delete(l.keys, key)
+		if ok {
+			if err := fk.DeleteFileTable(key); err != nil {
+				l.log.Debug("removing a file's unwind table failed", zap.Error(err))
+			}
+		}
+	}
+	lf.keys = nil
 }
 
 // Forget removes pid's mappings; its tables stay loaded until evicted.
@@ -329,7 +394,7 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 	lf := &loadedFile{}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
-			lf.segments = append(lf.segments, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz})
+			lf.segments = append(lf.segments, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, exec: p.Flags&elf.PF_X != 0})
 		}
 	}
 	var debug *elf.File
@@ -463,6 +528,7 @@ func (l *Loader) evictOne() bool {
 		return false
 	}
 	delete(l.files, victimID)
+	l.dropFileTables(victim)
 	l.retire(victim.handle)
 	if victim.id == 0 {
 		return true // an unusable file's record: free to drop
@@ -476,6 +542,25 @@ func (l *Loader) evictOne() bool {
 	l.stats.Rows -= int64(victim.rows)
 	l.stats.Bytes -= victim.bytes
 	return true
+}
+
+// delta is what the unwinder adds to a mapping's start minus its file
+// offset to get the bias of rows, in any mapping of the file's code: one
+// executable segment, or several with the same offset-to-address shift.
+func (lf *loadedFile) delta() (int64, bool) {
+	var d int64
+	found := false
+	for _, s := range lf.segments {
+		if !s.exec {
+			continue
+		}
+		sd := int64(s.off) - int64(s.vaddr) + int64(lf.base)
+		if found && sd != d {
+			return 0, false
+		}
+		d, found = sd, true
+	}
+	return d, found
 }
 
 // bias is what the unwinder subtracts from an address in m to get a PC

@@ -27,6 +27,8 @@ const struct unwind_row *unused_unwind_row __attribute__((unused));
 const enum cfa_type *unused_cfa_type __attribute__((unused));
 const enum fp_rule *unused_fp_rule __attribute__((unused));
 const struct pid_stats *unused_pid_stats __attribute__((unused));
+const struct file_key *unused_file_key __attribute__((unused));
+const struct file_table *unused_file_table __attribute__((unused));
 const struct offcpu_end_record *unused_offcpu_end_record __attribute__((unused));
 const enum offcpu_end_flags *unused_offcpu_end_flags __attribute__((unused));
 
@@ -131,6 +133,17 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pid_stats);
 } pid_costs SEC(".maps");
+
+// The table of every file user space has loaded one for, by the file's
+// kernel identity: a mapping the process's entries do not cover yet (a new
+// process, a library just loaded, one swapped under an old entry) unwinds
+// from it at once, where the kernel can look up VMAs (bpf_find_vma).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct file_key);
+	__type(value, struct file_table);
+} file_tables SEC(".maps");
 
 // When each process was last reported as unknown: notifications are
 // rate-limited to one per process per second.
@@ -471,65 +484,100 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 	return STEP_CONTINUE;
 }
 
-// vma_check is what check_vma compares with the VMA covering an address.
-struct vma_check {
+// vma_info is what read_vma finds of the VMA covering an address.
+struct vma_info {
+	__u64 start;
+	__u64 end;
+	__u64 file_bias; // start - file offset
 	__u64 inode;
-	__u64 file_bias;
-	bool live;
+	__u64 dev;
+	bool file;
 };
 
-static long check_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_check *c)
+static long read_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
 {
+	v->start = BPF_CORE_READ(vma, vm_start);
+	v->end = BPF_CORE_READ(vma, vm_end);
 	struct file *f = BPF_CORE_READ(vma, vm_file);
 	if (!f)
 		return 0;
-	__u64 ino = BPF_CORE_READ(f, f_inode, i_ino);
-	__u64 bias = BPF_CORE_READ(vma, vm_start) - (BPF_CORE_READ(vma, vm_pgoff) << 12);
-	c->live = ino == c->inode && bias == c->file_bias;
+	v->file = true;
+	v->file_bias = v->start - (BPF_CORE_READ(vma, vm_pgoff) << 12);
+	v->inode = BPF_CORE_READ(f, f_inode, i_ino);
+	v->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
 	return 0;
 }
 
-// mapping_live reports whether mi still describes the mapping at addr, as
-// far as this kernel lets us look (bpf_find_vma, 5.17+). Without the check
-// (vma false) a stale entry is trusted until user space replaces it.
-static __always_inline bool mapping_live(struct mapping_info *mi, __u64 addr, bool vma)
+// use_mapping caches mi in st for the next frames and returns the copy.
+static __always_inline struct mapping_info *use_mapping(struct ustack_state *st, struct mapping_info *mi)
 {
-	if (!vma)
-		return true;
-	struct vma_check c = {.inode = mi->inode, .file_bias = mi->file_bias};
-	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, check_vma, &c, 0);
-	if (err == -16 /* EBUSY: the mm lock is taken; trust the entry */) {
-		count(COUNTER_VMA_CHECK_BUSY);
-		return true;
-	}
-	if (err || !c.live) {
-		count(COUNTER_MAPPING_STALE);
-		return false;
-	}
-	return true;
+	st->mi = *mi;
+	st->have_mi = 1;
+	return &st->mi;
 }
 
 // find_mapping returns the mapping of pid covering addr: the one cached in
-// st when addr is in it, else the trie's, checked live and cached.
+// st when addr is in it, else the process's entry in the trie. Where the
+// kernel lets us look at the live VMA (vma true: bpf_find_vma, 5.17+), the
+// entry is used only if it still describes it; an entry missing or stale
+// (dlclose then dlopen at the same place, exec) is replaced by the file's
+// own table when user space has loaded one, and user space is asked to
+// bring the process's entries up to date. NULL: no file mapping there.
 static __always_inline struct mapping_info *find_mapping(struct ustack_state *st, __u32 pid, __u64 addr, bool vma)
 {
 	if (st->have_mi && addr >= st->mi.start && addr < st->mi.end)
 		return &st->mi;
+	st->have_mi = 0;
 	struct mapping_key key = {.prefixlen = 96, .pid = pid, .addr_be = bpf_cpu_to_be64(addr)};
 	struct mapping_info *mi = bpf_map_lookup_elem(&mappings, &key);
-	if (!mi) {
-		st->have_mi = 0;
-		notify_unknown(pid, NOTIFY_GAP_NS);
-		return NULL;
+	if (!vma) {
+		// A stale entry is trusted until user space replaces it.
+		if (!mi) {
+			notify_unknown(pid, NOTIFY_GAP_NS);
+			return NULL;
+		}
+		return use_mapping(st, mi);
 	}
-	if (!mapping_live(mi, addr, vma)) {
-		st->have_mi = 0;
+	struct vma_info v = {};
+	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
+	if (err == -16 /* EBUSY: the mm lock is taken; trust the entry */) {
+		count(COUNTER_VMA_CHECK_BUSY);
+		if (!mi) {
+			notify_unknown(pid, NOTIFY_GAP_NS);
+			return NULL;
+		}
+		return use_mapping(st, mi);
+	}
+	if (err)
+		return NULL;
+	if (mi && mi->inode == v.inode && mi->file_bias == v.file_bias && v.file)
+		return use_mapping(st, mi);
+	if (mi) {
+		count(COUNTER_MAPPING_STALE);
 		notify_unknown(pid, NOTIFY_STALE_GAP_NS);
-		return NULL;
+	} else if (v.file) {
+		notify_unknown(pid, NOTIFY_GAP_NS);
 	}
-	st->mi = *mi;
+	// The VMA's range is known: the frames in it go without another look.
+	struct mapping_info *c = &st->mi;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->start = v.start;
+	c->end = v.end;
 	st->have_mi = 1;
-	return &st->mi;
+	if (!v.file)
+		return c; // anonymous (JIT) code: frame pointers, no file
+	c->file_bias = v.file_bias;
+	c->inode = v.inode;
+	struct file_key fk = {.dev = v.dev, .inode = v.inode};
+	struct file_table *ft = bpf_map_lookup_elem(&file_tables, &fk);
+	if (ft) {
+		c->bias = v.file_bias + ft->delta;
+		c->table_id = ft->table_id;
+		c->rows = ft->rows;
+		c->file = ft->file;
+		count(COUNTER_MAPPING_BY_FILE);
+	}
+	return c;
 }
 
 // step unwinds one frame, in mapping mi (NULL: none known), from (pc, sp,

@@ -92,6 +92,24 @@ struct mapping_info {
 	__u32 pad;
 };
 
+// file_key names a mapped file as the kernel knows it: the device of its
+// file system (kernel encoding) and its inode.
+struct file_key {
+	__u64 dev;
+	__u64 inode;
+};
+
+// file_table says how to unwind in any mapping of one file, whichever
+// process maps it: row pc = addr - (file_bias + delta), where file_bias is
+// the mapping's start minus its file offset. Frames report file.
+struct file_table {
+	__s64 delta;
+	__u32 table_id;
+	__u32 rows;
+	__u32 file;
+	__u32 pad;
+};
+
 // pid_stats counts, per process, what sampling it cost: samples sent,
 // samples dropped by the filters before any work, and user frames unwound.
 struct pid_stats {
@@ -166,6 +184,7 @@ enum counter {
 	COUNTER_KTHREAD_SKIPPED,     // samples of kernel threads (include_kernel_threads off)
 	COUNTER_MAPPING_STALE,       // a mapping entry no longer matched the live mapping
 	COUNTER_VMA_CHECK_BUSY,      // the live mapping could not be checked (lock busy)
+	COUNTER_MAPPING_BY_FILE,     // mappings unwound from their file's table, without a process entry
 	COUNTER_OFFCPU_SWITCHES,     // context switches the off-CPU tracepoint saw
 	COUNTER_OFFCPU_FILTERED,     // selected threads of processes the filters exclude: no work done
 	COUNTER_OFFCPU_STARTS_SENT,  // off-CPU start records written
