@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -163,6 +164,10 @@ func TestRender(t *testing.T) {
 		// wantOffCPU is the receiver's off_cpu_threshold and
 		// off_cpu_min_duration, as the rendered YAML parses.
 		wantOffCPU []any
+		// wantFilters is the receiver's filters (nil: none rendered) and
+		// filter_min_process_age.
+		wantFilters map[string]any
+		wantMinAge  string
 	}{
 		{
 			name:           "defaults",
@@ -184,7 +189,8 @@ func TestRender(t *testing.T) {
 					"headers":  map[string]any{"x-scope-orgid": "tenant-1", "authorization": "Bearer ${env:OTLP_TOKEN}"},
 				},
 				"profiling": map[string]any{"samplesPerSecond": 99, "reporterInterval": "10s",
-					"offCPUThreshold": 0.05, "offCPUMinDuration": "1ms"},
+					"offCPUThreshold": 0.05, "offCPUMinDuration": "1ms", "filterMinProcessAge": "30s",
+					"filters": map[string]any{"containers": "only", "exclude_executables": []any{"pause"}}},
 				"kernel":               map[string]any{"before511": true},
 				"extraCapabilities":    []any{"SYSLOG"},
 				"kubernetesAttributes": map[string]any{"enabled": false},
@@ -202,6 +208,8 @@ func TestRender(t *testing.T) {
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:9.9.9",
 			wantSamples:    99,
 			wantOffCPU:     []any{0.05, "1ms"},
+			wantFilters:    map[string]any{"containers": "only", "exclude_executables": []any{"pause"}},
+			wantMinAge:     "30s",
 		},
 		{
 			name: "privileged",
@@ -365,6 +373,24 @@ func TestRender(t *testing.T) {
 			if diff := cmp.Diff(tt.wantOffCPU, gotOffCPU); diff != "" {
 				t.Errorf("off_cpu_threshold, off_cpu_min_duration (-want +got):\n%s", diff)
 			}
+			sonde := o.collector["receivers"].(map[string]any)["sonde"].(map[string]any)
+			var gotFilters map[string]any
+			if f, ok := sonde["filters"]; ok {
+				gotFilters, _ = f.(map[string]any)
+				if gotFilters == nil {
+					t.Errorf("filters rendered as %T, want a map", f)
+				}
+			}
+			if diff := cmp.Diff(tt.wantFilters, gotFilters, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("filters (-want +got):\n%s", diff)
+			}
+			wantAge := tt.wantMinAge
+			if wantAge == "" {
+				wantAge = "0s"
+			}
+			if got := sonde["filter_min_process_age"]; got != wantAge {
+				t.Errorf("filter_min_process_age = %v, want %s", got, wantAge)
+			}
 			if got := lookup(t, o.collector, "exporters", "otlp_grpc", "tls", "insecure"); got != tt.wantInsecure {
 				t.Errorf("tls.insecure = %v, want %v", got, tt.wantInsecure)
 			}
@@ -438,6 +464,7 @@ func TestRenderRejects(t *testing.T) {
 		{"bad duration", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"reporterInterval": "5 seconds"}}, "reporterInterval"},
 		{"off-CPU threshold above 1", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUThreshold": 2}}, "offCPUThreshold"},
 		{"off-CPU threshold not a number", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUThreshold": "all"}}, "offCPUThreshold"},
+		{"filters with an unknown container mode", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"filters": map[string]any{"containers": "sometimes"}}}, "containers"},
 		{"off-CPU minimum not a duration", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUMinDuration": "1 ms"}}, "offCPUMinDuration"},
 	}
 	for _, tt := range tests {

@@ -60,6 +60,11 @@ receivers:
     reporter_interval: {{ .Values.profiling.reporterInterval }}
     off_cpu_threshold: {{ .Values.profiling.offCPUThreshold }}
     off_cpu_min_duration: {{ .Values.profiling.offCPUMinDuration }}
+    filter_min_process_age: {{ .Values.profiling.filterMinProcessAge }}
+    {{- with .Values.profiling.filters }}
+    filters:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
     # hostPID: the container's /proc lists every process on the node.
     procfs: /proc
 processors:
