@@ -233,6 +233,15 @@ volatile const __u64 thread_size = 16384;
 
 #define PF_KTHREAD 0x00200000
 
+// uapi_regs is struct pt_regs as x86-64's UAPI lays it out
+// (asm/ptrace.h), which is what a perf event program's context holds. It is
+// declared without CO-RE (after vmlinux.h's preserve_access_index pragma
+// ends), so reads are plain context loads at fixed offsets.
+struct uapi_regs {
+	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+
 // add_cost adds to pid's cost counters.
 static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, __u64 frames)
 {
@@ -342,10 +351,14 @@ static __always_inline int saved_user_regs(struct ustack_state *st)
 // kernel entry.
 static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct ustack_state *st)
 {
-	if ((ctx->regs.csx & 3) == 3) {
-		st->pc = ctx->regs.ip;
-		st->sp = ctx->regs.sp;
-		st->fp = ctx->regs.bp;
+	// The context's registers have the UAPI layout, the same on every
+	// kernel; vmlinux.h's kernel pt_regs renamed cs (csx since 6.9), and a
+	// CO-RE relocation on it fails to load on older kernels.
+	struct uapi_regs *regs = (struct uapi_regs *)&ctx->regs;
+	if ((regs->cs & 3) == 3) {
+		st->pc = regs->ip;
+		st->sp = regs->sp;
+		st->fp = regs->bp;
 		return 0;
 	}
 	return saved_user_regs(st);
