@@ -22,6 +22,10 @@ type preparer struct {
 	procs  *process.Table
 	loader *unwind.Loader
 	work   chan prepareWork
+	// urgent holds exec and exit requests, handled before the rest: a new
+	// image must be filtered before its samples cost anything, and a burst
+	// of other processes' table builds must not delay that.
+	urgent chan prepareWork
 	// filter decides which processes are profiled; kernel enforces it.
 	filter *procFilter
 	kernel preparerKernel
@@ -83,6 +87,7 @@ func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *
 		procs:  procs,
 		loader: loader,
 		work:   make(chan prepareWork, prepareQueue),
+		urgent: make(chan prepareWork, prepareQueue),
 		filter: filter,
 		kernel: k,
 	}
@@ -90,8 +95,12 @@ func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *
 
 // enqueue asks for pid to be (re)prepared or forgotten; it never blocks.
 func (p *preparer) enqueue(pid int, kind prepareKind) {
+	q := p.work
+	if kind == prepareExec || kind == prepareExit {
+		q = p.urgent
+	}
 	select {
-	case p.work <- prepareWork{pid, kind}:
+	case q <- prepareWork{pid, kind}:
 		p.queued.Add(1)
 	default:
 		p.dropped.Add(1)
@@ -101,13 +110,19 @@ func (p *preparer) enqueue(pid int, kind prepareKind) {
 // run handles requests until ctx ends.
 func (p *preparer) run(ctx context.Context) {
 	for {
+		var w prepareWork
 		select {
-		case <-ctx.Done():
-			return
-		case w := <-p.work:
-			p.handle(w)
-			p.handled.Add(1)
+		case w = <-p.urgent:
+		default:
+			select {
+			case <-ctx.Done():
+				return
+			case w = <-p.urgent:
+			case w = <-p.work:
+			}
 		}
+		p.handle(w)
+		p.handled.Add(1)
 	}
 }
 
