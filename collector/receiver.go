@@ -52,8 +52,8 @@ type profilesReceiver struct {
 	// resolver goroutine before each record: a slow resolver.
 	beforeResolve func()
 
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
 	// The reporter stops with cancel too, but it may be held by the next
 	// consumer: it uses the tracer only under tracerMu, until Shutdown sets
 	// tracerClosed, and Shutdown waits for it (reporterDone) at most
