@@ -48,8 +48,19 @@ type profilesReceiver struct {
 	// lastOffCPUDrops: off-CPU waits dropped by the join at the last flush.
 	lastOffCPUDrops uint64
 
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
+	// beforeResolve, when set (by tests, before Start), runs on the
+	// resolver goroutine before each record: a slow resolver.
+	beforeResolve func()
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
+	// The reporter stops with cancel too, but it may be held by the next
+	// consumer: it uses the tracer only under tracerMu, until Shutdown sets
+	// tracerClosed, and Shutdown waits for it (reporterDone) at most
+	// shutdownGrace.
+	reporterDone chan struct{}
+	tracerMu     sync.Mutex
+	tracerClosed bool
 	readers      sync.WaitGroup // the reader and resolver: they stop when the tracer closes
 	shutdownOnce sync.Once
 }
@@ -124,7 +135,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	for range pendingRecords {
 		free <- new(tracer.Record)
 	}
-	r.wg.Add(3)
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
 		r.prepare(ctx)
@@ -133,8 +144,9 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 		defer r.wg.Done()
 		r.preparer.run(ctx)
 	}()
+	r.reporterDone = make(chan struct{})
 	go func() {
-		defer r.wg.Done()
+		defer close(r.reporterDone)
 		r.report(ctx)
 	}()
 	r.readers.Add(2)
@@ -219,6 +231,9 @@ func (r *profilesReceiver) read(records chan<- *tracer.Record, free chan *tracer
 func (r *profilesReceiver) resolve(records <-chan *tracer.Record, free chan<- *tracer.Record) {
 	var sample profile.Sample
 	for rec := range records {
+		if r.beforeResolve != nil {
+			r.beforeResolve()
+		}
 		switch rec.Type {
 		case tracer.RecordSample:
 			if r.excludedSample(rec) {
@@ -316,6 +331,11 @@ func (r *profilesReceiver) flush(ctx context.Context, start, end time.Time) {
 // reportLost logs, once per interval, the records the ring buffer could not
 // take since the last interval.
 func (r *profilesReceiver) reportLost() {
+	r.tracerMu.Lock()
+	defer r.tracerMu.Unlock()
+	if r.tracerClosed {
+		return
+	}
 	c, err := r.tracer.Counters()
 	if err != nil {
 		return
@@ -345,9 +365,16 @@ func (r *profilesReceiver) reportOffCPUDrops(c tracer.Counters) {
 	r.lastOffCPUDrops = drops
 }
 
+// shutdownGrace bounds how long Shutdown waits for the next consumer to
+// return the interval being handed over when it ignores the cancelled
+// context.
+const shutdownGrace = 2 * time.Second
+
 // Shutdown stops sampling and waits for the pipeline's goroutines. It is
-// prompt, idempotent and safe to call without Start.
-func (r *profilesReceiver) Shutdown(context.Context) error {
+// prompt, idempotent and safe to call without Start. A next consumer that
+// ignores cancellation delays it by at most shutdownGrace (or until ctx
+// ends, if sooner); the reporter then ends when the consumer returns.
+func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	var err error
 	r.shutdownOnce.Do(func() {
 		if r.cancel != nil {
@@ -357,10 +384,24 @@ func (r *profilesReceiver) Shutdown(context.Context) error {
 		// tracer's maps: stop them before the maps close.
 		err = r.tel.unregister()
 		r.wg.Wait()
+		r.tracerMu.Lock()
+		r.tracerClosed = true
+		r.tracerMu.Unlock()
 		if r.tracer != nil {
 			err = errors.Join(err, r.tracer.Close())
 		}
 		r.readers.Wait()
+		if r.reporterDone != nil {
+			grace := time.NewTimer(shutdownGrace)
+			defer grace.Stop()
+			select {
+			case <-r.reporterDone:
+			case <-grace.C:
+				r.log.Warn("next consumer still holds an interval after shutdown began; not waiting for it",
+					zap.Duration("waited", shutdownGrace))
+			case <-ctx.Done():
+			}
+		}
 	})
 	return err
 }

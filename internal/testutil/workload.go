@@ -42,6 +42,10 @@ const (
 	DLOpen = "dlopen"
 	// DLOpenLib: the shared library DLOpen loads.
 	DLOpenLib = "dlopenlib.so"
+	// MapFiles: C: dlopens argv[1] (DLOpenLib) and maps each further
+	// argument PROT_EXEC without touching it, prints "ready", waits for a
+	// line on stdin, then burns CPU: main -> lib_outer -> lib_inner.
+	MapFiles = "mapfiles"
 	// DLSwap: C, no frame pointers: alternates DLSwapA (argv[1]) and
 	// DLSwapB (argv[2]), argv[3] ms each: dlopen, main -> run ->
 	// a_outer -> a_inner (b_ in B), dlclose.
@@ -104,7 +108,7 @@ func BuildWorkload(tb testing.TB, name string) string {
 		bin := BuildC(tb, name, append([]string{"-rdynamic"}, noFramePointers...), filepath.Join(dir, CChain+".c"))
 		run(tb, exec.Command(RequireTool(tb, "strip"), "--strip-all", bin))
 		return bin
-	case QSort, Signal, Recurse, DLOpen, DLSwap:
+	case QSort, Signal, Recurse, DLOpen, DLSwap, MapFiles:
 		return BuildC(tb, name, noFramePointers, filepath.Join(dir, name+".c"))
 	case Throw:
 		return BuildCXX(tb, name, noFramePointers, filepath.Join(dir, name+".cc"))
