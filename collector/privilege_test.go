@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +32,7 @@ const leastPrivilegeChildEnv = "SONDE_LEAST_PRIVILEGE_PID"
 func TestLeastPrivilege(t *testing.T) {
 	testutil.RequirePrivileges(t, "dropping privileges for a child process")
 	workload := testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChainNoFP))
-	bin := nobodyCopyOfTestBinary(t)
+	bin := testutil.CopyForNobody(t)
 	for _, tc := range []struct {
 		name    string
 		caps    []uintptr
@@ -134,24 +133,4 @@ func TestLeastPrivilegeChild(t *testing.T) {
 		t.Fatalf("no sample of pid %d with main → a → b → c", pid)
 	}
 	fmt.Printf("\nPROFILED: %s\n", functions(s.Frames))
-}
-
-// nobodyCopyOfTestBinary copies the test binary where nobody can execute
-// it: the original sits in a private temporary directory.
-func nobodyCopyOfTestBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "collector.test")
-	data, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for dir := filepath.Dir(bin); dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return bin
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,21 +27,7 @@ func TestCheckHostChild(t *testing.T) {
 // capability sets are empty.
 func TestCheckHostNamesMissingCapabilities(t *testing.T) {
 	testutil.RequirePrivileges(t, "dropping privileges for a child process")
-	// The test binary sits in a private temporary directory nobody cannot
-	// enter; run a copy that nobody can read and execute.
-	bin := filepath.Join(t.TempDir(), "tracer.test")
-	data, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for dir := filepath.Dir(bin); dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := testutil.CopyForNobody(t)
 	cmd := exec.Command(bin, "-test.run=^TestCheckHostChild$", "-test.v")
 	cmd.Dir = "/"
 	cmd.Env = append(os.Environ(), checkHostChildEnv+"=1")

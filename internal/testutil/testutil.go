@@ -8,6 +8,7 @@ package testutil
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/sonde-dev/sonde/internal/caps"
@@ -69,4 +70,25 @@ func RequireRoot(tb testing.TB, feature string) {
 		tb.Fatalf("%s needs root, which this CI run lacks (CI=true: a missing privilege is a failure)", feature)
 	}
 	tb.Skipf("%s needs root; run as root to exercise it", feature)
+}
+
+// CopyForNobody copies the running test binary where any user can execute
+// it (the original sits in a private temporary directory) and returns the
+// copy's path, for tests that run a child as an unprivileged user.
+func CopyForNobody(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), filepath.Base(os.Args[0]))
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	for dir := filepath.Dir(bin); dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return bin
 }
