@@ -30,8 +30,12 @@ const (
 	FPUnknown = uint8(support.SondeFpRuleFP_UNKNOWN)
 )
 
-// RowSize is the kernel memory one row takes.
+// RowSize is the size of one row, the value size of a table's array.
 const RowSize = 12
+
+// RowKernelBytes is the kernel memory one row takes: an array map stores
+// each value in 8-byte steps.
+const RowKernelBytes = (RowSize + 7) &^ 7
 
 // MaxTables is how many tables can be loaded at once (table ids 1..MaxTables-1).
 const MaxTables = 16384
