@@ -64,7 +64,7 @@ func BenchmarkScale(b *testing.B) {
 			writeFile(b, src, fmt.Sprintf(manyTemplate, i, 1000003*(i+1)))
 			bins = append(bins, testutil.BuildC(b, fmt.Sprintf("many%02d", i), noFramePointers, src))
 		}
-		focus := filepath.Dir(bins[0])
+		focus := benchDir(bins[0])
 		for range 10 {
 			for _, bin := range bins {
 				testutil.StartWorkload(b, bin)
@@ -78,7 +78,7 @@ func BenchmarkScale(b *testing.B) {
 		src := filepath.Join(b.TempDir(), "storm.c")
 		writeFile(b, src, stormSource)
 		bin := testutil.BuildC(b, "storm", noFramePointers, src)
-		measureScale(b, 99, filepath.Dir(bin), storm, func(deadline time.Time) map[string]float64 {
+		measureScale(b, 99, benchDir(bin), storm, func(deadline time.Time) map[string]float64 {
 			return execStorm(b, bin, 200, deadline)
 		})
 	})
@@ -93,7 +93,7 @@ func BenchmarkScale(b *testing.B) {
 		}
 		bin := buildHuge(b, n)
 		testutil.StartWorkload(b, bin)
-		measureScale(b, 99, filepath.Dir(bin), window, func(time.Time) map[string]float64 {
+		measureScale(b, 99, benchDir(bin), window, func(time.Time) map[string]float64 {
 			return map[string]float64{"functions": float64(n)}
 		})
 	})
@@ -102,7 +102,7 @@ func BenchmarkScale(b *testing.B) {
 		bin := testutil.BuildWorkload(b, testutil.CChainNoFP)
 		testutil.StartWorkload(b, bin)
 		testutil.StartWorkload(b, bin)
-		measureScale(b, 1000, filepath.Dir(bin), window, nil)
+		measureScale(b, 1000, benchDir(bin), window, nil)
 	})
 }
 
@@ -164,6 +164,10 @@ int main(int argc, char **argv)
 	return 0;
 }
 `
+
+// benchDir is the directory of all the temporary directories of the
+// sub-benchmark that built bin: each BuildC call gets its own one.
+func benchDir(bin string) string { return filepath.Dir(filepath.Dir(bin)) + "/" }
 
 func writeFile(b *testing.B, path, content string) {
 	b.Helper()
@@ -530,45 +534,52 @@ func measureScale(b *testing.B, hz int, focus string, window time.Duration, duri
 		}
 		return part / whole * 100
 	}
+	// A failed benchmark prints no metrics: they are logged too.
+	var logged []string
+	report := func(v float64, unit string) {
+		b.ReportMetric(v, unit)
+		logged = append(logged, fmt.Sprintf("%.4g %s", v, unit))
+	}
 	const mib = 1 << 20
 	consumer := (f1.ConsumerCPU - f0.ConsumerCPU).Seconds()
-	b.ReportMetric((cpu1-cpu0-consumer)/took.Minutes(), "agent-cpu-s/min")
-	b.ReportMetric(cpu0-f0.ConsumerCPU.Seconds(), "startup-cpu-s")
-	b.ReportMetric(rss, "peak-rss-MiB")
-	b.ReportMetric(float64(peakBPF)/mib, "bpf-maps-MiB")
-	b.ReportMetric(float64(peakTables)/mib, "bpf-unwind-tables-MiB")
+	report((cpu1-cpu0-consumer)/took.Minutes(), "agent-cpu-s/min")
+	report(cpu0-f0.ConsumerCPU.Seconds(), "startup-cpu-s")
+	report(rss, "peak-rss-MiB")
+	report(float64(peakBPF)/mib, "bpf-maps-MiB")
+	report(float64(peakTables)/mib, "bpf-unwind-tables-MiB")
 
 	received := d("sonde.samples.received")
 	ringLost := d("sonde.samples.lost", "reason=ring_buffer_full")
 	lost := d("sonde.samples.lost")
-	b.ReportMetric(received/took.Seconds(), "samples/s")
-	b.ReportMetric(lost, "samples-lost")
-	b.ReportMetric(pct(lost, received+ringLost), "lost-%")
+	report(received/took.Seconds(), "samples/s")
+	report(lost, "samples-lost")
+	report(pct(lost, received+ringLost), "lost-%")
 	withUser := d("sonde.unwind.stacks") - d("sonde.unwind.stacks", "outcome=none")
-	b.ReportMetric(pct(d("sonde.unwind.stacks", "outcome=complete"), withUser), "complete-%")
-	b.ReportMetric(pct(float64(f1.Named-f0.Named), float64(f1.Samples-f0.Samples)), "named-%")
-	b.ReportMetric(pct(float64(f1.FramesNamed-f0.FramesNamed), float64(f1.Frames-f0.Frames)), "frames-named-%")
+	report(pct(d("sonde.unwind.stacks", "outcome=complete"), withUser), "complete-%")
+	report(pct(float64(f1.Named-f0.Named), float64(f1.Samples-f0.Samples)), "named-%")
+	report(pct(float64(f1.FramesNamed-f0.FramesNamed), float64(f1.Frames-f0.Frames)), "frames-named-%")
 	focusSamples := float64(f1.FocusSamples - f0.FocusSamples)
-	b.ReportMetric(focusSamples, "workload-samples")
-	b.ReportMetric(pct(float64(f1.FocusComplete-f0.FocusComplete), focusSamples), "workload-to-_start-%")
-	b.ReportMetric(pct(float64(f1.FocusNamed-f0.FocusNamed), focusSamples), "workload-named-%")
+	report(focusSamples, "workload-samples")
+	report(pct(float64(f1.FocusComplete-f0.FocusComplete), focusSamples), "workload-to-_start-%")
+	report(pct(float64(f1.FocusNamed-f0.FocusNamed), focusSamples), "workload-named-%")
 
 	// Memory against the limits, over the whole run, and what did not fit.
-	b.ReportMetric(float64(f1.PeakUnwindTableBytes)/mib, "unwind-tables-MiB")
-	b.ReportMetric(float64(f1.UnwindTableBytesLimit)/mib, "unwind-limit-MiB")
-	b.ReportMetric(float64(f1.PeakSymbolCacheBytes)/mib, "symbol-cache-MiB")
-	b.ReportMetric(float64(f1.SymbolCacheBytesLimit)/mib, "symbol-limit-MiB")
-	b.ReportMetric(float64(f1.PeakProcesses), "processes-peak")
+	report(float64(f1.PeakUnwindTableBytes)/mib, "unwind-tables-MiB")
+	report(float64(f1.UnwindTableBytesLimit)/mib, "unwind-limit-MiB")
+	report(float64(f1.PeakSymbolCacheBytes)/mib, "symbol-cache-MiB")
+	report(float64(f1.SymbolCacheBytesLimit)/mib, "symbol-limit-MiB")
+	report(float64(f1.PeakProcesses), "processes-peak")
 	total := func(name string, attrs ...string) float64 { return float64(sumMetric(f1.Metrics, name, attrs...)) }
-	b.ReportMetric(total("sonde.unwind.table.failures", "reason=over_budget"), "tables-over-budget")
-	b.ReportMetric(total("sonde.unwind.table.evictions"), "tables-evicted")
-	b.ReportMetric(total("sonde.symbolize.cache.evictions"), "symbol-files-evicted")
-	b.ReportMetric(total("sonde.unwind.requests.dropped"), "unwind-requests-dropped")
-	b.ReportMetric(total("sonde.records.lost"), "records-lost")
+	report(total("sonde.unwind.table.failures", "reason=over_budget"), "tables-over-budget")
+	report(total("sonde.unwind.table.evictions"), "tables-evicted")
+	report(total("sonde.symbolize.cache.evictions"), "symbol-files-evicted")
+	report(total("sonde.unwind.requests.dropped"), "unwind-requests-dropped")
+	report(total("sonde.records.lost"), "records-lost")
 	for k, v := range extra {
-		b.ReportMetric(v, k)
+		report(v, k)
 	}
-	b.ReportMetric(0, "ns/op")
+	report(0, "ns/op")
+	b.Log(strings.Join(logged, "  "))
 
 	if f1.PeakUnwindTableBytes > f1.UnwindTableBytesLimit {
 		b.Errorf("unwind tables held %d bytes, over limits::unwind_table_bytes %d", f1.PeakUnwindTableBytes, f1.UnwindTableBytesLimit)
