@@ -76,3 +76,7 @@ test: check-generated lint dist ## Everything CI runs: generated files, lint, al
 bench: ## Benchmarks: per-operation costs and the receiver's overhead (needs root)
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v internal/bench)
 	$(GO) test -run '^$$' -bench 'ReceiverOverhead|OffCPUOverhead' -benchtime 1x ./internal/bench
+
+.PHONY: bench-scale
+bench-scale: ## Scale and churn scenarios: 500 processes, exec storm, huge binary, 1000 Hz (needs root; ~6 min; SONDE_BENCH_SCALE_WINDOW, SONDE_BENCH_EXEC_STORM)
+	$(GO) test -run '^$$' -bench 'Scale' -benchtime 1x -timeout 60m ./internal/bench

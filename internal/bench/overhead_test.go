@@ -76,13 +76,37 @@ func runAgent(hz string) int {
 			return 2
 		}
 	}
+	for _, l := range []struct {
+		env string
+		to  *int64
+	}{{unwindBytesEnv, &cfg.Limits.UnwindTableBytes}, {symbolBytesEnv, &cfg.Limits.SymbolCacheBytes}} {
+		if v := os.Getenv(l.env); v != "" {
+			if *l.to, err = strconv.ParseInt(v, 10, 64); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+		}
+	}
+	set := receivertest.NewNopSettings(f.Type())
+	var figures *figureKeeper
+	if focus := os.Getenv(figuresEnv); focus != "" {
+		figures = newFigureKeeper(focus, cfg)
+		set.TelemetrySettings = figures.tt.NewTelemetrySettings()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go figures.poll(ctx)
+		go figures.printOnSignal(ctx)
+	}
 	begin := time.Now()
 	var once sync.Once
-	next, _ := xconsumer.NewProfiles(func(context.Context, pprofile.Profiles) error {
+	next, _ := xconsumer.NewProfiles(func(_ context.Context, pd pprofile.Profiles) error {
 		once.Do(func() { fmt.Printf("first-profile %d\n", time.Since(begin).Nanoseconds()) })
+		if figures != nil {
+			figures.count(pd)
+		}
 		return nil
 	})
-	rcv, err := f.CreateProfiles(context.Background(), receivertest.NewNopSettings(f.Type()), cfg, next)
+	rcv, err := f.CreateProfiles(context.Background(), set, cfg, next)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
