@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
 )
@@ -148,6 +150,11 @@ type knownFile struct {
 	info  *FileInfo
 	size  int64
 	paths []string // most recent last
+	// host is the file's path on the host, when it was opened through the
+	// root of a process that shares the host's root: it outlives every
+	// process that maps the file (short-lived ones are gone before their
+	// frames are named). Tried last.
+	host string
 }
 
 // loadedFile is the symbol data of one file, loaded once.
@@ -243,15 +250,20 @@ func (s *Symbolizer) open(path string) (*FileInfo, error) {
 		return nil, err
 	}
 
+	host := hostPath(path)
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.FilesOpened++
 	if k, ok := s.known.get(info.ID); ok {
 		// The same content under another inode (another container's copy).
 		k.addPath(path)
+		if k.host == "" {
+			k.host = host
+		}
 		info = k.info
 	} else {
-		s.known.put(info.ID, &knownFile{info: info, size: fi.Size(), paths: []string{path}})
+		s.known.put(info.ID, &knownFile{info: info, size: fi.Size(), paths: []string{path}, host: host})
 	}
 	s.identities.put(ident, info)
 	for s.known.len() > s.opts.MaxKnownFiles {
@@ -263,6 +275,20 @@ func (s *Symbolizer) open(path string) (*FileInfo, error) {
 		s.stats.IdentitiesDropped++
 	}
 	return info, nil
+}
+
+// hostPath returns the host path of a file opened as /proc/PID/root/<rest>
+// when that process's root is the host's own, else "".
+func hostPath(path string) string {
+	root, rel, ok := elfx.SplitProcRoot(path)
+	if !ok {
+		return ""
+	}
+	var pr, hr unix.Stat_t
+	if unix.Stat(root, &pr) != nil || unix.Stat("/", &hr) != nil || pr.Dev != hr.Dev || pr.Ino != hr.Ino {
+		return ""
+	}
+	return "/" + strings.TrimPrefix(rel, "/")
 }
 
 // addPath remembers path as the most recent way to open the file.
@@ -338,6 +364,9 @@ func (s *Symbolizer) Symbolize(id elfx.FileID, fileOffset uint64) ([]Frame, erro
 		s.evictLoadedLocked(lf)
 	}
 	paths := append([]string(nil), k.paths...)
+	if k.host != "" {
+		paths = append([]string{k.host}, paths...) // tried last
+	}
 	size := k.size
 	s.mu.Unlock()
 
