@@ -186,7 +186,7 @@ type SondeUstackState struct {
 	Runs   uint32
 	Adjust uint32
 	HaveMi uint32
-	Pad    uint32
+	Trust  uint32
 	Mi     SondeMappingInfo
 }
 

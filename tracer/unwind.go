@@ -136,7 +136,9 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 			}
 		}
 	}
-	if err := t.objs.KnownPids.Put(pid, uint32(1)); err != nil {
+	// 0: the eBPF side takes the fingerprint of pid's address space at its
+	// next stack, and trusts these entries while it holds.
+	if err := t.objs.KnownPids.Put(pid, uint64(0)); err != nil {
 		errs = append(errs, fmt.Errorf("pid %d: mark prepared: %w", pid, err))
 	}
 	return errors.Join(errs...)
@@ -158,7 +160,7 @@ func (t *Tracer) ProcessEntries() (map[uint32]int, error) {
 	n := map[uint32]int{}
 	var pid uint32
 	keys := t.objs.KnownPids.Iterate()
-	for v := uint32(0); keys.Next(&pid, &v); {
+	for v := uint64(0); keys.Next(&pid, &v); {
 		n[pid]++
 	}
 	if err := keys.Err(); err != nil {

@@ -86,7 +86,7 @@ struct ustack_state {
 	__u32 runs;
 	__u32 adjust;  // the current pc is a return address: look up pc - 1
 	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
-	__u32 pad;
+	__u32 trust;   // the process's mappings did not change since its entries were set
 	struct mapping_info mi;
 };
 
@@ -107,12 +107,16 @@ struct {
 	__type(value, struct mapping_info);
 } mappings SEC(".maps");
 
-// Processes user space has prepared (their mappings are in `mappings`).
+// Processes user space has prepared (their mappings are in `mappings`), with
+// a fingerprint of their address space (mm_fingerprint) taken at the first
+// stack after user space set the entries (0 until then). While it holds,
+// the entries are trusted without looking at the live VMAs, which costs a
+// deferred unlock (an IPI) per look.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536); // resized by the loader
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, __u64);
 } known_pids SEC(".maps");
 
 // Filter decisions, made once per process by user space: samples of pid are
@@ -391,15 +395,42 @@ static __always_inline void begin_sample(void *ctx, struct sample_record *s, __u
 	s->kernel_len = klen;
 }
 
+// mm_fingerprint is the current process's mm_lock_seq, which every change
+// of its mappings (mmap, munmap, mprotect, brk) advances; 0 where the kernel
+// has none (before 6.13, whose counter has another type, or without per-VMA
+// locks): there the entries are checked on every stack.
+static __always_inline __u64 mm_fingerprint(void)
+{
+	if (!bpf_core_field_exists(((struct mm_struct *)0)->mm_lock_seq))
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u32 seq = BPF_CORE_READ(task, mm, mm_lock_seq.sequence);
+	return (__u64)seq | (1ULL << 63);
+}
+
 // begin_unwind prepares the unwinder's state for a new user stack, asking
-// user space for the process's unwind information if it has none yet.
+// user space for the process's unwind information if it has none yet, or
+// again if its mappings changed since.
 static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 {
-	if (!bpf_map_lookup_elem(&known_pids, &tgid))
-		notify_unknown(tgid, NOTIFY_GAP_NS);
 	st->runs = 0;
 	st->adjust = 0;
 	st->have_mi = 0;
+	st->trust = 0;
+	__u64 *known = bpf_map_lookup_elem(&known_pids, &tgid);
+	if (!known) {
+		notify_unknown(tgid, NOTIFY_GAP_NS);
+		return;
+	}
+	__u64 fp = mm_fingerprint();
+	if (fp == 0)
+		return;
+	if (*known == fp)
+		st->trust = 1;
+	else if (*known == 0)
+		*known = fp; // the first stack since the entries were set: checked, not trusted
+	else
+		notify_unknown(tgid, NOTIFY_GAP_NS); // the mappings changed since: ask again
 }
 
 SEC("perf_event")
@@ -551,6 +582,8 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		}
 		return use_mapping(st, mi);
 	}
+	if (mi && st->trust)
+		return use_mapping(st, mi);
 	struct vma_info v = {};
 	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
 	if (err == -16 /* EBUSY: the mm lock is taken; trust the entry */) {
