@@ -527,6 +527,11 @@ func TestFaultFileReplacedOrTruncated(t *testing.T) {
 	// The frames in the replaced library are still named from its old
 	// content, which the process still runs.
 	n := rc.waitForInterval(t, 0, pid, "lib_inner", 20*time.Second)
+	// The preparer opens every mapped file on its own goroutine, maybe
+	// after that interval was named: wait for it, with a deadline.
+	for deadline := time.Now().Add(10 * time.Second); fr.r.resolver.syms.Stats().Errors-errs0 < victims && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // polling the preparer's progress, bounded by the deadline
+	}
 	if errs := fr.r.resolver.syms.Stats().Errors - errs0; errs < victims {
 		t.Errorf("%d files could not be read (symbolizer errors), want at least the %d truncated ones", errs, victims)
 	}
