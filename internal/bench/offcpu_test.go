@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -176,26 +174,9 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 		b.Run(fmt.Sprintf("threshold=%g", threshold), func(b *testing.B) {
 			before := pingPong(b, bin, cpu, runs, window)
 
-			agent := exec.Command(os.Args[0], "-test.run=^$")
-			agent.Env = append(os.Environ(), agentEnv+"=19", fmt.Sprintf("%s=%g", offCPUEnv, threshold))
-			agent.Stderr = os.Stderr
-			out, err := agent.StdoutPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := agent.Start(); err != nil {
-				b.Fatal(err)
-			}
-			stopped := false
-			stop := func() {
-				if !stopped {
-					stopped = true
-					_ = agent.Process.Signal(syscall.SIGTERM)
-					_ = agent.Wait()
-				}
-			}
-			defer stop()
-			lines := bufio.NewScanner(out)
+			a := startAgent(b, agentEnv+"=19", fmt.Sprintf("%s=%g", offCPUEnv, threshold))
+			defer a.stop()
+			agent, stop, lines := a.cmd, a.stop, a.lines
 			for found := false; !found; {
 				if !lines.Scan() {
 					b.Fatal("agent exited before its first profile")

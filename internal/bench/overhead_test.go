@@ -249,26 +249,9 @@ func BenchmarkReceiverOverhead(b *testing.B) {
 		b.Run(fmt.Sprintf("%dHz", hz), func(b *testing.B) {
 			beforeWall, beforeCPU := runFixed(b, fixed, runs)
 
-			agent := exec.Command(os.Args[0], "-test.run=^$")
-			agent.Env = append(os.Environ(), fmt.Sprintf("%s=%d", agentEnv, hz))
-			agent.Stderr = os.Stderr
-			out, err := agent.StdoutPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := agent.Start(); err != nil {
-				b.Fatal(err)
-			}
-			stopped := false
-			stop := func() {
-				if !stopped {
-					stopped = true
-					_ = agent.Process.Signal(syscall.SIGTERM)
-					_ = agent.Wait()
-				}
-			}
-			defer stop()
-			lines := bufio.NewScanner(out)
+			a := startAgent(b, fmt.Sprintf("%s=%d", agentEnv, hz))
+			defer a.stop()
+			agent, stop, lines := a.cmd, a.stop, a.lines
 			readValue := func(key string) time.Duration {
 				for lines.Scan() {
 					if v, ok := strings.CutPrefix(lines.Text(), key+" "); ok {
@@ -317,5 +300,42 @@ func BenchmarkReceiverOverhead(b *testing.B) {
 			}
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// agentProcess is the receiver running in a child copy of this test binary
+// (see runAgent), with its standard output read line by line.
+type agentProcess struct {
+	cmd     *exec.Cmd
+	lines   *bufio.Scanner
+	stopped bool
+}
+
+// startAgent starts the agent with env added to this process's
+// environment; stop (also deferred by the caller) ends it.
+func startAgent(b *testing.B, env ...string) *agentProcess {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	lines.Buffer(nil, 1<<20)
+	return &agentProcess{cmd: cmd, lines: lines}
+}
+
+// stop ends the agent with SIGTERM and waits for it; once.
+func (a *agentProcess) stop() {
+	if !a.stopped {
+		a.stopped = true
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		_ = a.cmd.Wait()
 	}
 }

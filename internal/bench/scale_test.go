@@ -436,29 +436,10 @@ func sumMetric(m map[string]int64, name string, attrs ...string) int64 {
 // figures of the load to report.
 func measureScale(b *testing.B, hz int, focus string, window time.Duration, during func(deadline time.Time) map[string]float64) {
 	b.Helper()
-	agent := exec.Command(os.Args[0], "-test.run=^$")
-	agent.Env = append(os.Environ(), fmt.Sprintf("%s=%d", agentEnv, hz), figuresEnv+"="+focus)
-	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	agent.Stderr = os.Stderr
-	out, err := agent.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := agent.Start(); err != nil {
-		b.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			_ = agent.Process.Signal(syscall.SIGTERM)
-			_ = agent.Wait()
-		}
-	}
-	defer stop()
+	a := startAgent(b, fmt.Sprintf("%s=%d", agentEnv, hz), figuresEnv+"="+focus)
+	defer a.stop()
+	agent, stop, lines := a.cmd, a.stop, a.lines
 	pid := agent.Process.Pid
-	lines := bufio.NewScanner(out)
-	lines.Buffer(nil, 1<<20)
 	await := func(prefix string) string {
 		for lines.Scan() {
 			if v, ok := strings.CutPrefix(lines.Text(), prefix); ok {
