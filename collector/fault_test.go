@@ -712,13 +712,15 @@ func TestFaultHostileELFMapped(t *testing.T) {
 	var ls0 struct{ Failures, NoCFI, Built uint64 }
 	run()
 	n := rc.waitForInterval(t, 0, pid, "lib_inner", 20*time.Second)
-	// The preparer has read every mapping once the process's requests
-	// are handled.
-	queued := fr.r.preparer.queued.Load()
-	for deadline := time.Now().Add(10 * time.Second); fr.r.preparer.handled.Load() < queued; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the preparer handled fewer than %d requests in 10 s", queued)
-		}
+	// The preparer reads every mapping of the process once its request
+	// comes through the queue (behind the other processes on the host):
+	// wait for the process to be prepared and the files to be counted.
+	counted := func() bool {
+		ls := fr.r.preparer.loader.Stats()
+		return fr.r.preparer.loader.Prepared(pid) &&
+			fr.r.resolver.syms.Stats().Errors-errs0+ls.Failures-ls0.Failures >= uint64(rejected)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !counted() && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond) // polling the preparer, bounded by the deadline
 	}
 	rc.waitForInterval(t, n, pid, "lib_inner", 20*time.Second)

@@ -430,7 +430,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	else if (*known == 0)
 		*known = fp; // the first stack since the entries were set: checked, not trusted
 	else
-		notify_unknown(tgid, NOTIFY_GAP_NS); // the mappings changed since: ask again
+		notify_unknown(tgid, NOTIFY_GAP_NS); // the mappings changed since, or an entry was stale: ask again
 }
 
 SEC("perf_event")
@@ -600,6 +600,10 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		return use_mapping(st, mi);
 	if (mi) {
 		count(COUNTER_MAPPING_STALE);
+		// No trust in these entries until user space has set them again
+		// (1 matches no fingerprint, and is not 0, which asks for one).
+		__u64 stale = 1;
+		bpf_map_update_elem(&known_pids, &pid, &stale, BPF_EXIST);
 		notify_unknown(pid, NOTIFY_STALE_GAP_NS);
 	} else if (v.file) {
 		notify_unknown(pid, NOTIFY_GAP_NS);
