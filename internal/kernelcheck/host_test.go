@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -372,6 +373,9 @@ func boot(t *testing.T, qemu string, k kernel, initrd string) report {
 	cmd := exec.CommandContext(ctx, qemu, args...)
 	cmd.Stdout = out
 	cmd.Stderr = out
+	// A test binary killed before its timeout must not leave a virtual
+	// machine burning a CPU (one did, for 24 minutes).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	runErr := cmd.Run()
 	elapsed := time.Since(start)
