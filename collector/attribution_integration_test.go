@@ -1,8 +1,6 @@
 package collector_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,37 +140,16 @@ func TestAttributionContainerID(t *testing.T) {
 	sink := startReceiver(t, 199)
 	bin := testutil.BuildWorkload(t, testutil.CChain)
 	v2, v2ok, v1, v1ok := testutil.CgroupHierarchies(t)
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	id := hex.EncodeToString(b)
-	uid := "0f3b6a2c_1a2b_4c3d_9e8f_" + id[:12]
-	tests := []struct {
-		name string
-		v2   bool
-		rel  string
-		want string // "" for no container.id
-	}{
-		{"docker systemd (v2)", true, "system.slice/docker-" + id + ".scope", id},
-		{"containerd kubernetes systemd (v2)", true,
-			"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + id + ".scope", id},
-		{"cri-o (v2)", true, "machine.slice/crio-" + id + ".scope", id},
-		{"cri-o conmon is no container (v2)", true, "machine.slice/crio-conmon-" + id + ".scope", ""},
-		{"podman (v2)", true, "machine.slice/libpod-" + id + ".scope/container", id},
-		{"docker cgroupfs (v1)", false, "docker/" + id, id},
-		{"containerd kubernetes cgroupfs (v1)", false, "kubepods/burstable/pod" + uid + "/" + id, id},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tt := range testutil.ContainerCgroups(t) {
+		t.Run(tt.Name, func(t *testing.T) {
 			h, ok := v1, v1ok
-			if tt.v2 {
+			if tt.V2 {
 				h, ok = v2, v2ok
 			}
 			if !ok {
 				t.Skipf("this host mounts no writable cgroup hierarchy of that version (v2 %v, v1 %v)", v2ok, v1ok)
 			}
-			dir := testutil.MakeCgroup(t, h, tt.rel)
+			dir := testutil.MakeCgroup(t, h, tt.Rel)
 			cmd := testutil.CommandInCgroup(dir, bin)
 			testutil.StartCmd(t, cmd)
 			pid := cmd.Process.Pid
@@ -182,8 +159,8 @@ func TestAttributionContainerID(t *testing.T) {
 			// container id.
 			_, seen := waitForSample(t, sink, pid, 20*time.Second, func(s flatSample) bool { return s.ExePath == bin })
 			cg := testutil.CgroupOf(pid)
-			if !strings.Contains(cg, "/"+tt.rel+"\n") {
-				t.Fatalf("/proc/%d/cgroup does not show %s:\n%s", pid, tt.rel, cg)
+			if !strings.Contains(cg, "/"+tt.Rel+"\n") {
+				t.Fatalf("/proc/%d/cgroup does not show %s:\n%s", pid, tt.Rel, cg)
 			}
 			var checked int
 			for _, s := range seen {
@@ -193,10 +170,10 @@ func TestAttributionContainerID(t *testing.T) {
 				checked++
 				got, ok := s.Resource["container.id"]
 				switch {
-				case tt.want == "" && ok:
+				case tt.Want == "" && ok:
 					t.Errorf("resource has container.id %q, want none; /proc/%d/cgroup:\n%s", got, pid, cg)
-				case tt.want != "" && got != tt.want:
-					t.Errorf("resource has container.id %v, want %q; /proc/%d/cgroup:\n%s", got, tt.want, pid, cg)
+				case tt.Want != "" && got != tt.Want:
+					t.Errorf("resource has container.id %v, want %q; /proc/%d/cgroup:\n%s", got, tt.Want, pid, cg)
 				}
 			}
 			if checked == 0 {

@@ -1,8 +1,6 @@
 package process
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,16 +10,6 @@ import (
 
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
-
-// randomID returns 64 lower-case hex digits, the form of a container id.
-func randomID(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
 
 // TestRealCommandLineAndNamespacePID reads a sleeper started in a new PID
 // namespace, where it is PID 1, with a command line of several arguments.
@@ -61,33 +49,16 @@ func TestRealContainerIDFromCgroups(t *testing.T) {
 	testutil.RequireRoot(t, "creating cgroups")
 	bin := buildSleeper(t)
 	v2, v2ok, v1, v1ok := testutil.CgroupHierarchies(t)
-	id := randomID(t)
-	uid := "0f3b6a2c_1a2b_4c3d_9e8f_" + id[:12]
-	tests := []struct {
-		name string
-		v2   bool
-		rel  string
-		want string
-	}{
-		{"docker systemd (v2)", true, "system.slice/docker-" + id + ".scope", id},
-		{"containerd kubernetes systemd (v2)", true,
-			"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + id + ".scope", id},
-		{"cri-o (v2)", true, "machine.slice/crio-" + id + ".scope", id},
-		{"cri-o conmon is no container (v2)", true, "machine.slice/crio-conmon-" + id + ".scope", ""},
-		{"podman (v2)", true, "machine.slice/libpod-" + id + ".scope/container", id},
-		{"docker cgroupfs (v1)", false, "docker/" + id, id},
-		{"containerd kubernetes cgroupfs (v1)", false, "kubepods/burstable/pod" + uid + "/" + id, id},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tt := range testutil.ContainerCgroups(t) {
+		t.Run(tt.Name, func(t *testing.T) {
 			h, ok := v1, v1ok
-			if tt.v2 {
+			if tt.V2 {
 				h, ok = v2, v2ok
 			}
 			if !ok {
 				t.Skipf("this host mounts no writable cgroup hierarchy of that version (v2 %v, v1 %v)", v2ok, v1ok)
 			}
-			dir := testutil.MakeCgroup(t, h, tt.rel)
+			dir := testutil.MakeCgroup(t, h, tt.Rel)
 			s := startSleeper(t, bin, "w")
 			if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(s.pid)), 0); err != nil {
 				t.Fatalf("move %d into %s: %v", s.pid, dir, err)
@@ -97,11 +68,11 @@ func TestRealContainerIDFromCgroups(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Get(%d) = %v", s.pid, err)
 			}
-			if p.ContainerID != tt.want {
-				t.Errorf("ContainerID = %q, want %q; /proc/%d/cgroup:\n%s", p.ContainerID, tt.want, s.pid, cg)
+			if p.ContainerID != tt.Want {
+				t.Errorf("ContainerID = %q, want %q; /proc/%d/cgroup:\n%s", p.ContainerID, tt.Want, s.pid, cg)
 			}
-			if !strings.HasSuffix(p.CgroupPath, "/"+tt.rel) || !strings.Contains(cg, ":"+p.CgroupPath+"\n") {
-				t.Errorf("CgroupPath = %q, want the path ending in %q that /proc/%d/cgroup shows:\n%s", p.CgroupPath, tt.rel, s.pid, cg)
+			if !strings.HasSuffix(p.CgroupPath, "/"+tt.Rel) || !strings.Contains(cg, ":"+p.CgroupPath+"\n") {
+				t.Errorf("CgroupPath = %q, want the path ending in %q that /proc/%d/cgroup shows:\n%s", p.CgroupPath, tt.Rel, s.pid, cg)
 			}
 		})
 	}

@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -153,4 +155,36 @@ func CgroupOf(pid int) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// ContainerCgroup is a cgroup path, relative to its hierarchy's mount, of
+// the form a container runtime gives its containers.
+type ContainerCgroup struct {
+	Name string
+	V2   bool   // in the unified hierarchy, else in a v1 one
+	Rel  string // path below the hierarchy's mount
+	Want string // the container.id it names; "" for none
+}
+
+// ContainerCgroups returns the cgroup paths of the common container
+// runtimes (Docker, containerd under Kubernetes, CRI-O and its conmon,
+// Podman), on cgroup v2 and v1, for a fresh random 64-hex-digit id.
+func ContainerCgroups(tb testing.TB) []ContainerCgroup {
+	tb.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		tb.Fatal(err)
+	}
+	id := hex.EncodeToString(b)
+	uid := "0f3b6a2c_1a2b_4c3d_9e8f_" + id[:12]
+	return []ContainerCgroup{
+		{"docker systemd (v2)", true, "system.slice/docker-" + id + ".scope", id},
+		{"containerd kubernetes systemd (v2)", true,
+			"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + uid + ".slice/cri-containerd-" + id + ".scope", id},
+		{"cri-o (v2)", true, "machine.slice/crio-" + id + ".scope", id},
+		{"cri-o conmon is no container (v2)", true, "machine.slice/crio-conmon-" + id + ".scope", ""},
+		{"podman (v2)", true, "machine.slice/libpod-" + id + ".scope/container", id},
+		{"docker cgroupfs (v1)", false, "docker/" + id, id},
+		{"containerd kubernetes cgroupfs (v1)", false, "kubepods/burstable/pod" + uid + "/" + id, id},
+	}
 }
