@@ -214,6 +214,9 @@ func (r *profilesReceiver) read(records chan<- *tracer.Record, free chan *tracer
 		}
 		switch rec.Type {
 		case tracer.RecordExec:
+			// The process table reads the new image once, for the
+			// preparer and the resolver alike.
+			r.resolver.procs.Exec(int(rec.PID))
 			r.preparer.enqueue(int(rec.PID), prepareExec)
 		case tracer.RecordExit:
 			r.preparer.enqueue(int(rec.PID), prepareExit)

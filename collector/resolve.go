@@ -2,7 +2,6 @@ package collector
 
 import (
 	"errors"
-	"strings"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -283,15 +282,10 @@ func (r *resolver) handle(h uint32) *handleEntry {
 // displayPath is a file's path as its process sees it: without the
 // /proc/PID/root prefix it was opened through.
 func displayPath(p string) string {
-	rest, ok := strings.CutPrefix(p, "/proc/")
-	if !ok {
-		return p
+	if _, rel, ok := elfx.SplitProcRoot(p); ok {
+		return rel
 	}
-	_, inRoot, ok := strings.Cut(rest, "/root/")
-	if !ok {
-		return p
-	}
-	return "/" + inRoot
+	return p
 }
 
 // file returns the identity of the file behind m, opening it once per file
@@ -414,7 +408,7 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 }
 
 func (r *resolver) exec(pid int) {
-	r.procs.Exec(pid)
+	// The reader has marked the image stale in the process table.
 	delete(r.procsByPID, pid)
 }
 

@@ -98,7 +98,11 @@ func userNames(frames []frame) []string {
 // chain on the leaf side (a runtime's helpers called from the leaf) and
 // frames below main (libc's start-up code) may follow.
 func fullChain(frames []frame, chain []string) bool {
-	user := userNames(frames)
+	return followsChain(userNames(frames), chain)
+}
+
+// followsChain is fullChain on user frames of any comparable kind.
+func followsChain[T comparable](user, chain []T) bool {
 	i := slices.Index(user, chain[len(chain)-1])
 	if i < 0 {
 		return false
@@ -196,17 +200,7 @@ func typedChain(frames []frame, chain []frame) bool {
 			user = append(user, frame{cgoHash.ReplaceAllString(f.Function, "${1}<hash>_"), f.Type})
 		}
 	}
-	i := slices.Index(user, chain[len(chain)-1])
-	if i < 0 {
-		return false
-	}
-	k := len(chain) - 1
-	for j := i; j >= 0 && k >= 0; j, k = j-1, k-1 {
-		if user[j] != chain[k] {
-			return false
-		}
-	}
-	return true
+	return followsChain(user, chain)
 }
 
 // A Go program and its C half call each other on the hot path: Go calls C

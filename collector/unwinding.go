@@ -133,9 +133,7 @@ func (p *preparer) handle(w prepareWork) {
 		_ = p.loader.Forget(w.pid)
 		return
 	case prepareExec:
-		// The resolver marks the image stale too, in sample order; this
-		// may run first.
-		p.procs.Exec(w.pid)
+		// The reader marked the old image stale in the process table.
 		p.filter.forget(w.pid)
 	}
 	proc, err := p.procs.Get(w.pid)

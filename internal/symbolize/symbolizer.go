@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -288,7 +287,7 @@ func hostPath(path string) string {
 	if unix.Stat(root, &pr) != nil || unix.Stat("/", &hr) != nil || pr.Dev != hr.Dev || pr.Ino != hr.Ino {
 		return ""
 	}
-	return "/" + strings.TrimPrefix(rel, "/")
+	return rel
 }
 
 // addPath remembers path as the most recent way to open the file.
