@@ -112,6 +112,10 @@ type DebugFile struct {
 // Close closes the debug file.
 func (d *DebugFile) Close() error { return d.file.Close() }
 
+// File returns the open debug file, for example to map it; it is closed by
+// Close.
+func (d *DebugFile) File() *os.File { return d.file }
+
 // FindDebugFile looks for the separate debug file of f, seen through v, best
 // first: by GNU build id under <dir>/.build-id/xx/yyyy.debug, then by
 // .gnu_debuglink (name and CRC32) next to the file, in its .debug/

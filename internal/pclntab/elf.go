@@ -28,10 +28,16 @@ func Section(f *elf.File) *elf.Section {
 // SectionData reads the pclntab section sect of f, bounded by
 // MaxSectionBytes, and returns it with the start of f's .text (0 without).
 func SectionData(f *elf.File, sect *elf.Section) (data []byte, textStart uint64, err error) {
+	return sectionData(f, nil, sect)
+}
+
+// sectionData is SectionData for a file whose contents are image (nil: read
+// the section into a new buffer).
+func sectionData(f *elf.File, image []byte, sect *elf.Section) (data []byte, textStart uint64, err error) {
 	if sect.Size > MaxSectionBytes {
 		return nil, 0, fmt.Errorf("%s: %d bytes exceed the %d limit", sect.Name, sect.Size, uint64(MaxSectionBytes))
 	}
-	if data, err = sect.Data(); err != nil {
+	if data, err = sectionBytes(image, sect); err != nil {
 		return nil, 0, fmt.Errorf("read %s: %w", sect.Name, err)
 	}
 	if text := f.Section(".text"); text != nil {
@@ -45,19 +51,26 @@ func SectionData(f *elf.File, sect *elf.Section) (data []byte, textStart uint64,
 // stripped binaries keep too; when the moduledata cannot be found it falls
 // back to the start of .text and a table without inline expansion.
 // The returned Table does not reference f.
-func OpenELF(f *elf.File) (*Table, error) {
+func OpenELF(f *elf.File) (*Table, error) { return OpenELFImage(f, nil) }
+
+// OpenELFImage is OpenELF for a file whose whole contents are image, for
+// example a read-only mapping of it: the Table then reads the pclntab and
+// the funcdata region in place, and copies nothing. The Table, and the
+// strings Frames returns, reference image, which must stay valid (mapped)
+// while they are used. A nil image reads the sections into the heap.
+func OpenELFImage(f *elf.File, image []byte) (*Table, error) {
 	sect := Section(f)
 	if sect == nil {
 		return nil, ErrNoTable
 	}
-	data, textStart, err := SectionData(f, sect)
+	data, textStart, err := sectionData(f, image, sect)
 	if err != nil {
 		return nil, err
 	}
 	var gofunc []byte
-	if md, ok := findModuledata(f, sect.Addr, data); ok {
+	if md, ok := findModuledata(f, image, sect.Addr, data); ok {
 		textStart = md.text
-		gofunc, err = funcdataRegion(f, md.gofunc, sect, data)
+		gofunc, err = funcdataRegion(f, image, md.gofunc, sect, data)
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +100,7 @@ const (
 
 // findModuledata finds the runtime.moduledata that points at the pclntab at
 // addr: in .go.module from Go 1.26, in the data sections before.
-func findModuledata(f *elf.File, addr uint64, tab []byte) (moduledata, bool) {
+func findModuledata(f *elf.File, image []byte, addr uint64, tab []byte) (moduledata, bool) {
 	if len(tab) < 8 {
 		return moduledata{}, false
 	}
@@ -119,7 +132,7 @@ func findModuledata(f *elf.File, addr uint64, tab []byte) (moduledata, bool) {
 		if s == nil || s.Type == elf.SHT_NOBITS || s.Size > MaxSectionBytes {
 			continue
 		}
-		b, err := s.Data()
+		b, err := sectionBytes(image, s)
 		if err != nil {
 			continue
 		}
@@ -137,7 +150,7 @@ func findModuledata(f *elf.File, addr uint64, tab []byte) (moduledata, bool) {
 // funcdataRegion returns the bytes from the funcdata base at addr to the end
 // of the section holding it: a sub-slice of the pclntab from Go 1.26, a copy
 // of the tail of .rodata before.
-func funcdataRegion(f *elf.File, addr uint64, tabSect *elf.Section, tab []byte) ([]byte, error) {
+func funcdataRegion(f *elf.File, image []byte, addr uint64, tabSect *elf.Section, tab []byte) ([]byte, error) {
 	if addr >= tabSect.Addr && addr-tabSect.Addr < uint64(len(tab)) {
 		return tab[addr-tabSect.Addr:], nil
 	}
@@ -149,6 +162,13 @@ func funcdataRegion(f *elf.File, addr uint64, tabSect *elf.Section, tab []byte) 
 		if n > MaxSectionBytes {
 			return nil, fmt.Errorf("%s: funcdata of %d bytes exceeds the %d limit", s.Name, n, uint64(MaxSectionBytes))
 		}
+		if image != nil {
+			whole, err := sectionBytes(image, s)
+			if err != nil {
+				return nil, fmt.Errorf("read funcdata in %s: %w", s.Name, err)
+			}
+			return whole[addr-s.Addr:], nil
+		}
 		b := make([]byte, n)
 		if _, err := s.ReadAt(b, int64(addr-s.Addr)); err != nil {
 			return nil, fmt.Errorf("read funcdata in %s: %w", s.Name, err)
@@ -156,4 +176,20 @@ func funcdataRegion(f *elf.File, addr uint64, tabSect *elf.Section, tab []byte) 
 		return b, nil
 	}
 	return nil, nil
+}
+
+// sectionBytes returns the contents of s: a sub-slice of image when image
+// holds the file, else a copy read from the file. Compressed sections are
+// refused: no section the pclntab needs is compressed.
+func sectionBytes(image []byte, s *elf.Section) ([]byte, error) {
+	if image == nil {
+		return s.Data()
+	}
+	if s.Flags&elf.SHF_COMPRESSED != 0 {
+		return nil, fmt.Errorf("%s is compressed", s.Name)
+	}
+	if s.Offset > uint64(len(image)) || s.FileSize > uint64(len(image))-s.Offset {
+		return nil, fmt.Errorf("%s: %d bytes at %#x lie outside the %d-byte file", s.Name, s.FileSize, s.Offset, len(image))
+	}
+	return image[s.Offset : s.Offset+s.FileSize : s.Offset+s.FileSize], nil
 }

@@ -61,10 +61,10 @@ func (k Kind) String() string {
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Line is one source position of a frame: the symbolizer's Frame, so its
+// Line is one source position of a frame: the symbolizer's Line, so its
 // results go into samples without a copy. A frame with inlined calls has one
 // Line per inline level, innermost first.
-type Line = symbolize.Frame
+type Line = symbolize.Line
 
 // Mapping describes the file mapped at [Start, Limit) in a process. Mappings
 // are compared by content: two pointers to equal Mappings are one dictionary

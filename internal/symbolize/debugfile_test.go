@@ -203,7 +203,7 @@ func TestMiniDebugInfo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]Frame{{Function: sym.name}}, got); diff != "" {
+		if diff := cmp.Diff([]Line{{Function: sym.name}}, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", sym.name, diff)
 		}
 	}

@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -9,53 +10,87 @@ import (
 )
 
 // fileSyms is the symbol data of one ELF file: what Symbolize consults. It
-// is immutable once loaded and safe for concurrent use.
+// is immutable once loaded and safe for concurrent use. Its tables read the
+// file (and its debug file) in place, from read-only mappings that stay
+// until unmap.
 type fileSyms struct {
 	layout *elf.File // only the PT_LOAD headers, for elfx.OffsetToVaddr
 	goTab  *goTable
 	native *nativeTable
 	lines  *lineTable
+	images []*image // the mappings the tables read; unmapped by unmap
+	// refused is set when a compressed section was refused by the
+	// per-file inflation cap: the file is named without it.
+	refused error
 }
 
-// loadSyms reads the symbol data of f. maxDWARFBytes bounds the DWARF
-// sections it will index. A file without symbols gives an empty fileSyms.
+// loadLimits bound what loading one file may take.
+type loadLimits struct {
+	maxDWARF uint64 // the largest DWARF indexed for lines
+	inflate  int64  // the most bytes inflated (MiniDebugInfo, compressed DWARF)
+	noMini   bool   // skip MiniDebugInfo (refused before: not inflated again)
+}
+
+// loadSyms reads the symbol data of f into the heap (no mapping), for
+// tests. maxDWARFBytes bounds the DWARF sections it will index and what it
+// inflates. A file without symbols gives an empty fileSyms.
 func loadSyms(f *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
-	return loadSymsWith(f, nil, maxDWARFBytes)
+	return loadSymsWith(f, nil, nil, nil, loadLimits{maxDWARF: maxDWARFBytes, inflate: int64(min(maxDWARFBytes, 1<<40))})
 }
 
 // loadSymsWith reads the symbol data of f and of its separate debug file
-// (nil when there is none). Function symbols come from the best source
-// present: the debug file's .symtab, f's .symtab, f's MiniDebugInfo
-// (.gnu_debugdata), f's .dynsym. DWARF comes from the debug file when it
-// has any, else from f.
-func loadSymsWith(f, debug *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
+// (nil when there is none); fImg and debugImg are their bytes (read-only
+// mappings, or nil to read sections through the files). Function symbols
+// come from the best source present: the debug file's .symtab, f's .symtab,
+// f's MiniDebugInfo (.gnu_debugdata), f's .dynsym. DWARF comes from the
+// debug file when it has any, else from f.
+func loadSymsWith(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, lim loadLimits) (*fileSyms, error) {
 	fs := &fileSyms{layout: &elf.File{FileHeader: f.FileHeader}}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			fs.layout.Progs = append(fs.layout.Progs, &elf.Prog{ProgHeader: p.ProgHeader})
 		}
 	}
+	inflate := lim.inflate
 	var err error
-	if fs.goTab, err = loadGo(f); err != nil {
+	if fs.goTab, err = loadGo(f, fImg); err != nil {
 		return nil, err
 	}
-	if fs.native, err = loadNative(f, debug); err != nil {
+	var mini func() (*nativeTable, error)
+	if !lim.noMini {
+		mini = func() (*nativeTable, error) {
+			t, err := loadMiniDebug(f, fImg, int(max(inflate, 0)))
+			if errors.Is(err, errInflateCap) {
+				fs.refused = err
+			}
+			if t != nil {
+				inflate -= t.memSize()
+			}
+			return t, err
+		}
+	}
+	if fs.native, err = loadNative(f, fImg, debug, debugImg, mini); err != nil {
 		return nil, err
 	}
 	// Go code is named from the pclntab; DWARF would only add memory.
 	if fs.goTab == nil {
-		dwarfFile := f
+		dwarfFile, dwarfImg := f, fImg
 		if debug != nil && hasDWARF(debug) {
-			dwarfFile = debug
+			dwarfFile, dwarfImg = debug, debugImg
 		}
-		if fs.lines, err = loadLines(dwarfFile, maxDWARFBytes); err != nil {
+		fs.lines, err = loadLines(dwarfFile, dwarfImg, lim.maxDWARF, &inflate)
+		if errors.Is(err, errInflateCap) {
+			fs.refused, fs.lines, err = err, nil, nil
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
 	return fs, nil
 }
 
-// memSize estimates the heap the symbol data holds.
+// memSize is the heap the symbol data holds now (the mappings are not
+// heap: their pages are the page cache's).
 func (fs *fileSyms) memSize() int64 {
 	n := int64(256 + 64*len(fs.layout.Progs))
 	if fs.goTab != nil {
@@ -65,9 +100,17 @@ func (fs *fileSyms) memSize() int64 {
 		n += fs.native.memSize()
 	}
 	if fs.lines != nil {
-		n += fs.lines.size
+		n += fs.lines.memSize()
 	}
 	return n
+}
+
+// unmap releases the mappings; fs must not be used afterwards.
+func (fs *fileSyms) unmap() {
+	for _, m := range fs.images {
+		m.unmap()
+	}
+	fs.images = nil
 }
 
 // empty reports whether the file has no symbol data at all.
@@ -76,7 +119,7 @@ func (fs *fileSyms) empty() bool { return fs.goTab == nil && fs.native == nil &&
 // frames names the code at a file offset, innermost first; nil when nothing
 // names it. The strings returned share no memory with the tables, so cached
 // frames do not pin a file's symbol data after it is evicted.
-func (fs *fileSyms) frames(off uint64) []Frame {
+func (fs *fileSyms) frames(off uint64) []Line {
 	pc, ok := elfx.OffsetToVaddr(fs.layout, off)
 	if !ok {
 		return nil
@@ -98,9 +141,9 @@ func (fs *fileSyms) frames(off uint64) []Frame {
 		return nil // no function to name: a line alone is not a frame
 	}
 	if len(chain) == 0 {
-		return []Frame{nativeFrame(symName, "", 0)}
+		return []Line{nativeFrame(symName, "", 0)}
 	}
-	frames := make([]Frame, len(chain))
+	frames := make([]Line, len(chain))
 	for i, c := range chain {
 		name := c.name
 		if name == "" && i == len(chain)-1 {
@@ -113,8 +156,8 @@ func (fs *fileSyms) frames(off uint64) []Frame {
 
 // nativeFrame makes a frame from a raw (possibly mangled) name, copying the
 // strings so the frame does not pin the tables they come from.
-func nativeFrame(raw, file string, line int64) Frame {
-	fr := Frame{Function: demangled(raw), File: strings.Clone(file), Line: line}
+func nativeFrame(raw, file string, line int64) Line {
+	fr := Line{Function: demangled(raw), File: strings.Clone(file), Line: line}
 	if fr.Function == raw {
 		fr.Function = strings.Clone(raw)
 	} else {

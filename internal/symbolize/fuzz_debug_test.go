@@ -25,7 +25,8 @@ func dwarfSeed(f *testing.F, bin string) []byte {
 	var out []byte
 	var secs [][]byte
 	for _, name := range []string{"abbrev", "info", "line", "str"} {
-		b, err := debugSectionData(ef, name, 1<<24)
+		inflate := int64(1 << 24)
+		b, _, err := debugSectionData(ef, nil, name, 1<<24, &inflate)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func FuzzDWARF(f *testing.F) {
 		if err != nil {
 			return
 		}
-		lt, err := indexUnits(d, uint64(len(data)))
+		lt, err := indexUnits(d, 0, uint64(len(secs[0])))
 		if err != nil {
 			return
 		}
@@ -97,8 +98,8 @@ func FuzzMiniDebugInfo(f *testing.F) {
 			return
 		}
 		for _, s := range tab.syms {
-			if s.name+s.nameLen > uint32(len(tab.names)) {
-				t.Fatalf("symbol name out of range")
+			if uint64(s.name) >= uint64(len(tab.names)) || tab.name(s.name) == "" {
+				t.Fatalf("symbol name at %d out of range or empty", s.name)
 			}
 		}
 	})

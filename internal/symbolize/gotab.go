@@ -41,8 +41,11 @@ func (g *goTable) numFuncs() int {
 func pclntabSection(f *elf.File) *elf.Section { return pclntab.Section(f) }
 
 // loadGo builds the Go table of f, or returns nil when f has no pclntab.
-func loadGo(f *elf.File) (*goTable, error) {
-	tab, err := pclntab.OpenELF(f)
+// img holds f's bytes (a read-only mapping): Go 1.18+ tables are then read
+// in place and hold no heap beyond the Table itself. nil reads them into
+// the heap.
+func loadGo(f *elf.File, img []byte) (*goTable, error) {
+	tab, err := pclntab.OpenELFImage(f, img)
 	switch {
 	case errors.Is(err, pclntab.ErrNoTable):
 		return nil, nil
@@ -51,8 +54,15 @@ func loadGo(f *elf.File) (*goTable, error) {
 	case err != nil:
 		return nil, err
 	}
-	return newPclnGoTable(tab), nil
+	g := newPclnGoTable(tab)
+	if img != nil {
+		g.size = goTableMapped
+	}
+	return g, nil
 }
+
+// goTableMapped is the heap of a goTable read in place: the Table's header.
+const goTableMapped = 512
 
 func newPclnGoTable(tab *pclntab.Table) *goTable {
 	g := &goTable{pcln: tab, size: tab.Size()}
@@ -121,7 +131,7 @@ func newGoTable(data []byte, textStart uint64, bo binary.ByteOrder) (g *goTable,
 // linked in with cgo). The strings are copies: cached frames must not pin
 // the pclntab. Legacy tables give one frame, named after the physical
 // function, at the innermost position.
-func (g *goTable) frames(pc uint64) []Frame {
+func (g *goTable) frames(pc uint64) []Line {
 	if g.legacy != nil {
 		return g.legacyFrames(pc)
 	}
@@ -132,9 +142,9 @@ func (g *goTable) frames(pc uint64) []Frame {
 	if len(raw) == 0 {
 		return nil
 	}
-	out := make([]Frame, len(raw))
+	out := make([]Line, len(raw))
 	for i, r := range raw {
-		out[i] = Frame{Function: strings.Clone(r.Function), Go: true}
+		out[i] = Line{Function: strings.Clone(r.Function), Go: true}
 		if r.Line > 0 {
 			out[i].File, out[i].Line = strings.Clone(r.File), r.Line
 		}
@@ -142,7 +152,7 @@ func (g *goTable) frames(pc uint64) []Frame {
 	return out
 }
 
-func (g *goTable) legacyFrames(pc uint64) (frames []Frame) {
+func (g *goTable) legacyFrames(pc uint64) (frames []Line) {
 	defer func() {
 		if recover() != nil {
 			frames = nil // a corrupt line program: treat pc as unnamed
@@ -152,5 +162,5 @@ func (g *goTable) legacyFrames(pc uint64) (frames []Frame) {
 	if fn == nil {
 		return nil
 	}
-	return []Frame{{Function: fn.Name, File: file, Line: int64(line), Go: true}}
+	return []Line{{Function: fn.Name, File: file, Line: int64(line), Go: true}}
 }

@@ -67,12 +67,12 @@ func TestSymbolizeGo(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Symbolize(%#x): %v", addr, err)
 				}
-				var w, g []Frame
+				var w, g []Line
 				if want[i].Function != "??" && want[i].Function != "?" {
-					w = []Frame{{Function: want[i].Function, File: want[i].File, Line: want[i].Line}}
+					w = []Line{{Function: want[i].Function, File: want[i].File, Line: want[i].Line}}
 				}
 				if len(got) > 0 {
-					g = []Frame{{Function: got[len(got)-1].Function, File: got[0].File, Line: got[0].Line}}
+					g = []Line{{Function: got[len(got)-1].Function, File: got[0].File, Line: got[0].Line}}
 				}
 				if len(got) > 1 {
 					inlined++
@@ -99,7 +99,7 @@ func TestSymbolizeGoInline(t *testing.T) {
 	}
 	type stack struct {
 		pc     uint64
-		frames []Frame
+		frames []Line
 	}
 	var stacks []stack
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -117,7 +117,7 @@ func TestSymbolizeGoInline(t *testing.T) {
 			if len(f) != 3 || err != nil || len(stacks) == 0 {
 				t.Fatalf("fixture line %q", line)
 			}
-			stacks[len(stacks)-1].frames = append(stacks[len(stacks)-1].frames, Frame{Function: f[0], File: f[1], Line: n, Go: true})
+			stacks[len(stacks)-1].frames = append(stacks[len(stacks)-1].frames, Line{Function: f[0], File: f[1], Line: n, Go: true})
 		}
 	}
 	s := New(zaptest.NewLogger(t), Options{})

@@ -229,3 +229,12 @@ func (k *Kernel) Len() int { return len(k.syms) }
 
 // Skipped returns how many malformed lines the parser skipped.
 func (k *Kernel) Skipped() int { return k.skipped }
+
+// memSize is the heap the table holds.
+func (k *Kernel) memSize() int64 {
+	n := int64(cap(k.syms))*16 + int64(len(k.names)) + 256
+	for _, m := range k.modules {
+		n += int64(len(m)) + 16
+	}
+	return n
+}

@@ -29,6 +29,10 @@ const (
 	maxInlineDepth = 64
 	// unitCacheBytes bounds the parsed units a lineTable keeps (LRU).
 	unitCacheBytes = 8 << 20
+	// dwarfUnitOverhead and dwarfAbbrevFactor estimate what debug/dwarf
+	// holds per unit header and per byte of .debug_abbrev.
+	dwarfUnitOverhead = 160
+	dwarfAbbrevFactor = 6
 )
 
 // attrMIPSLinkageName is DW_AT_MIPS_linkage_name, which GCC emitted before
@@ -48,7 +52,7 @@ var dwarfSections = []string{"abbrev", "info", "line", "ranges", "str", "addr", 
 type lineTable struct {
 	d     *dwarf.Data
 	units []unitRange // sorted by lo
-	size  int64
+	size  int64       // heap held apart from the parsed units
 
 	mu          sync.Mutex
 	parsed      *lru[dwarf.Offset, *unitInfo] // guarded by mu
@@ -91,39 +95,57 @@ type fnNode struct {
 	callLine uint32
 }
 
-// debugSectionData returns the contents of a DWARF section, decompressed
-// whether it is SHF_COMPRESSED (zlib, zstd) or a legacy .zdebug_ section,
-// and its uncompressed size. limit bounds the uncompressed size.
-func debugSectionData(f *elf.File, name string, limit uint64) ([]byte, error) {
+// debugSectionData returns the contents of a DWARF section and the heap
+// bytes it took: in place in img (the file's bytes, or nil to read from f)
+// when stored plainly, else inflated into the heap whether it is
+// SHF_COMPRESSED (zlib, zstd) or a legacy .zdebug_ section. limit bounds
+// the uncompressed size; inflate is what the file may still inflate, and
+// is reduced by what this section takes (more is errInflateCap).
+func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflate *int64) ([]byte, int64, error) {
 	if s := f.Section(".debug_" + name); s != nil && s.Type != elf.SHT_NOBITS {
 		if s.Size > limit {
-			return nil, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, s.Size)
+			return nil, 0, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, s.Size)
 		}
-		return s.Data()
+		if s.Flags&elf.SHF_COMPRESSED == 0 && img != nil {
+			b, err := sectionBytes(img, s)
+			return b, 0, err
+		}
+		if s.Flags&elf.SHF_COMPRESSED != 0 {
+			if int64(s.Size) > *inflate {
+				return nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, s.Size, errInflateCap)
+			}
+			*inflate -= int64(s.Size)
+		}
+		b, err := s.Data()
+		return b, int64(len(b)), err
 	}
 	s := f.Section(".zdebug_" + name)
 	if s == nil || s.Type == elf.SHT_NOBITS {
-		return nil, nil
+		return nil, 0, nil
 	}
 	// A .zdebug_ section is "ZLIB", the size as 8 big-endian bytes, then a
 	// zlib stream.
 	var hdr [12]byte
 	if _, err := s.ReadAt(hdr[:], 0); err != nil || string(hdr[:4]) != "ZLIB" {
-		return nil, fmt.Errorf("%s: no ZLIB header", s.Name)
+		return nil, 0, fmt.Errorf("%s: no ZLIB header", s.Name)
 	}
 	n := binary.BigEndian.Uint64(hdr[4:])
 	if n > limit {
-		return nil, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, n)
+		return nil, 0, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, n)
 	}
+	if n > uint64(max(*inflate, 0)) {
+		return nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, n, errInflateCap)
+	}
+	*inflate -= int64(n)
 	zr, err := zlib.NewReader(io.NewSectionReader(s, 12, int64(min(s.Size, 1<<62))))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.Name, err)
+		return nil, 0, fmt.Errorf("%s: %w", s.Name, err)
 	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(zr, buf); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.Name, err)
+		return nil, 0, fmt.Errorf("%s: %w", s.Name, err)
 	}
-	return buf, nil
+	return buf, int64(n), nil
 }
 
 // dwarfSize returns the uncompressed size of the DWARF sections a lineTable
@@ -156,10 +178,13 @@ func hasDWARF(f *elf.File) bool {
 	return has("info") && has("line")
 }
 
-// loadLines indexes the DWARF of f. It returns nil without error when f has
-// no .debug_info or .debug_line, and when the sections it reads exceed
+// loadLines indexes the DWARF of f, whose bytes are img (a read-only
+// mapping; nil reads sections from f). It returns nil without error when f
+// has no .debug_info or .debug_line, and when the sections it reads exceed
 // maxBytes (so one huge unstripped binary cannot take the whole budget).
-func loadLines(f *elf.File, maxBytes uint64) (lt *lineTable, err error) {
+// Plain sections are read in place; compressed ones are inflated within
+// what inflate allows, which is reduced by what they take.
+func loadLines(f *elf.File, img []byte, maxBytes uint64, inflate *int64) (lt *lineTable, err error) {
 	if !hasDWARF(f) {
 		return nil, nil
 	}
@@ -168,12 +193,14 @@ func loadLines(f *elf.File, maxBytes uint64) (lt *lineTable, err error) {
 		return nil, nil
 	}
 	data := make(map[string][]byte, len(dwarfSections))
+	var heap int64
 	for _, name := range dwarfSections {
-		b, err := debugSectionData(f, name, maxBytes)
+		b, n, err := debugSectionData(f, img, name, maxBytes, inflate)
 		if err != nil {
 			return nil, fmt.Errorf("dwarf: %w", err)
 		}
 		data[name] = b
+		heap += n
 	}
 	// debug/dwarf can panic on some malformed input.
 	defer func() {
@@ -192,18 +219,20 @@ func loadLines(f *elf.File, maxBytes uint64) (lt *lineTable, err error) {
 			}
 		}
 	}
-	return indexUnits(d, size)
+	return indexUnits(d, heap, uint64(len(data["abbrev"])))
 }
 
 // indexUnits builds a lineTable over d, indexing its compile units by
-// address range; size is the bytes d holds.
-func indexUnits(d *dwarf.Data, size uint64) (lt *lineTable, err error) {
+// address range; heap is the bytes of d's sections held in the heap
+// (inflated ones), abbrev the size of its abbreviations.
+func indexUnits(d *dwarf.Data, heap int64, abbrev uint64) (lt *lineTable, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			lt, err = nil, fmt.Errorf("dwarf: corrupt data: %v", r)
 		}
 	}()
 	lt = &lineTable{d: d, parsed: newLRU[dwarf.Offset, *unitInfo]()}
+	units := 0
 	r := d.Reader()
 	last := dwarf.Offset(0)
 	for step := 0; ; step++ {
@@ -222,6 +251,7 @@ func indexUnits(d *dwarf.Data, size uint64) (lt *lineTable, err error) {
 			last = e.Offset
 		}
 		if e.Tag == dwarf.TagCompileUnit || e.Tag == dwarf.TagPartialUnit {
+			units++
 			ranges, err := d.Ranges(e)
 			if err != nil {
 				return nil, fmt.Errorf("dwarf: unit at %#x: %w", e.Offset, err)
@@ -241,9 +271,11 @@ func indexUnits(d *dwarf.Data, size uint64) (lt *lineTable, err error) {
 		}
 	}
 	slices.SortFunc(lt.units, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
-	// The parsed-unit cache is charged at a quarter of its bound (or of the
-	// DWARF size, if smaller): most profiles touch a few units of a file.
-	lt.size = int64(size) + int64(len(lt.units))*24 + min(int64(size), unitCacheBytes)/4
+	lt.units = slices.Clip(lt.units)
+	// debug/dwarf keeps a header per unit and the parsed abbreviation
+	// tables (a few times .debug_abbrev); the parsed units are charged as
+	// they are parsed (memSize).
+	lt.size = heap + int64(cap(lt.units))*24 + int64(units)*dwarfUnitOverhead + int64(abbrev)*dwarfAbbrevFactor + 512
 	return lt, nil
 }
 
@@ -535,6 +567,13 @@ func (u *unitInfo) file(i uint32) string {
 		return u.files[i]
 	}
 	return ""
+}
+
+// memSize is the heap the table holds now, parsed units included.
+func (lt *lineTable) memSize() int64 {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.size + lt.parsedBytes
 }
 
 // unitStats returns how many parsed units are cached and how many were

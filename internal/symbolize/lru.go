@@ -58,6 +58,14 @@ func (c *lru[K, V]) put(k K, v V) {
 	c.pushFront(n)
 }
 
+// remove drops the entry for k, if any.
+func (c *lru[K, V]) remove(k K) {
+	if n, ok := c.items[k]; ok {
+		c.unlink(n)
+		delete(c.items, k)
+	}
+}
+
 // removeOldest drops and returns the least recently used entry.
 func (c *lru[K, V]) removeOldest() (K, V, bool) {
 	n := c.head.prev

@@ -15,17 +15,21 @@ import (
 const (
 	// maxMiniDebugBytes bounds the compressed .gnu_debugdata read.
 	maxMiniDebugBytes = 64 << 20
-	// maxMiniDebugELF bounds the decompressed ELF file it holds.
-	maxMiniDebugELF = 256 << 20
 	// maxXZDict bounds the LZMA2 dictionary a stream may ask for; xz -9
-	// uses 64 MiB, MiniDebugInfo tools use the default 8 MiB.
+	// uses 64 MiB, MiniDebugInfo tools use the default 8 MiB. The window
+	// actually allocated is also bounded by the output limit.
 	maxXZDict = 64 << 20
 )
 
+// errInflateCap marks a compressed section whose contents would exceed what
+// one file may inflate (Options.MaxInflateBytes).
+var errInflateCap = errors.New("inflated size exceeds the per-file cap")
+
 // loadMiniDebug reads the function symbols of the ELF file compressed with
 // xz in f's .gnu_debugdata section (MiniDebugInfo, as Fedora and others ship
-// it); nil without error when f has none.
-func loadMiniDebug(f *elf.File) (*nativeTable, error) {
+// it), inflating at most limit bytes; nil without error when f has none.
+// img holds f's bytes (nil: read the section from f).
+func loadMiniDebug(f *elf.File, img []byte, limit int) (*nativeTable, error) {
 	s := f.Section(".gnu_debugdata")
 	if s == nil || s.Type == elf.SHT_NOBITS {
 		return nil, nil
@@ -33,11 +37,14 @@ func loadMiniDebug(f *elf.File) (*nativeTable, error) {
 	if s.Size > maxMiniDebugBytes {
 		return nil, fmt.Errorf(".gnu_debugdata: %d bytes exceed the %d limit", s.Size, maxMiniDebugBytes)
 	}
-	data, err := s.Data()
+	if s.Flags&elf.SHF_COMPRESSED != 0 {
+		img = nil
+	}
+	data, err := sectionBytes(img, s)
 	if err != nil {
 		return nil, fmt.Errorf(".gnu_debugdata: %w", err)
 	}
-	t, err := parseMiniDebug(data, maxMiniDebugELF)
+	t, err := parseMiniDebug(data, limit)
 	if err != nil {
 		return nil, fmt.Errorf(".gnu_debugdata: %w", err)
 	}
@@ -45,7 +52,8 @@ func loadMiniDebug(f *elf.File) (*nativeTable, error) {
 }
 
 // parseMiniDebug decompresses an xz stream holding an ELF file of at most
-// limit bytes and reads that file's .symtab.
+// limit bytes and reads that file's .symtab. The names it keeps are copied:
+// the inflated file is garbage once it returns.
 func parseMiniDebug(data []byte, limit int) (*nativeTable, error) {
 	raw, err := unxz(data, limit)
 	if err != nil {
@@ -57,7 +65,7 @@ func parseMiniDebug(data []byte, limit int) (*nativeTable, error) {
 	}
 	for _, s := range ef.Sections {
 		if s.Type == elf.SHT_SYMTAB {
-			t, err := readSymbols(ef, s)
+			t, err := readSymbols(ef, raw, s, false)
 			if err != nil {
 				return nil, fmt.Errorf("embedded %s: %w", s.Name, err)
 			}
@@ -78,70 +86,91 @@ var xzMagic = []byte{0xfd, '7', 'z', 'X', 'Z', 0}
 // is checked against maxXZDict before anything is allocated; the integrity
 // check is not verified (the ELF parser that follows checks structure).
 // Tools that write MiniDebugInfo produce a single block.
+//
+// It inflates twice: first counting the output without keeping it, then
+// into a buffer of exactly that size. A stream that would exceed limit (a
+// decompression bomb) is refused after limit bytes, having cost only its
+// window; one that fits costs its size once, not a doubling buffer's.
 func unxz(data []byte, limit int) ([]byte, error) {
+	n, err := unxzTo(data, limit, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	out := bytes.NewBuffer(make([]byte, 0, n))
+	if _, err := unxzTo(data, int(n), out); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// unxzTo writes at most limit inflated bytes of the xz stream data to w and
+// returns how many there were; more than limit is errInflateCap.
+func unxzTo(data []byte, limit int, w io.Writer) (int64, error) {
 	if len(data) < 12 || !bytes.Equal(data[:6], xzMagic) {
-		return nil, errors.New("xz: not an xz stream")
+		return 0, errors.New("xz: not an xz stream")
 	}
 	if crc32.ChecksumIEEE(data[6:8]) != binary.LittleEndian.Uint32(data[8:12]) {
-		return nil, errors.New("xz: stream header checksum mismatch")
+		return 0, errors.New("xz: stream header checksum mismatch")
 	}
 	rest := data[12:]
 	if len(rest) < 1 || rest[0] == 0 {
-		return nil, errors.New("xz: no block")
+		return 0, errors.New("xz: no block")
 	}
 	hdrLen := (int(rest[0]) + 1) * 4
 	if hdrLen > len(rest) {
-		return nil, errors.New("xz: truncated block header")
+		return 0, errors.New("xz: truncated block header")
 	}
 	hdr := rest[:hdrLen]
 	if crc32.ChecksumIEEE(hdr[:hdrLen-4]) != binary.LittleEndian.Uint32(hdr[hdrLen-4:]) {
-		return nil, errors.New("xz: block header checksum mismatch")
+		return 0, errors.New("xz: block header checksum mismatch")
 	}
 	flags := hdr[1]
 	if flags&0x3c != 0 {
-		return nil, errors.New("xz: reserved block flags set")
+		return 0, errors.New("xz: reserved block flags set")
 	}
 	p := hdr[2 : hdrLen-4]
 	for _, present := range []bool{flags&0x40 != 0, flags&0x80 != 0} { // compressed, uncompressed size
 		if present {
 			if _, n := binary.Uvarint(p); n <= 0 {
-				return nil, errors.New("xz: bad block size field")
+				return 0, errors.New("xz: bad block size field")
 			} else {
 				p = p[n:]
 			}
 		}
 	}
 	if flags&0x03 != 0 {
-		return nil, errors.New("xz: filter chains other than LZMA2 alone are not supported")
+		return 0, errors.New("xz: filter chains other than LZMA2 alone are not supported")
 	}
 	id, n := binary.Uvarint(p)
 	if n <= 0 || id != 0x21 {
-		return nil, fmt.Errorf("xz: filter %#x is not LZMA2", id)
+		return 0, fmt.Errorf("xz: filter %#x is not LZMA2", id)
 	}
 	p = p[n:]
 	propLen, n := binary.Uvarint(p)
 	if n <= 0 || propLen != 1 || len(p) < n+1 {
-		return nil, errors.New("xz: bad LZMA2 properties")
+		return 0, errors.New("xz: bad LZMA2 properties")
 	}
 	prop := p[n]
 	if prop > 40 {
-		return nil, errors.New("xz: bad LZMA2 dictionary size")
+		return 0, errors.New("xz: bad LZMA2 dictionary size")
 	}
 	dict := uint64(2|prop&1) << (prop/2 + 11)
 	if dict > maxXZDict {
-		return nil, fmt.Errorf("xz: dictionary of %d bytes exceeds the %d limit", dict, maxXZDict)
+		return 0, fmt.Errorf("xz: dictionary of %d bytes exceeds the %d limit", dict, maxXZDict)
 	}
-	cfg := lzma.Reader2Config{DictCap: max(int(dict), lzma.MinDictCap)}
+	// No match can reach further back than the output is long: a window
+	// beyond limit is never needed, whatever the stream asks for.
+	cfg := lzma.Reader2Config{DictCap: max(min(int(dict), limit), lzma.MinDictCap)}
 	r, err := cfg.NewReader2(bytes.NewReader(rest[hdrLen:]))
 	if err != nil {
-		return nil, fmt.Errorf("xz: %w", err)
+		return 0, fmt.Errorf("xz: %w", err)
 	}
-	var out bytes.Buffer
-	if _, err := io.Copy(&out, io.LimitReader(r, int64(limit)+1)); err != nil {
-		return nil, fmt.Errorf("xz: %w", err)
+	got, err := io.Copy(w, io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return 0, fmt.Errorf("xz: %w", err)
 	}
-	if out.Len() > limit {
-		return nil, fmt.Errorf("xz: more than %d bytes", limit)
+	if got > int64(limit) {
+		return 0, fmt.Errorf("xz: more than %d bytes: %w", limit, errInflateCap)
 	}
-	return out.Bytes(), nil
+	return got, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/ianlancetaylor/demangle"
 )
@@ -25,53 +26,61 @@ const (
 	// nearest one does not contain the address (nested symbols).
 	nativeBackScan = 8
 
-	nativeSymSize = 24
+	// nativeSymSize is unsafe.Sizeof(nativeSym{}) (checked by a test).
+	nativeSymSize = 16
 )
 
 // nativeTable holds the function symbols of one ELF file, sorted by address
 // with one entry per address. It is immutable once built.
 type nativeTable struct {
-	syms   []nativeSym
-	names  string // every kept name, back to back
-	source string // ".symtab" or ".dynsym"
+	syms []nativeSym
+	// names holds every name NUL-terminated: the file's string table in
+	// place (a read-only mapping: no heap) or a compact heap copy.
+	names     string
+	namesHeap bool // names is a heap copy, charged to the budget
+	source    string // ".symtab", ".dynsym" or ".gnu_debugdata"
 }
 
-// nativeSym is one function: [addr, end) named names[name : name+nameLen].
-// It takes nativeSymSize bytes.
+// nativeSym is one function: [addr, addr+size) named by the NUL-terminated
+// string at names[name:]. It takes nativeSymSize bytes.
 type nativeSym struct {
-	addr, end uint64
-	name      uint32
-	nameLen   uint32
+	addr uint64
+	size uint32
+	name uint32
 }
 
 // loadNative reads the function symbols of the best source present: the
 // .symtab of debug (a separate debug file, may be nil), the .symtab of f,
 // f's MiniDebugInfo, then f's .dynsym. A source with no functions passes to
 // the next. A corrupt MiniDebugInfo is skipped: .dynsym still names exported
-// code. It returns nil without error when no source has functions.
-func loadNative(f, debug *elf.File) (*nativeTable, error) {
+// code. It returns nil without error when no source has functions. fImg and
+// debugImg hold the files' bytes (read-only mappings), nil to read sections
+// into the heap.
+func loadNative(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, mini func() (*nativeTable, error)) (*nativeTable, error) {
 	if debug != nil {
-		if t, err := symbolSection(debug, elf.SHT_SYMTAB); err != nil || t != nil {
+		if t, err := symbolSection(debug, debugImg, elf.SHT_SYMTAB); err != nil || t != nil {
 			return t, err
 		}
 	}
-	if t, err := symbolSection(f, elf.SHT_SYMTAB); err != nil || t != nil {
+	if t, err := symbolSection(f, fImg, elf.SHT_SYMTAB); err != nil || t != nil {
 		return t, err
 	}
-	if t, err := loadMiniDebug(f); err == nil && t != nil {
-		return t, nil
+	if mini != nil {
+		if t, err := mini(); err == nil && t != nil {
+			return t, nil
+		}
 	}
-	return symbolSection(f, elf.SHT_DYNSYM)
+	return symbolSection(f, fImg, elf.SHT_DYNSYM)
 }
 
 // symbolSection reads the first section of type typ; nil when there is none
 // or it holds no functions.
-func symbolSection(f *elf.File, typ elf.SectionType) (*nativeTable, error) {
+func symbolSection(f *elf.File, img []byte, typ elf.SectionType) (*nativeTable, error) {
 	for _, s := range f.Sections {
 		if s.Type != typ {
 			continue
 		}
-		t, err := readSymbols(f, s)
+		t, err := readSymbols(f, img, s, img != nil)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -90,8 +99,11 @@ type symCandidate struct {
 	rank                int // lower wins among aliases
 }
 
-// readSymbols parses a SHT_SYMTAB or SHT_DYNSYM section of f.
-func readSymbols(f *elf.File, s *elf.Section) (*nativeTable, error) {
+// readSymbols parses a SHT_SYMTAB or SHT_DYNSYM section of f, whose bytes
+// are img (nil: read sections from f). Symbols are read in place; names are
+// kept in place only when mapped says img is a file mapping that outlives
+// the table, else the kept names are copied into a compact string.
+func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeTable, error) {
 	entSize := uint64(24)
 	if f.Class == elf.ELFCLASS32 {
 		entSize = 16
@@ -106,14 +118,18 @@ func readSymbols(f *elf.File, s *elf.Section) (*nativeTable, error) {
 	if strSect.Size > maxStrtabBytes {
 		return nil, fmt.Errorf("%d bytes of symbol names exceed the %d limit", strSect.Size, maxStrtabBytes)
 	}
-	symData, err := s.Data()
+	if img != nil && (s.Flags|strSect.Flags)&elf.SHF_COMPRESSED != 0 {
+		img = nil // rare: read (and inflate) into the heap, within the limits above
+	}
+	symData, err := sectionBytes(img, s)
 	if err != nil {
 		return nil, fmt.Errorf("read symbols: %w", err)
 	}
-	strData, err := strSect.Data()
+	strData, err := sectionBytes(img, strSect)
 	if err != nil {
 		return nil, fmt.Errorf("read symbol names: %w", err)
 	}
+	inPlace := mapped && img != nil && len(strData) > 0 && uint64(len(strData)) < 1<<32
 
 	var names strings.Builder
 	var cands []symCandidate
@@ -148,17 +164,27 @@ func readSymbols(f *elf.File, s *elf.Section) (*nativeTable, error) {
 			sec := f.Sections[shndx]
 			sectEnd = sec.Addr + sec.Size
 		}
-		if uint64(names.Len())+uint64(len(name)) > 1<<32-1 {
-			return nil, errors.New("symbol names exceed 4 GiB")
+		at := nameOff
+		if !inPlace {
+			if uint64(names.Len())+uint64(len(name))+1 > 1<<32-1 {
+				return nil, errors.New("symbol names exceed 4 GiB")
+			}
+			at = uint32(names.Len())
+			names.Write(name)
+			names.WriteByte(0)
 		}
 		cands = append(cands, symCandidate{
 			addr: value, size: size, sectEnd: sectEnd,
-			name: uint32(names.Len()), nameLen: uint32(len(name)),
+			name: at, nameLen: uint32(len(name)),
 			rank: aliasRank(elf.ST_BIND(info), size, name),
 		})
-		names.Write(name)
 	}
-	t := &nativeTable{names: names.String(), source: s.Name}
+	t := &nativeTable{source: s.Name}
+	if inPlace {
+		t.names = unsafe.String(&strData[0], len(strData))
+	} else {
+		t.names, t.namesHeap = names.String(), true
+	}
 	t.syms = mergeAliases(cands)
 	return t, nil
 }
@@ -231,7 +257,7 @@ func mergeAliases(cands []symCandidate) []nativeSym {
 				end = sectEnd
 			}
 		}
-		out = append(out, nativeSym{addr: best.addr, end: end, name: best.name, nameLen: best.nameLen})
+		out = append(out, nativeSym{addr: best.addr, size: uint32(min(end-best.addr, 1<<32-1)), name: best.name})
 		i = j
 	}
 	return slices.Clip(out)
@@ -251,16 +277,34 @@ func (t *nativeTable) lookup(addr uint64) (string, bool) {
 		i--
 	}
 	for k := i; k >= 0 && k > i-nativeBackScan; k-- {
-		if s := t.syms[k]; addr < s.end {
-			return t.names[s.name : s.name+s.nameLen], true
+		if s := t.syms[k]; addr-s.addr < uint64(s.size) {
+			return t.name(s.name), true
 		}
 	}
 	return "", false
 }
 
-// memSize estimates the table's heap footprint in bytes.
+// name returns the name at off in names, cut at its NUL or maxSymbolName.
+// It points into names (possibly a mapping): copy what outlives the table.
+func (t *nativeTable) name(off uint32) string {
+	if uint64(off) >= uint64(len(t.names)) {
+		return ""
+	}
+	n := t.names[off:]
+	if i := strings.IndexByte(n[:min(len(n), maxSymbolName)], 0); i >= 0 {
+		return n[:i]
+	}
+	return n[:min(len(n), maxSymbolName)]
+}
+
+// memSize is the table's heap footprint in bytes: the index, and the names
+// when they are a copy.
 func (t *nativeTable) memSize() int64 {
-	return int64(len(t.syms))*nativeSymSize + int64(len(t.names))
+	n := int64(cap(t.syms))*nativeSymSize + 64
+	if t.namesHeap {
+		n += int64(len(t.names))
+	}
+	return n
 }
 
 // demangled returns the display name of a raw symbol name: C++ (Itanium) and

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -25,8 +26,9 @@ func buildTable(cands []candidate) *nativeTable {
 			rank: aliasRank(c.bind, c.size, []byte(c.name)),
 		})
 		names.WriteString(c.name)
+		names.WriteByte(0)
 	}
-	return &nativeTable{syms: mergeAliases(cs), names: names.String()}
+	return &nativeTable{syms: mergeAliases(cs), names: names.String(), namesHeap: true}
 }
 
 func TestNativeLookup(t *testing.T) {
@@ -104,5 +106,11 @@ func TestCString(t *testing.T) {
 		if diff := cmp.Diff(tt.want, string(cString(tab, tt.off))); diff != "" {
 			t.Errorf("cString(%d) (-want +got):\n%s", tt.off, diff)
 		}
+	}
+}
+
+func TestNativeSymSize(t *testing.T) {
+	if got := unsafe.Sizeof(nativeSym{}); got != nativeSymSize {
+		t.Errorf("nativeSym takes %d bytes, nativeSymSize says %d", got, nativeSymSize)
 	}
 }

@@ -49,7 +49,7 @@ func addr2lineChains(t testing.TB, bin string, addrs []uint64) [][]sourcePos {
 }
 
 // chainOf drops what addr2line does not print (the raw name).
-func chainOf(frames []Frame) []sourcePos {
+func chainOf(frames []Line) []sourcePos {
 	var out []sourcePos
 	for _, f := range frames {
 		out = append(out, sourcePos{Function: f.Function, File: f.File, Line: f.Line})

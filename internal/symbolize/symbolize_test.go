@@ -15,7 +15,7 @@ import (
 // checkAgainstOracle symbolizes every probe address of syms in bin and
 // compares the frame with what the oracle says for the same address in
 // oracleBin (the unstripped build, for stripped binaries).
-func checkAgainstOracle(t *testing.T, bin string, syms []funcSym, oracle func([]uint64) []sourcePos, adjust func(sym funcSym, want *Frame, got []Frame)) {
+func checkAgainstOracle(t *testing.T, bin string, syms []funcSym, oracle func([]uint64) []sourcePos, adjust func(sym funcSym, want *Line, got []Line)) {
 	t.Helper()
 	s := New(zaptest.NewLogger(t), Options{})
 	info, err := s.Open(bin)
@@ -39,15 +39,15 @@ func checkAgainstOracle(t *testing.T, bin string, syms []funcSym, oracle func([]
 		if len(got) > 1 {
 			// The oracles here name the outermost function with the innermost
 			// position; TestInlineChainsOracle compares whole inline chains.
-			got = []Frame{{Function: got[len(got)-1].Function, SystemName: got[len(got)-1].SystemName, File: got[0].File, Line: got[0].Line}}
+			got = []Line{{Function: got[len(got)-1].Function, SystemName: got[len(got)-1].SystemName, File: got[0].File, Line: got[0].Line}}
 		}
-		var w []Frame
+		var w []Line
 		if want[i].Function != "??" && want[i].Function != "?" {
-			fr := Frame{Function: want[i].Function, File: want[i].File, Line: want[i].Line}
+			fr := Line{Function: want[i].Function, File: want[i].File, Line: want[i].Line}
 			if adjust != nil {
 				adjust(owners[i], &fr, got)
 			}
-			w = []Frame{fr}
+			w = []Line{fr}
 		}
 		if diff := cmp.Diff(w, got); diff != "" {
 			t.Errorf("%s+%#x (address %#x) (-want +got):\n%s", owners[i].name, addr-owners[i].addr, addr, diff)
@@ -102,7 +102,7 @@ func TestSymbolizeStripped(t *testing.T) {
 		syms := pick(t, nmFunctions(t, stripped, true), "a", "b", "c", "main")
 		// Names come from the unstripped build; file and line went with the debug info.
 		checkAgainstOracle(t, stripped, syms, func(a []uint64) []sourcePos { return addr2line(t, bin, a) },
-			func(_ funcSym, f *Frame, _ []Frame) { f.File, f.Line = "", 0 })
+			func(_ funcSym, f *Line, _ []Line) { f.File, f.Line = "", 0 })
 	})
 
 	t.Run("no exported names", func(t *testing.T) {
@@ -151,7 +151,7 @@ func TestSymbolizeCxx(t *testing.T) {
 		aliases[s.addr] = append(aliases[s.addr], s.name)
 	}
 	checkAgainstOracle(t, bin, syms, func(a []uint64) []sourcePos { return addr2line(t, bin, a) },
-		func(s funcSym, f *Frame, got []Frame) {
+		func(s funcSym, f *Line, got []Line) {
 			if f.Function == s.name {
 				t.Errorf("oracle did not demangle %s", s.name)
 			}
@@ -182,7 +182,7 @@ func TestSymbolizeLibc(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff([]Frame{{Function: "qsort"}}, got); diff != "" {
+			if diff := cmp.Diff([]Line{{Function: "qsort"}}, got); diff != "" {
 				t.Errorf("qsort+%#x (-want +got):\n%s", a-q.addr, diff)
 			}
 		}
@@ -246,7 +246,7 @@ func TestSymbolizeRust(t *testing.T) {
 				t.Fatalf("oracle: nm lists only %d crate functions: %v", len(syms), syms)
 			}
 			checkAgainstOracle(t, bin, syms, func(a []uint64) []sourcePos { return addr2line(t, bin, a) },
-				func(s funcSym, f *Frame, _ []Frame) { f.SystemName = s.name })
+				func(s funcSym, f *Line, _ []Line) { f.SystemName = s.name })
 		})
 	}
 }

@@ -67,8 +67,8 @@ func TestOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &FileInfo{ID: wantID, Path: bin, GNUBuildID: wantBuildID}
-	if diff := cmp.Diff(want, info); diff != "" {
+	want := &FileInfo{ID: wantID, Path: bin, Name: bin, Size: st.Size(), GNUBuildID: wantBuildID}
+	if diff := cmp.Diff(want, info.FileInfo); diff != "" {
 		t.Errorf("FileInfo (-want +got):\n%s", diff)
 	}
 
@@ -76,7 +76,7 @@ func TestOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again != info {
+	if again.FileInfo != info.FileInfo {
 		t.Error("second Open returned a different FileInfo")
 	}
 
@@ -87,8 +87,8 @@ func TestOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other != info {
-		t.Errorf("a copy has FileInfo %+v, want the original's %+v", other, info)
+	if other.FileInfo != info.FileInfo {
+		t.Errorf("a copy has FileInfo %+v, want the original's %+v", other.FileInfo, info.FileInfo)
 	}
 
 	// Through the process's root directory.
@@ -101,9 +101,21 @@ func TestOpen(t *testing.T) {
 	}
 
 	got := s.Stats()
-	wantStats := Stats{FilesOpened: 2, OpenHits: 2}
+	if got.LoadedBytes <= 0 {
+		t.Error("the known file is not accounted")
+	}
+	got.LoadedBytes = 0
+	wantStats := Stats{FilesOpened: 2, OpenHits: 2, OpenFiles: 1}
 	if diff := cmp.Diff(wantStats, got); diff != "" {
 		t.Errorf("Stats (-want +got):\n%s", diff)
+	}
+	// Four handles hold one file open until the last is released.
+	for i, h := range []*Handle{info, again, other, viaRoot} {
+		h.Release()
+		h.Release() // a second Release does nothing
+		if n, want := s.Stats().OpenFiles, min(1, 3-i); n != want {
+			t.Errorf("after %d releases %d files are open, want %d", i+1, n, want)
+		}
 	}
 }
 
@@ -148,7 +160,7 @@ func TestSymbolizeCaching(t *testing.T) {
 	if diff := cmp.Diff(first, second); diff != "" || len(first) != 1 || first[0].Function != "b" {
 		t.Errorf("frames %v then %v, want b twice", first, second)
 	}
-	want := Stats{FilesOpened: 1, FilesLoaded: 1, Lookups: 2, Hits: 1, Misses: 1}
+	want := Stats{FilesOpened: 1, FilesLoaded: 1, Lookups: 2, Hits: 1, Misses: 1, OpenFiles: 1, LoadedFiles: 1}
 	got := s.Stats()
 	got.LoadedBytes = 0
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -179,7 +191,7 @@ func TestEviction(t *testing.T) {
 		for _, fx := range []struct {
 			info *FileInfo
 			offs map[string]uint64
-		}{{info1, offs1}, {info2, offs2}} {
+		}{{info1.FileInfo, offs1}, {info2.FileInfo, offs2}} {
 			for _, name := range []string{"a", "b", "c"} {
 				frames, err := s.Symbolize(fx.info.ID, fx.offs[name])
 				if err != nil {
@@ -232,9 +244,13 @@ func TestKnownFilesBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Open(bin2); err != nil {
+	// The bound applies to files no Handle holds.
+	info1.Release()
+	h2, err := s.Open(bin2)
+	if err != nil {
 		t.Fatal(err)
 	}
+	h2.Release()
 	if _, err := s.Symbolize(info1.ID, offs["a"]); !errors.Is(err, ErrUnknownFile) {
 		t.Errorf("Symbolize of a forgotten file: %v, want ErrUnknownFile", err)
 	}
