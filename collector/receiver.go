@@ -120,6 +120,8 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	})
 	r.preparer = newPreparer(r.log, tr, procs, syms, r.filter, r.cfg.Limits.UnwindTableBytes, r.cfg.Symbolization.DebugDirs)
 	r.resolver = newResolver(r.log, procs, syms, r.cfg.Symbolization.Native, r.preparer.loader)
+	r.resolver.holds = r.preparer.holds
+	r.preparer.holds.procfs = r.cfg.ProcFS
 	r.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(r.cfg.ReporterInterval))
 	if err := r.tel.register(r, metadata.Meter(r.set.TelemetrySettings)); err != nil {
 		r.tracer = nil
@@ -394,6 +396,9 @@ func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 			err = errors.Join(err, r.tracer.Close())
 		}
 		r.readers.Wait()
+		if r.resolver != nil {
+			r.resolver.close() // the resolver goroutine has ended
+		}
 		if r.reporterDone != nil {
 			grace := time.NewTimer(shutdownGrace)
 			defer grace.Stop()

@@ -17,7 +17,6 @@ import (
 // would otherwise rebuild for every frame.
 const (
 	maxKernelPCs = 1 << 16
-	maxFiles     = 4096
 )
 
 // resolver turns the tracer's raw records into profile samples: it finds the
@@ -33,9 +32,11 @@ type resolver struct {
 	// handle, and which processes it has mappings for (the unwind Loader).
 	unwinder fileHandles
 	byHandle map[uint32]*handleEntry
+	// holds are the files the preparer keeps open per process; the
+	// resolver lets them go once it has processed the process's exit.
+	holds *fileHolds
 
 	procsByPID map[int]*procEntry
-	files      map[fileKey]*fileEntry
 	kernelPCs  map[uint64]kernelEntry
 	kernelMaps map[string]*profile.Mapping
 
@@ -57,11 +58,25 @@ type resolverStats struct {
 
 // procEntry is what the resolver derived from one *process.Process; it is
 // rebuilt when the table hands out a new Process (exec, refresh, PID reuse).
+// It holds a symbolizer Handle to every file of the process it has named
+// frames in, so those files stay open (by descriptor) while the process is
+// known, whatever becomes of the process's /proc entries; close releases
+// them.
 type procEntry struct {
 	proc     *process.Process
 	resource profile.Resource
-	mappings map[uint64]*fileEntry // by mapping start
+	mappings map[uint64]*fileEntry  // by mapping start
+	files    map[fileKey]*fileEntry // each file of the process, opened once
 	maps     map[uint64]*profile.Mapping
+}
+
+// close releases the entry's file handles.
+func (e *procEntry) close() {
+	for _, fe := range e.files {
+		fe.handle.Release()
+	}
+	clear(e.files)
+	clear(e.mappings)
 }
 
 // fileKey identifies a mapped file without a syscall: what /proc/PID/maps says.
@@ -71,15 +86,38 @@ type fileKey struct {
 }
 
 type fileEntry struct {
-	info *symbolize.FileInfo
-	err  error
+	info   *symbolize.FileInfo
+	handle *symbolize.Handle // nil for handle entries, which hold no reference
+	err    error
 }
 
-// handleEntry is the file behind an unwinder file handle, with the mapping
-// its frames get when their process's own mapping is gone.
+// handleEntry is the file behind an unwinder file handle, with what the
+// mapping its frames get when their process's own mapping is unknown
+// (the process exited before its maps were read) is made of.
 type handleEntry struct {
 	fileEntry
-	mapping *profile.Mapping
+	mapping profile.Mapping // File and build ids; the range is per process
+	last    *profile.Mapping
+}
+
+// mappingAt is the mapping of the file for a frame at pc, which the
+// unwinder placed at offset off in the file: the whole file, at the load
+// bias pc-off the frame shows, so that addresses translate to the right
+// file offsets (as pprof does it) even though the process's own mapping
+// was never read. The file's real path names it.
+func (he *handleEntry) mappingAt(pc, off uint64) *profile.Mapping {
+	if off > pc {
+		m := he.mapping
+		return &m
+	}
+	start := pc - off
+	if he.last != nil && he.last.Start == start {
+		return he.last
+	}
+	m := he.mapping
+	m.Start, m.Limit, m.Offset = start, start+uint64(max(he.info.Size, 1)), 0
+	he.last = &m
+	return he.last
 }
 
 // maxHandles bounds the resolver's handle cache.
@@ -101,7 +139,6 @@ func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symboliz
 		unwinder:   unwinder,
 		byHandle:   make(map[uint32]*handleEntry),
 		procsByPID: make(map[int]*procEntry),
-		files:      make(map[fileKey]*fileEntry),
 		kernelPCs:  make(map[uint64]kernelEntry),
 		kernelMaps: make(map[string]*profile.Mapping),
 	}
@@ -134,7 +171,7 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 			// The unwinder saw each frame's file: that still names it.
 			f := profile.Frame{Type: profile.FrameNative, Address: pc}
 			if he := r.handle(fileRef(rec, i).File); he != nil {
-				f = r.namedFrame(&he.fileEntry, he.mapping, pc, r.fileOffset(rec, i))
+				f = r.namedFrame(&he.fileEntry, he.mappingAt(pc, fileRef(rec, i).Offset), pc, r.fileOffset(rec, i))
 			}
 			f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
 			r.frames = append(r.frames, f)
@@ -159,7 +196,7 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 			// process's mapping, if it still holds that file there, gives
 			// the frame its mapping, else the file's own.
 			off := fileRef(rec, i).Offset
-			mapping := he.mapping
+			mapping := he.mappingAt(pc, off)
 			if ok && m.Start-m.Offset == pc-off {
 				r.file(entry, m)
 				mapping = entry.maps[m.Start]
@@ -265,8 +302,8 @@ func (r *resolver) handle(h uint32) *handleEntry {
 		return nil
 	}
 	he := &handleEntry{fileEntry: fileEntry{info: info}}
-	he.mapping = &profile.Mapping{
-		File:       displayPath(info.Path),
+	he.mapping = profile.Mapping{
+		File:       mappingName(info),
 		GNUBuildID: info.GNUBuildID,
 		GoBuildID:  info.GoBuildID,
 		FileID:     info.ID.String(),
@@ -279,43 +316,51 @@ func (r *resolver) handle(h uint32) *handleEntry {
 	return he
 }
 
-// displayPath is a file's path as its process sees it: without the
-// /proc/PID/root prefix it was opened through.
-func displayPath(p string) string {
-	if _, rel, ok := elfx.SplitProcRoot(p); ok {
+// mappingName is a file's path as the process that mapped it saw it, never
+// the /proc path it was opened through; "[unknown]" when it is not known.
+func mappingName(info *symbolize.FileInfo) string {
+	if info.Name != "" {
+		return info.Name
+	}
+	if _, rel, ok := elfx.SplitProcRoot(info.Path); ok {
 		return rel
 	}
-	return p
+	return "[unknown]"
 }
 
 // file returns the identity of the file behind m, opening it once per file
-// on this host, and the profile mapping for m in this process.
+// and process: the entry's Handle keeps it open while the entry lives. It
+// also makes the profile mapping for m in this process.
 func (r *resolver) file(entry *procEntry, m process.Mapping) *fileEntry {
 	if fe, ok := entry.mappings[m.Start]; ok {
 		return fe
 	}
 	key := fileKey{dev: m.Dev, inode: m.Inode, path: m.Path}
-	fe, ok := r.files[key]
-	if !ok || fe.err != nil && m.Inode != 0 {
+	fe, ok := entry.files[key]
+	if !ok {
 		fe = &fileEntry{}
 		switch {
 		case !m.FileBacked():
 			fe.err = errNotFile
 		default:
-			fe.info, fe.err = r.syms.Open(entry.proc.FilePath(m))
+			// Found by inode while a handle holds it (the process may be
+			// gone, and its /proc paths with it), else opened by path.
+			fe.handle, fe.err = r.syms.OpenMapped(entry.proc.FilePath(m), m.Dev, m.Inode)
+			if fe.err == nil {
+				fe.info = fe.handle.FileInfo
+			}
 		}
 		if fe.err != nil && fe.err != errNotFile {
 			r.stats.fileErrors.Add(1)
 			r.logOnce("cannot read mapped file; its frames stay unnamed", zap.String("file", m.Path), zap.Error(fe.err))
 		}
-		if len(r.files) >= maxFiles {
-			clear(r.files)
-			r.stats.cacheResets.Add(1)
-		}
-		r.files[key] = fe
+		entry.files[key] = fe
 	}
 	entry.mappings[m.Start] = fe
 	pm := &profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: m.Path}
+	if m.Deleted {
+		pm.File += " (deleted)" // as the kernel shows it
+	}
 	if fe.info != nil {
 		pm.GNUBuildID = fe.info.GNUBuildID
 		pm.GoBuildID = fe.info.GoBuildID
@@ -385,8 +430,14 @@ func (r *resolver) refresh(pid int) (*procEntry, error) {
 }
 
 func (r *resolver) entry(pid int, p *process.Process) *procEntry {
-	if e, ok := r.procsByPID[pid]; ok && e.proc == p {
-		return e
+	old, ok := r.procsByPID[pid]
+	if ok && old.proc == p {
+		return old
+	}
+	if ok {
+		// Released after the new entry is in place; the files it shares
+		// with it are opened again by the new one first.
+		defer old.close()
 	}
 	e := &procEntry{
 		proc: p,
@@ -401,6 +452,7 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 			NamespacePID:   int64(p.NamespacePID),
 		},
 		mappings: make(map[uint64]*fileEntry),
+		files:    make(map[fileKey]*fileEntry),
 		maps:     make(map[uint64]*profile.Mapping),
 	}
 	r.procsByPID[pid] = e
@@ -409,12 +461,29 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 
 func (r *resolver) exec(pid int) {
 	// The reader has marked the image stale in the process table.
-	delete(r.procsByPID, pid)
+	r.forget(pid)
 }
 
 func (r *resolver) exit(pid int) {
 	r.procs.Exit(pid)
-	delete(r.procsByPID, pid)
+	r.forget(pid)
+	r.holds.release(pid)
+}
+
+// forget drops what the resolver derived from pid and releases its files.
+func (r *resolver) forget(pid int) {
+	if e, ok := r.procsByPID[pid]; ok {
+		delete(r.procsByPID, pid)
+		e.close()
+	}
+}
+
+// close releases every file the resolver and the preparer hold open.
+func (r *resolver) close() {
+	for pid := range r.procsByPID {
+		r.forget(pid)
+	}
+	r.holds.close()
 }
 
 // logOnce logs the first resolution problem of each interval.
@@ -424,5 +493,9 @@ func (r *resolver) logOnce(msg string, fields ...zap.Field) {
 	}
 }
 
-// endInterval lets the next interval log its first problem again.
-func (r *resolver) endInterval() { r.loggedErr.Store(false) }
+// endInterval lets the next interval log its first problem again, and ages
+// the file holds of processes whose exit record never reached the resolver.
+func (r *resolver) endInterval() {
+	r.loggedErr.Store(false)
+	r.holds.tick()
+}

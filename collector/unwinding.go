@@ -38,6 +38,11 @@ type preparer struct {
 	// whatever was set for them is forgotten. Normal for short-lived
 	// processes, so counted, not logged.
 	gone atomic.Uint64
+
+	// holds keeps the files of the processes prepared open for the
+	// resolver; pid is the process being prepared (run's goroutine only).
+	holds *fileHolds
+	pid   int
 }
 
 // preparerKernel is what the preparer sets in the eBPF side: the
@@ -71,18 +76,23 @@ const prepareQueue = 4096
 // does; nil searches no host directory).
 func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *symbolize.Symbolizer,
 	filter *procFilter, budget int64, debugDirs []string) *preparer {
+	// Every file of a process being prepared is held open, while the
+	// process surely lives, until the resolver is done with the process.
+	holds := newFileHolds("")
+	var p *preparer
 	identify := func(path string) (elfx.FileID, error) {
-		fi, err := syms.Open(path)
+		h, err := syms.Open(path)
 		if err != nil {
 			return elfx.FileID{}, err
 		}
-		return fi.ID, nil
+		holds.add(p.pid, h)
+		return h.ID, nil
 	}
 	loader := unwind.NewLoader(k, identify, log, unwind.LoaderOptions{
 		BudgetBytes: budget,
 		DebugDirs:   append([]string{}, debugDirs...),
 	})
-	return &preparer{
+	p = &preparer{
 		log:    log,
 		procs:  procs,
 		loader: loader,
@@ -90,7 +100,9 @@ func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *
 		urgent: make(chan prepareWork, prepareQueue),
 		filter: filter,
 		kernel: k,
+		holds:  holds,
 	}
+	return p
 }
 
 // enqueue asks for pid to be (re)prepared or forgotten; it never blocks.
@@ -127,10 +139,12 @@ func (p *preparer) run(ctx context.Context) {
 }
 
 func (p *preparer) handle(w prepareWork) {
+	p.pid = w.pid
 	switch w.kind {
 	case prepareExit:
 		p.filter.forget(w.pid)
 		_ = p.loader.Forget(w.pid)
+		p.holds.exited(w.pid)
 		return
 	case prepareExec:
 		// The reader marked the old image stale in the process table.
