@@ -37,7 +37,7 @@ type nativeTable struct {
 	// names holds every name NUL-terminated: the file's string table in
 	// place (a read-only mapping: no heap) or a compact heap copy.
 	names     string
-	namesHeap bool // names is a heap copy, charged to the budget
+	namesHeap bool   // names is a heap copy, charged to the budget
 	source    string // ".symtab", ".dynsym" or ".gnu_debugdata"
 }
 

@@ -226,10 +226,10 @@ type knownFile struct {
 	// host is the file's path on the host, when it was opened through the
 	// root of a process that shares the host's root; a load after every
 	// Handle is gone may use it (after checking the file id).
-	host    string
-	fd      *os.File // open while refs > 0
-	inode   inodeKey // fd's device and inode
-	refs    int
+	host   string
+	fd     *os.File // open while refs > 0
+	inode  inodeKey // fd's device and inode
+	refs   int
 	noMini bool // its MiniDebugInfo was refused by the inflation cap once
 }
 
