@@ -13,6 +13,7 @@ FUZZTIME     ?= 10s
 # fixed in Go 1.27). A count has no deadline to race.
 CI_FUZZTIME  ?= 3000x
 GOTEST_FLAGS ?= -count=1 -timeout 45m
+CLANG_FORMAT ?= clang-format-19
 
 .DEFAULT_GOAL := help
 
@@ -52,9 +53,10 @@ chart-test: dist ## Render and check the Helm chart, validating its Collector co
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -count=1 ./deploy/...
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and clang-format of the eBPF C (support/ebpf/.clang-format)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(CLANG_FORMAT) --dry-run -Werror $$(git ls-files 'support/ebpf/*.[ch]' | grep -v '/vmlinux\.h$$')
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s; Nx for N executions)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -289,10 +290,15 @@ func New(opts Options) (_ *Tracer, err error) {
 	return t, nil
 }
 
-// CheckHost reports, in one error, what this host lacks to run Sonde:
-// capabilities, kernel BTF, BPF ring buffers, BTF tracepoints, and locked
+// CheckHost reports, in one error, what this host lacks to run Sonde: an
+// x86-64 CPU, capabilities, kernel BTF, BPF ring buffers, BTF tracepoints, and locked
 // memory on kernels that still account BPF memory to RLIMIT_MEMLOCK.
 func CheckHost() error {
+	if runtime.GOARCH != "amd64" {
+		// support's objects for other architectures exist only so the
+		// packages build; they read x86-64 registers and signal frames.
+		return fmt.Errorf("sonde cannot start: its eBPF programs support x86-64 (amd64) only, not %s: %w", runtime.GOARCH, ErrNotSupported)
+	}
 	var problems []string
 	missing, err := caps.Missing(caps.Profiler()...)
 	if err != nil {

@@ -5,25 +5,28 @@
 #pragma once
 
 #define MAX_KERNEL_FRAMES 127
-#define MAX_USER_FRAMES 256
+#define MAX_USER_FRAMES   256
 // The user-stack unwinder handles this many frames per program run and
 // tail-calls itself for the next batch (tail calls keep 5.10 compatibility).
-#define FRAMES_PER_RUN 32
+#define FRAMES_PER_RUN  32
 #define MAX_UNWIND_RUNS (MAX_USER_FRAMES / FRAMES_PER_RUN)
 // Rows per table are found by binary search in at most this many steps.
 #define MAX_BSEARCH_STEPS 24
 
 // User PCs carry flags in bits the x86-64 user address space never uses.
-#define PC_FLAG_FRAME_POINTER (1ULL << 63) // found by the frame-pointer chain: no table covered the caller
-#define PC_FLAG_NO_ADJUST (1ULL << 62)     // an interrupted PC (leaf, or after a signal frame), not a return address
-#define PC_FLAGS_MASK (PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST)
-#define TASK_COMM_LEN 16
+// PC_FLAG_FRAME_POINTER: found by the frame-pointer chain, no table covered
+// the callee. PC_FLAG_NO_ADJUST: an interrupted PC (the leaf, or after a
+// signal frame), not a return address.
+#define PC_FLAG_FRAME_POINTER (1ULL << 63)
+#define PC_FLAG_NO_ADJUST     (1ULL << 62)
+#define PC_FLAGS_MASK         (PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST)
+#define TASK_COMM_LEN         16
 
 enum record_type {
 	RECORD_SAMPLE = 1,
 	RECORD_EXEC = 2,
 	RECORD_EXIT = 3,
-	RECORD_UNKNOWN = 4, // a sampled process or address has no unwind information yet
+	RECORD_UNKNOWN = 4,      // a sampled process or address has no unwind information yet
 	RECORD_OFFCPU_START = 5, // a sample_record: a thread left the CPU to wait, with its stacks
 	RECORD_OFFCPU_END = 6,   // an offcpu_end_record: that thread is back on a CPU
 };
@@ -33,8 +36,8 @@ enum sample_flags {
 	SAMPLE_KERNEL_STACK_ERR = 1 << 0, // bpf_get_stack failed for the kernel stack
 	SAMPLE_USER_STACK_ERR = 1 << 1,   // bpf_get_stack failed for the user stack
 	SAMPLE_USER_TRUNCATED = 1 << 2,   // the user stack filled every slot
-	SAMPLE_FRAME_POINTERS = 1 << 3,   // at least one user frame came from the frame-pointer chain
-	SAMPLE_USER_COMPLETE = 1 << 4,    // the unwinder reached the outermost frame (CFI says so)
+	SAMPLE_FRAME_POINTERS = 1 << 3, // at least one user frame came from the frame-pointer chain
+	SAMPLE_USER_COMPLETE = 1 << 4,  // the unwinder reached the outermost frame (CFI says so)
 	SAMPLE_USER_UNKNOWN_RULE = 1 << 5, // stopped at a PC whose CFI has no usable rule
 	SAMPLE_USER_READ_ERR = 1 << 6,     // stopped: user memory could not be read
 };
@@ -165,33 +168,33 @@ struct task_record {
 
 // counter indexes the per-CPU counters map. Every drop has a counter.
 enum counter {
-	COUNTER_SAMPLES = 0,         // perf events that fired
-	COUNTER_SAMPLES_SENT,        // sample records written to the ring buffer
-	COUNTER_SAMPLES_LOST,        // ring buffer full: sample dropped
-	COUNTER_IDLE_SKIPPED,        // the CPU was idle (pid 0)
-	COUNTER_KERNEL_STACK_ERR,    // kernel stack could not be read
-	COUNTER_USER_STACK_ERR,      // user stack could not be read
-	COUNTER_TASK_EVENTS_SENT,    // exec/exit records written
-	COUNTER_TASK_EVENTS_LOST,    // ring buffer full: exec/exit record dropped
-	COUNTER_UNKNOWN_SENT,        // unknown-process notifications written
-	COUNTER_UNKNOWN_LOST,        // ring buffer full: notification dropped
-	COUNTER_FRAMES_CFI,          // user frames unwound with a CFI row
-	COUNTER_FRAMES_FP,           // user frames unwound by frame pointers (no table)
-	COUNTER_UNWIND_UNKNOWN_RULE, // stacks stopped at a PC without a usable rule
-	COUNTER_UNWIND_READ_ERR,     // stacks stopped because user memory was unreadable
+	COUNTER_SAMPLES = 0,          // perf events that fired
+	COUNTER_SAMPLES_SENT,         // sample records written to the ring buffer
+	COUNTER_SAMPLES_LOST,         // ring buffer full: sample dropped
+	COUNTER_IDLE_SKIPPED,         // the CPU was idle (pid 0)
+	COUNTER_KERNEL_STACK_ERR,     // kernel stack could not be read
+	COUNTER_USER_STACK_ERR,       // user stack could not be read
+	COUNTER_TASK_EVENTS_SENT,     // exec/exit records written
+	COUNTER_TASK_EVENTS_LOST,     // ring buffer full: exec/exit record dropped
+	COUNTER_UNKNOWN_SENT,         // unknown-process notifications written
+	COUNTER_UNKNOWN_LOST,         // ring buffer full: notification dropped
+	COUNTER_FRAMES_CFI,           // user frames unwound with a CFI row
+	COUNTER_FRAMES_FP,            // user frames unwound by frame pointers (no table)
+	COUNTER_UNWIND_UNKNOWN_RULE,  // stacks stopped at a PC without a usable rule
+	COUNTER_UNWIND_READ_ERR,      // stacks stopped because user memory was unreadable
 	COUNTER_UNWIND_TAIL_CALL_ERR, // a tail call failed: stack cut short
-	COUNTER_FILTERED,            // samples of processes the filters exclude: no work done
-	COUNTER_KTHREAD_SKIPPED,     // samples of kernel threads (include_kernel_threads off)
-	COUNTER_MAPPING_STALE,       // a mapping entry no longer matched the live mapping
-	COUNTER_VMA_CHECK_BUSY,      // the live mapping could not be checked (lock busy)
-	COUNTER_MAPPING_BY_FILE,     // mappings unwound from their file's table, without a process entry
-	COUNTER_OFFCPU_SWITCHES,     // context switches the off-CPU tracepoint saw
-	COUNTER_OFFCPU_FILTERED,     // selected threads of processes the filters exclude: no work done
-	COUNTER_OFFCPU_STARTS_SENT,  // off-CPU start records written
-	COUNTER_OFFCPU_STARTS_LOST,  // ring buffer full: off-CPU start record dropped
-	COUNTER_OFFCPU_MAP_FULL,     // the start could not be remembered: its end is never sent
-	COUNTER_OFFCPU_ENDS_SENT,    // off-CPU end records written (short ones included)
-	COUNTER_OFFCPU_ENDS_LOST,    // ring buffer full: off-CPU end record dropped
-	COUNTER_OFFCPU_SHORT,        // waits shorter than off_cpu_min_duration (sent flagged, then dropped)
+	COUNTER_FILTERED,             // samples of processes the filters exclude: no work done
+	COUNTER_KTHREAD_SKIPPED,      // samples of kernel threads (include_kernel_threads off)
+	COUNTER_MAPPING_STALE,        // a mapping entry no longer matched the live mapping
+	COUNTER_VMA_CHECK_BUSY,       // the live mapping could not be checked (lock busy)
+	COUNTER_MAPPING_BY_FILE, // mappings unwound from their file's table, without a process entry
+	COUNTER_OFFCPU_SWITCHES, // context switches the off-CPU tracepoint saw
+	COUNTER_OFFCPU_FILTERED, // selected threads of processes the filters exclude: no work done
+	COUNTER_OFFCPU_STARTS_SENT, // off-CPU start records written
+	COUNTER_OFFCPU_STARTS_LOST, // ring buffer full: off-CPU start record dropped
+	COUNTER_OFFCPU_MAP_FULL,    // the start could not be remembered: its end is never sent
+	COUNTER_OFFCPU_ENDS_SENT,   // off-CPU end records written (short ones included)
+	COUNTER_OFFCPU_ENDS_LOST,   // ring buffer full: off-CPU end record dropped
+	COUNTER_OFFCPU_SHORT, // waits shorter than off_cpu_min_duration (sent flagged, then dropped)
 	COUNTER_MAX,
 };

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// Maps and load-time constants of every program, and the per-CPU counters.
+// Every program file includes it first (sonde.c, the test programs); each
+// object gets its own copies of the maps.
+#pragma once
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_endian.h>
+#include "sonde.h"
+
+// Set by the loader before the programs are loaded.
+volatile const bool include_idle = false;
+volatile const bool include_kernel_threads = false;
+// With filters on, a process that execs is not sampled for this long (or
+// until user space decides about its new image, if sooner); 0: filters off.
+volatile const __u64 filter_pending_ns = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20); // resized by the loader (limits.ring_buffer_bytes)
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+// A sample is built here, then only its used part is copied to the ring buffer.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_record);
+} scratch SEC(".maps");
+
+// Wake the reader only once this much data waits; it also polls on a
+// deadline, so nothing waits long. One wake-up per record would cost the
+// reader a context switch per sample. Set by the loader.
+volatile const __u64 wakeup_bytes = 0;
+
+// Per-CPU state of the user-stack unwinder between its tail calls.
+struct ustack_state {
+	__u64 pc;
+	__u64 sp;
+	__u64 fp;
+	__u32 runs;
+	__u32 adjust;  // the current pc is a return address: look up pc - 1
+	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
+	__u32 trust;   // the process's mappings did not change since its entries were set
+	struct mapping_info mi;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ustack_state);
+} unwind_scratch SEC(".maps");
+
+// Executable mappings of every prepared process: (pid, address) -> how to
+// unwind there. Filled by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536); // resized by the loader
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct mapping_key);
+	__type(value, struct mapping_info);
+} mappings SEC(".maps");
+
+// Processes user space has prepared (their mappings are in `mappings`), with
+// a fingerprint of their address space (mm_fingerprint) taken at the first
+// stack after user space set the entries (0 until then). While it holds,
+// the entries are trusted without looking at the live VMAs, which costs a
+// deferred unlock (an IPI) per look.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536); // resized by the loader
+	__type(key, __u32);
+	__type(value, __u64);
+} known_pids SEC(".maps");
+
+// Filter decisions, made once per process by user space: samples of pid are
+// dropped before any work while bpf_ktime_get_ns() < the value (U64_MAX:
+// always; a process too young to profile gets the time it comes of age).
+// Cleared at exec and exit, so a new image or a reused PID is decided anew.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536); // resized by the loader
+	__type(key, __u32);
+	__type(value, __u64);
+} pid_filter SEC(".maps");
+
+// What sampling cost each recently sampled process.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct pid_stats);
+} pid_costs SEC(".maps");
+
+// The table of every file user space has loaded one for, by the file's
+// kernel identity: a mapping the process's entries do not cover yet (a new
+// process, a library just loaded, one swapped under an old entry) unwinds
+// from it at once, where the kernel can look up VMAs (bpf_find_vma).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct file_key);
+	__type(value, struct file_table);
+} file_tables SEC(".maps");
+
+// When each process was last reported as unknown: notifications are
+// rate-limited to one per process per second.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} notified SEC(".maps");
+
+// One inner array of rows per file, sized to that file's table.
+struct table_rows {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__array(values, struct table_rows);
+} tables SEC(".maps");
+
+// The unwinder tail-calls itself through this array (index 0).
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwinders SEC(".maps");
+
+// Off-CPU tracing. A tail call only reaches a program of the caller's type
+// (and, since 6.12, of its attach point), so the off-CPU path has its own
+// build of the unwinder, its own program array, and its own per-CPU scratch
+// slots: it never shares a half-built record with the on-CPU sampler.
+
+// Set by the loader: a switch is traced when bpf_get_prandom_u32() is below
+// offcpu_threshold (1 << 32: every switch); waits shorter than offcpu_min_ns
+// are dropped.
+volatile const __u64 offcpu_threshold = 0;
+volatile const __u64 offcpu_min_ns = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_record);
+} offcpu_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ustack_state);
+} offcpu_unwind_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} offcpu_unwinders SEC(".maps");
+
+// When each traced thread left the CPU (tid -> ktime of its start record).
+// Bounded: a thread that never comes back (or not before this many newer
+// waits) is evicted, and user space expires its start record.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, __u64);
+} offcpu_starts SEC(".maps");
+
+// Kernel stack size, for finding user registers on kernels without
+// bpf_task_pt_regs (before 5.15); set by the loader.
+volatile const __u64 thread_size = 16384;
+
+static __always_inline __u64 wakeup_flags(void)
+{
+	if (wakeup_bytes == 0 || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += 1;
+}

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// The native user-stack unwinder: from a thread's user registers it walks
+// the stack frame by frame with the unwind tables user space loaded (CFI and
+// Go pclntab rows), falling back to the frame-pointer chain where no table
+// covers a PC. unwind_frames is the per-frame loop: another unwinder (an
+// interpreter's) hooks in there, keeping its per-stack state in
+// struct ustack_state (maps.h).
+#pragma once
+
+#include "record.h"
+
+// Offsets in the signal frame __restore_rt returns through: the ucontext
+// sits at the stack pointer; its mcontext starts 40 bytes in.
+#define UC_MCONTEXT 40
+#define SC_RBP      80
+#define SC_RSP      120
+#define SC_RIP      128
+
+// saved_user_regs finds the user-mode registers the current task saved on
+// its last entry into the kernel. Kernel threads have none.
+static __always_inline int saved_user_regs(struct ustack_state *st)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (BPF_CORE_READ(task, flags) & PF_KTHREAD)
+		return -1;
+	struct pt_regs *regs;
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs)) {
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	} else {
+		void *stack = BPF_CORE_READ(task, stack);
+		regs = (struct pt_regs *)(stack + thread_size) - 1;
+	}
+	if (bpf_probe_read_kernel(&st->pc, sizeof(st->pc), &regs->ip) ||
+	    bpf_probe_read_kernel(&st->sp, sizeof(st->sp), &regs->sp) ||
+	    bpf_probe_read_kernel(&st->fp, sizeof(st->fp), &regs->bp))
+		return -1;
+	return 0;
+}
+
+// mm_fingerprint is the current process's mm_lock_seq, which every change
+// of its mappings (mmap, munmap, mprotect, brk) advances; 0 where the kernel
+// has none (before 6.13, whose counter has another type, or without per-VMA
+// locks): there the entries are checked on every stack.
+static __always_inline __u64 mm_fingerprint(void)
+{
+	if (!bpf_core_field_exists(((struct mm_struct *)0)->mm_lock_seq))
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u32 seq = BPF_CORE_READ(task, mm, mm_lock_seq.sequence);
+	return (__u64)seq | (1ULL << 63);
+}
+
+// begin_unwind prepares the unwinder's state for a new user stack, asking
+// user space for the process's unwind information if it has none yet, or
+// again if its mappings changed since.
+static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
+{
+	st->runs = 0;
+	st->adjust = 0;
+	st->have_mi = 0;
+	st->trust = 0;
+	__u64 *known = bpf_map_lookup_elem(&known_pids, &tgid);
+	if (!known) {
+		notify_unknown(tgid, NOTIFY_GAP_NS);
+		return;
+	}
+	__u64 fp = mm_fingerprint();
+	if (fp == 0)
+		return;
+	if (*known == fp)
+		st->trust = 1;
+	else if (*known == 0)
+		*known = fp; // the first stack since the entries were set: checked, not trusted
+	else                 // the mappings changed since, or an entry was stale: ask again
+		notify_unknown(tgid, NOTIFY_GAP_NS);
+}
+
+enum step_result {
+	STEP_CONTINUE,
+	STEP_DONE,
+};
+
+// find_row returns the row of the inner table covering rel, or NULL.
+static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u32 rel)
+{
+	__u32 lo = 0, hi = nrows;
+	if (nrows == 0)
+		return NULL;
+	struct unwind_row *row = bpf_map_lookup_elem(rows, &lo);
+	if (!row || row->pc > rel)
+		return NULL;
+	// Invariant: rows[lo].pc <= rel < rows[hi].pc (hi == nrows: past the end).
+	for (int i = 0; i < MAX_BSEARCH_STEPS; i++) {
+		if (hi - lo <= 1)
+			break;
+		__u32 mid = lo + (hi - lo) / 2;
+		row = bpf_map_lookup_elem(rows, &mid);
+		if (!row)
+			return NULL;
+		if (row->pc <= rel)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return bpf_map_lookup_elem(rows, &lo);
+}
+
+// fp_step walks one frame-pointer link.
+static __always_inline enum step_result fp_step(struct ustack_state *st, struct sample_record *s)
+{
+	__u64 link[2]; // saved rbp, return address
+	if (st->fp == 0 || st->fp < st->sp)
+		return STEP_DONE;
+	if (bpf_probe_read_user(link, sizeof(link), (void *)st->fp)) {
+		s->flags |= SAMPLE_USER_READ_ERR;
+		count(COUNTER_UNWIND_READ_ERR);
+		return STEP_DONE;
+	}
+	st->sp = st->fp + 16;
+	st->fp = link[0];
+	st->pc = link[1] | PC_FLAG_FRAME_POINTER;
+	st->adjust = 1; // a return address, like the ones CFI finds
+	s->flags |= SAMPLE_FRAME_POINTERS;
+	count(COUNTER_FRAMES_FP);
+	return STEP_CONTINUE;
+}
+
+// vma_info is what read_vma finds of the VMA covering an address.
+struct vma_info {
+	__u64 start;
+	__u64 end;
+	__u64 file_bias; // start - file offset
+	__u64 inode;
+	__u64 dev;
+	bool file;
+};
+
+static long read_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
+{
+	v->start = BPF_CORE_READ(vma, vm_start);
+	v->end = BPF_CORE_READ(vma, vm_end);
+	struct file *f = BPF_CORE_READ(vma, vm_file);
+	if (!f)
+		return 0;
+	v->file = true;
+	v->file_bias = v->start - (BPF_CORE_READ(vma, vm_pgoff) << 12);
+	v->inode = BPF_CORE_READ(f, f_inode, i_ino);
+	v->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	return 0;
+}
+
+// use_mapping caches mi in st for the next frames and returns the copy.
+static __always_inline struct mapping_info *use_mapping(struct ustack_state *st,
+                                                        struct mapping_info *mi)
+{
+	st->mi = *mi;
+	st->have_mi = 1;
+	return &st->mi;
+}
+
+// find_mapping returns the mapping of pid covering addr: the one cached in
+// st when addr is in it, else the process's entry in the trie. Where the
+// kernel lets us look at the live VMA (vma true: bpf_find_vma, 5.17+), the
+// entry is used only if it still describes it; an entry missing or stale
+// (dlclose then dlopen at the same place, exec) is replaced by the file's
+// own table when user space has loaded one, and user space is asked to
+// bring the process's entries up to date. NULL: no file mapping there.
+static __always_inline struct mapping_info *find_mapping(struct ustack_state *st, __u32 pid,
+                                                         __u64 addr, bool vma)
+{
+	if (st->have_mi && addr >= st->mi.start && addr < st->mi.end)
+		return &st->mi;
+	st->have_mi = 0;
+	struct mapping_key key = {.prefixlen = 96, .pid = pid, .addr_be = bpf_cpu_to_be64(addr)};
+	struct mapping_info *mi = bpf_map_lookup_elem(&mappings, &key);
+	if (!vma) {
+		// A stale entry is trusted until user space replaces it.
+		if (!mi) {
+			notify_unknown(pid, NOTIFY_GAP_NS);
+			return NULL;
+		}
+		return use_mapping(st, mi);
+	}
+	if (mi && st->trust)
+		return use_mapping(st, mi);
+	struct vma_info v = {};
+	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
+	if (err == -16 /* EBUSY: the mm lock is taken; trust the entry */) {
+		count(COUNTER_VMA_CHECK_BUSY);
+		if (!mi) {
+			notify_unknown(pid, NOTIFY_GAP_NS);
+			return NULL;
+		}
+		return use_mapping(st, mi);
+	}
+	if (err)
+		return NULL;
+	if (mi && mi->inode == v.inode && mi->file_bias == v.file_bias && v.file)
+		return use_mapping(st, mi);
+	if (mi) {
+		count(COUNTER_MAPPING_STALE);
+		// No trust in these entries until user space has set them again
+		// (1 matches no fingerprint, and is not 0, which asks for one).
+		__u64 stale = 1;
+		bpf_map_update_elem(&known_pids, &pid, &stale, BPF_EXIST);
+		notify_unknown(pid, NOTIFY_STALE_GAP_NS);
+	} else if (v.file) {
+		notify_unknown(pid, NOTIFY_GAP_NS);
+	}
+	// The VMA's range is known: the frames in it go without another look.
+	struct mapping_info *c = &st->mi;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->start = v.start;
+	c->end = v.end;
+	st->have_mi = 1;
+	if (!v.file)
+		return c; // anonymous (JIT) code: frame pointers, no file
+	c->file_bias = v.file_bias;
+	c->inode = v.inode;
+	struct file_key fk = {.dev = v.dev, .inode = v.inode};
+	struct file_table *ft = bpf_map_lookup_elem(&file_tables, &fk);
+	if (ft) {
+		c->bias = v.file_bias + ft->delta;
+		c->table_id = ft->table_id;
+		c->rows = ft->rows;
+		c->file = ft->file;
+		count(COUNTER_MAPPING_BY_FILE);
+	}
+	return c;
+}
+
+// step unwinds one frame, in mapping mi (NULL: none known), from (pc, sp,
+// fp) of a frame to its caller's.
+static __always_inline enum step_result step(struct ustack_state *st, struct sample_record *s,
+                                             struct mapping_info *mi, __u64 pc, __u64 lookup)
+{
+	if (!mi || mi->table_id == 0)
+		return fp_step(st, s);
+	__u64 rel = lookup - mi->bias;
+	__u32 table_id = mi->table_id;
+	void *rows = bpf_map_lookup_elem(&tables, &table_id);
+	if (!rows || rel > 0xffffffffULL)
+		return fp_step(st, s);
+	struct unwind_row *row = find_row(rows, mi->rows, (__u32)rel);
+	if (!row)
+		return fp_step(st, s);
+
+	__u64 cfa;
+	switch (row->cfa_type) {
+	case CFA_SP:
+		cfa = st->sp + (__s64)row->cfa_offset;
+		break;
+	case CFA_FP:
+		cfa = st->fp + (__s64)row->cfa_offset;
+		break;
+	case CFA_PLT:
+		cfa = st->sp + 8 + ((pc & 15) >= 11 ? 8 : 0);
+		break;
+	case CFA_SIGNAL: {
+		__u64 regs[3];
+		void *mc = (void *)(st->sp + UC_MCONTEXT);
+		if (bpf_probe_read_user(&regs[0], 8, mc + SC_RBP) ||
+		    bpf_probe_read_user(&regs[1], 8, mc + SC_RSP) ||
+		    bpf_probe_read_user(&regs[2], 8, mc + SC_RIP)) {
+			s->flags |= SAMPLE_USER_READ_ERR;
+			count(COUNTER_UNWIND_READ_ERR);
+			return STEP_DONE;
+		}
+		st->fp = regs[0];
+		st->sp = regs[1];
+		st->pc = regs[2] | PC_FLAG_NO_ADJUST;
+		st->adjust = 0;
+		count(COUNTER_FRAMES_CFI);
+		return STEP_CONTINUE;
+	}
+	case CFA_END:
+		s->flags |= SAMPLE_USER_COMPLETE;
+		return STEP_DONE;
+	default:
+		s->flags |= SAMPLE_USER_UNKNOWN_RULE;
+		count(COUNTER_UNWIND_UNKNOWN_RULE);
+		return STEP_DONE;
+	}
+
+	__u64 ra;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+		s->flags |= SAMPLE_USER_READ_ERR;
+		count(COUNTER_UNWIND_READ_ERR);
+		return STEP_DONE;
+	}
+	if (row->fp_type == FP_OFFSET) {
+		if (bpf_probe_read_user(&st->fp, sizeof(st->fp),
+		                        (void *)(cfa + (__s64)row->fp_offset))) {
+			s->flags |= SAMPLE_USER_READ_ERR;
+			count(COUNTER_UNWIND_READ_ERR);
+			return STEP_DONE;
+		}
+	} else if (row->fp_type == FP_UNKNOWN) {
+		st->fp = 0;
+	}
+	st->sp = cfa;
+	st->pc = ra;
+	st->adjust = 1;
+	count(COUNTER_FRAMES_CFI);
+	return STEP_CONTINUE;
+}
+
+// unwind_frames unwinds up to FRAMES_PER_RUN frames into s. It returns true
+// when the stack needs another run.
+static __always_inline bool unwind_frames(struct sample_record *s, struct ustack_state *st,
+                                          bool vma)
+{
+	for (int i = 0; i < FRAMES_PER_RUN; i++) {
+		__u32 ulen = s->user_len;
+		__u32 idx = s->kernel_len + 2 * ulen;
+		if (ulen >= MAX_USER_FRAMES || idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
+			s->flags |= SAMPLE_USER_TRUNCATED;
+			return false;
+		}
+		__u64 pc = st->pc & ~PC_FLAGS_MASK;
+		if (pc == 0)
+			return false;
+		__u64 lookup = st->adjust ? pc - 1 : pc;
+		struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
+		__u64 file_word = 0;
+		if (mi && mi->file != 0 && pc - mi->file_bias <= 0xffffffffULL)
+			file_word = ((__u64)mi->file << 32) | (pc - mi->file_bias);
+		s->stack[idx] = st->pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+		s->stack[idx + 1] = file_word;
+		s->user_len = ulen + 1;
+		if (step(st, s, mi, pc, lookup) == STEP_DONE)
+			return false;
+	}
+	return true;
+}
+
+// unwind_run is one run of the user-stack unwinder; it tail-calls the next.
+// offcpu picks the off-CPU path's scratch slots, program array and record;
+// it is a constant at every call, so each build refers only to its own maps.
+static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
+{
+	__u32 zero = 0;
+	struct sample_record *s =
+	        bpf_map_lookup_elem(offcpu ? (void *)&offcpu_scratch : (void *)&scratch, &zero);
+	struct ustack_state *st = bpf_map_lookup_elem(
+	        offcpu ? (void *)&offcpu_unwind_scratch : (void *)&unwind_scratch, &zero);
+	if (!s || !st)
+		return 0;
+	if (unwind_frames(s, st, vma)) {
+		if (st->runs < MAX_UNWIND_RUNS - 1) {
+			st->runs++;
+			if (offcpu)
+				bpf_tail_call(ctx, &offcpu_unwinders, 0);
+			else
+				bpf_tail_call(ctx, &unwinders, 0);
+			count(COUNTER_UNWIND_TAIL_CALL_ERR);
+		}
+		s->flags |= SAMPLE_USER_TRUNCATED;
+	}
+	if (offcpu)
+		send_offcpu_start(s);
+	else
+		send_sample(s);
+	return 0;
+}

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// Building and sending records: the header and kernel stack of a sample,
+// the ring-buffer output, per-process costs and the rate-limited requests
+// for a process's unwind information.
+#pragma once
+
+#include "maps.h"
+
+#define PF_KTHREAD 0x00200000
+
+// add_cost adds to pid's cost counters.
+static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, __u64 frames)
+{
+	struct pid_stats *ps = bpf_map_lookup_elem(&pid_costs, &pid);
+	if (!ps) {
+		struct pid_stats init = {};
+		bpf_map_update_elem(&pid_costs, &pid, &init, BPF_NOEXIST);
+		ps = bpf_map_lookup_elem(&pid_costs, &pid);
+		if (!ps)
+			return;
+	}
+	__sync_fetch_and_add(&ps->samples, samples);
+	__sync_fetch_and_add(&ps->filtered, filtered);
+	__sync_fetch_and_add(&ps->frames, frames);
+}
+
+static __always_inline int output_sample(struct sample_record *s)
+{
+	__u64 size = __builtin_offsetof(struct sample_record, stack) +
+	             (__u64)(s->kernel_len + 2 * s->user_len) * sizeof(__u64);
+	if (size > sizeof(*s))
+		size = sizeof(*s);
+	return bpf_ringbuf_output(&events, s, size, wakeup_flags());
+}
+
+static __always_inline void send_sample(struct sample_record *s)
+{
+	if (output_sample(s) == 0)
+		count(COUNTER_SAMPLES_SENT);
+	else
+		count(COUNTER_SAMPLES_LOST);
+	if (s->pid != 0)
+		add_cost(s->pid, 1, 0, s->user_len);
+}
+
+// send_offcpu_start sends an off-CPU start record and, once user space has
+// it, remembers when the thread left so its return can close it. The thread
+// cannot run anywhere before this program ends (it is still on this CPU), so
+// the end can never overtake the start.
+static __always_inline void send_offcpu_start(struct sample_record *s)
+{
+	if (output_sample(s) != 0) {
+		count(COUNTER_OFFCPU_STARTS_LOST);
+		return;
+	}
+	count(COUNTER_OFFCPU_STARTS_SENT);
+	__u32 tid = s->tid;
+	__u64 start = s->ktime;
+	if (bpf_map_update_elem(&offcpu_starts, &tid, &start, BPF_ANY) != 0)
+		count(COUNTER_OFFCPU_MAP_FULL);
+}
+
+// Least time between two notifications for one process: a process that is
+// new or maps code we have no entry for (JIT code never has one) is asked
+// about once a second; one whose mapping was replaced under an entry
+// (dlclose, then dlopen at the same place) sooner, as its entries are wrong.
+#define NOTIFY_GAP_NS       1000000000ULL
+#define NOTIFY_STALE_GAP_NS 50000000ULL
+
+// notify_unknown asks user space, at most once per gap per process, to
+// prepare the unwind information of pid.
+static __always_inline void notify_unknown(__u32 pid, __u64 gap)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *last = bpf_map_lookup_elem(&notified, &pid);
+	if (last && now - *last < gap)
+		return;
+	bpf_map_update_elem(&notified, &pid, &now, BPF_ANY);
+	struct task_record *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count(COUNTER_UNKNOWN_LOST);
+		return;
+	}
+	r->type = RECORD_UNKNOWN;
+	r->pid = pid;
+	r->ktime = now;
+	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	// Rare (rate-limited) and urgent: until user space acts, the process
+	// is unwound by frame pointers only.
+	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+	count(COUNTER_UNKNOWN_SENT);
+}
+
+// begin_sample fills the header of s for the current task and takes its
+// kernel stack; the user stack is left to the unwinder.
+static __always_inline void begin_sample(void *ctx, struct sample_record *s, __u32 type,
+                                         __u64 pid_tgid, __u64 now)
+{
+	s->type = type;
+	s->pid = pid_tgid >> 32;
+	s->tid = (__u32)pid_tgid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->ktime = now;
+	s->flags = 0;
+	s->user_len = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+
+	// The kernel stack is empty when the sample interrupted user mode.
+	long n = bpf_get_stack(ctx, s->stack, MAX_KERNEL_FRAMES * sizeof(__u64), 0);
+	__u32 klen = 0;
+	if (n > 0) {
+		klen = (__u64)n / sizeof(__u64);
+	} else if (n < 0 && n != -14 /* EFAULT: no kernel part */) {
+		s->flags |= SAMPLE_KERNEL_STACK_ERR;
+		count(COUNTER_KERNEL_STACK_ERR);
+	}
+	if (klen > MAX_KERNEL_FRAMES)
+		klen = MAX_KERNEL_FRAMES;
+	s->kernel_len = klen;
+}

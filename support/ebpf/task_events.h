@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// Task events: exec and exit of processes, reported to user space, and what
+// the kernel side forgets about a process when it happens.
+#pragma once
+
+#include "record.h"
+
+// task_event tells user space that task's process exec'd or exited.
+static __always_inline void task_event(__u32 type, struct task_struct *task)
+{
+	struct task_record *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count(COUNTER_TASK_EVENTS_LOST);
+		return;
+	}
+	r->type = type;
+	r->pid = BPF_CORE_READ(task, tgid);
+	r->ktime = bpf_ktime_get_ns();
+	BPF_CORE_READ_STR_INTO(&r->comm, task, comm);
+	bpf_ringbuf_submit(r, wakeup_flags());
+	count(COUNTER_TASK_EVENTS_SENT);
+}
+
+// forget_task drops what was decided for the process: a new image or a
+// reused PID is prepared and filtered anew.
+static __always_inline void forget_task(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&known_pids, &tgid);
+	bpf_map_delete_elem(&pid_filter, &tgid);
+}
+
+// task_exec runs when task's process has exec'd a new image.
+static __always_inline void task_exec(struct task_struct *task)
+{
+	forget_task(task);
+	// Costs are per image: what the forked copy cost is not the new program's.
+	__u32 pid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&pid_costs, &pid);
+	if (filter_pending_ns) {
+		// Not sampled until user space has filtered the new image, so an
+		// excluded program costs nothing from its first instruction.
+		__u32 tgid = BPF_CORE_READ(task, tgid);
+		__u64 until = bpf_ktime_get_ns() + filter_pending_ns;
+		bpf_map_update_elem(&pid_filter, &tgid, &until, BPF_ANY);
+	}
+	task_event(RECORD_EXEC, task);
+}
+
+// task_exit runs when a thread of task's process exits.
+static __always_inline void task_exit(struct task_struct *task)
+{
+	// One record per process, not per thread: only the group leader counts.
+	if (BPF_CORE_READ(task, pid) != BPF_CORE_READ(task, tgid))
+		return;
+	forget_task(task);
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&pid_costs, &tgid);
+	task_event(RECORD_EXIT, task);
+}
