@@ -55,7 +55,12 @@ const (
 	SondeCounterCOUNTER_OFFCPU_ENDS_SENT     SondeCounter = 25
 	SondeCounterCOUNTER_OFFCPU_ENDS_LOST     SondeCounter = 26
 	SondeCounterCOUNTER_OFFCPU_SHORT         SondeCounter = 27
-	SondeCounterCOUNTER_MAX                  SondeCounter = 28
+	SondeCounterCOUNTER_PY_SAMPLES           SondeCounter = 28
+	SondeCounterCOUNTER_PY_FRAMES            SondeCounter = 29
+	SondeCounterCOUNTER_PY_NO_THREAD         SondeCounter = 30
+	SondeCounterCOUNTER_PY_READ_ERR          SondeCounter = 31
+	SondeCounterCOUNTER_PY_BAD_FRAME         SondeCounter = 32
+	SondeCounterCOUNTER_MAX                  SondeCounter = 33
 )
 
 type SondeFileKey struct {
@@ -124,6 +129,29 @@ type SondePidStats struct {
 	Frames   uint64
 }
 
+type SondePythonProc struct {
+	_                 structs.HostLayout
+	InterpHead        uint64
+	EvalStart         uint64
+	EvalEnd           uint64
+	ColdStart         uint64
+	ColdEnd           uint64
+	InterpThreadsHead uint16
+	ThreadNext        uint16
+	ThreadId          uint16
+	ThreadFrame       uint16
+	CframeCurrent     uint16
+	FrameBack         uint16
+	FrameCode         uint16
+	FrameInstr        uint16
+	FrameOwner        uint16
+	FrameIsEntry      uint16
+	OwnerShimFrom     uint8
+	InstrIsInt        uint8
+	ExecutableMask    uint8
+	Pad               uint8
+}
+
 type SondeRecordType uint32
 
 const (
@@ -179,15 +207,21 @@ type SondeUnwindRow struct {
 }
 
 type SondeUstackState struct {
-	_      structs.HostLayout
-	Pc     uint64
-	Sp     uint64
-	Fp     uint64
-	Runs   uint32
-	Adjust uint32
-	HaveMi uint32
-	Trust  uint32
-	Mi     SondeMappingInfo
+	_         structs.HostLayout
+	Pc        uint64
+	Sp        uint64
+	Fp        uint64
+	Runs      uint32
+	Adjust    uint32
+	HaveMi    uint32
+	Trust     uint32
+	Mi        SondeMappingInfo
+	PyFrame   uint64
+	PyActive  uint32
+	PyWalking uint32
+	PyRun     uint32
+	PyPad     uint32
+	Py        SondePythonProc
 }
 
 // Names of all BPF objects in the ELF.
@@ -206,6 +240,8 @@ const (
 	SondeMapOffcpuUnwinders            = "offcpu_unwinders"
 	SondeMapPidCosts                   = "pid_costs"
 	SondeMapPidFilter                  = "pid_filter"
+	SondeMapPythonProcs                = "python_procs"
+	SondeMapPythonThreads              = "python_threads"
 	SondeMapScratch                    = "scratch"
 	SondeMapTables                     = "tables"
 	SondeMapUnwindScratch              = "unwind_scratch"
@@ -234,6 +270,7 @@ const (
 	SondeVarUnusedOffcpuEndFlags       = "unused_offcpu_end_flags"
 	SondeVarUnusedOffcpuEndRecord      = "unused_offcpu_end_record"
 	SondeVarUnusedPidStats             = "unused_pid_stats"
+	SondeVarUnusedPythonProc           = "unused_python_proc"
 	SondeVarUnusedRecordType           = "unused_record_type"
 	SondeVarUnusedSampleFlags          = "unused_sample_flags"
 	SondeVarUnusedTaskRecord           = "unused_task_record"
@@ -309,6 +346,8 @@ type SondeMapSpecs struct {
 	OffcpuUnwinders     *ebpf.MapSpec `ebpf:"offcpu_unwinders"`
 	PidCosts            *ebpf.MapSpec `ebpf:"pid_costs"`
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
+	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonThreads       *ebpf.MapSpec `ebpf:"python_threads"`
 	Scratch             *ebpf.MapSpec `ebpf:"scratch"`
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
 	UnwindScratch       *ebpf.MapSpec `ebpf:"unwind_scratch"`
@@ -335,6 +374,7 @@ type SondeVariableSpecs struct {
 	UnusedOffcpuEndFlags  *ebpf.VariableSpec `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord *ebpf.VariableSpec `ebpf:"unused_offcpu_end_record"`
 	UnusedPidStats        *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
+	UnusedPythonProc      *ebpf.VariableSpec `ebpf:"unused_python_proc"`
 	UnusedRecordType      *ebpf.VariableSpec `ebpf:"unused_record_type"`
 	UnusedSampleFlags     *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord      *ebpf.VariableSpec `ebpf:"unused_task_record"`
@@ -374,6 +414,8 @@ type SondeMaps struct {
 	OffcpuUnwinders     *ebpf.Map `ebpf:"offcpu_unwinders"`
 	PidCosts            *ebpf.Map `ebpf:"pid_costs"`
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
+	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
+	PythonThreads       *ebpf.Map `ebpf:"python_threads"`
 	Scratch             *ebpf.Map `ebpf:"scratch"`
 	Tables              *ebpf.Map `ebpf:"tables"`
 	UnwindScratch       *ebpf.Map `ebpf:"unwind_scratch"`
@@ -394,6 +436,8 @@ func (m *SondeMaps) Close() error {
 		m.OffcpuUnwinders,
 		m.PidCosts,
 		m.PidFilter,
+		m.PythonProcs,
+		m.PythonThreads,
 		m.Scratch,
 		m.Tables,
 		m.UnwindScratch,
@@ -421,6 +465,7 @@ type SondeVariables struct {
 	UnusedOffcpuEndFlags  *ebpf.Variable `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord *ebpf.Variable `ebpf:"unused_offcpu_end_record"`
 	UnusedPidStats        *ebpf.Variable `ebpf:"unused_pid_stats"`
+	UnusedPythonProc      *ebpf.Variable `ebpf:"unused_python_proc"`
 	UnusedRecordType      *ebpf.Variable `ebpf:"unused_record_type"`
 	UnusedSampleFlags     *ebpf.Variable `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord      *ebpf.Variable `ebpf:"unused_task_record"`

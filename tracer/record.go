@@ -61,13 +61,18 @@ const (
 	// or the code a signal interrupted), not a return address; it is named as
 	// is, not at PC-1.
 	FrameInterrupted
+	// FramePython: a CPython frame. Its User entry is the address of its
+	// code object and its UserFiles entry has File 0 and, as Offset, the
+	// frame's instruction (f_lasti, or the instruction pointer from 3.11 on).
+	FramePython
 )
 
 // Bits of a raw user frame, as the eBPF side encodes them.
 const (
 	pcFlagFramePointer = uint64(1) << 63
 	pcFlagNoAdjust     = uint64(1) << 62
-	pcFlagsMask        = pcFlagFramePointer | pcFlagNoAdjust
+	pcFlagPython       = uint64(1) << 61
+	pcFlagsMask        = pcFlagFramePointer | pcFlagNoAdjust | pcFlagPython
 )
 
 // Record is one decoded ring-buffer record. For RecordExec and RecordExit only
@@ -212,6 +217,11 @@ func (rec *Record) decode(b []byte, c clock) error {
 			}
 			rec.flags[i] = f
 			rec.User[i] = raw &^ pcFlagsMask
+			if raw&pcFlagPython != 0 {
+				rec.flags[i] = FramePython
+				rec.files[i] = FileRef{Offset: file}
+				continue
+			}
 			rec.files[i] = FileRef{File: uint32(file >> 32), Offset: file & 0xffffffff}
 		}
 		rec.UserFlags = rec.flags

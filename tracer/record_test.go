@@ -263,3 +263,26 @@ func TestDecodeUserFrameFlags(t *testing.T) {
 		t.Errorf("user frame flags (-want +got):\n%s", diff)
 	}
 }
+
+// A Python frame keeps its code object address and its whole 64-bit
+// instruction word (a pointer from 3.11 on), and no file.
+func TestDecodePythonFrame(t *testing.T) {
+	const code, instr = 0x7f12_3456_7890, 0x7f12_3456_78c6
+	user := []uint64{0x401000 | pcFlagNoAdjust, code | pcFlagPython, 0x401100}
+	b := encodeSample(1, 1, 0, "x", nil, user, FileRef{File: 3, Offset: 0x1000}, FileRef{}, FileRef{File: 3, Offset: 0x1100})
+	binary.LittleEndian.PutUint64(b[offStack+8*3:], instr)
+	var rec Record
+	if err := rec.decode(b, clock{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint64{0x401000, code, 0x401100}, rec.User); diff != "" {
+		t.Errorf("user PCs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]FrameFlags{FrameInterrupted, FramePython, 0}, rec.UserFlags); diff != "" {
+		t.Errorf("user frame flags (-want +got):\n%s", diff)
+	}
+	want := []FileRef{{File: 3, Offset: 0x1000}, {Offset: instr}, {File: 3, Offset: 0x1100}}
+	if diff := cmp.Diff(want, rec.UserFiles); diff != "" {
+		t.Errorf("user files (-want +got):\n%s", diff)
+	}
+}

@@ -394,6 +394,12 @@ type Counters struct {
 	OffCPUEndsSent   uint64 // off-CPU end records written, short ones included
 	OffCPUEndsLost   uint64 // off-CPU end records dropped: ring buffer full
 	OffCPUShortWaits uint64 // waits shorter than the minimum duration, dropped
+
+	PythonSamples   uint64 // user stacks of processes set with SetPython
+	PythonFrames    uint64 // Python frames reported
+	PythonNoThread  uint64 // stacks whose thread had no state in its interpreter's first threads
+	PythonReadErrs  uint64 // Python walks ended at unreadable memory
+	PythonBadFrames uint64 // Python walks ended at a frame without a code object
 }
 
 // Lost is every record the ring buffer could not take.
@@ -433,6 +439,11 @@ func (t *Tracer) Counters() (Counters, error) {
 		support.SondeCounterCOUNTER_OFFCPU_ENDS_SENT:     &c.OffCPUEndsSent,
 		support.SondeCounterCOUNTER_OFFCPU_ENDS_LOST:     &c.OffCPUEndsLost,
 		support.SondeCounterCOUNTER_OFFCPU_SHORT:         &c.OffCPUShortWaits,
+		support.SondeCounterCOUNTER_PY_SAMPLES:           &c.PythonSamples,
+		support.SondeCounterCOUNTER_PY_FRAMES:            &c.PythonFrames,
+		support.SondeCounterCOUNTER_PY_NO_THREAD:         &c.PythonNoThread,
+		support.SondeCounterCOUNTER_PY_READ_ERR:          &c.PythonReadErrs,
+		support.SondeCounterCOUNTER_PY_BAD_FRAME:         &c.PythonBadFrames,
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {

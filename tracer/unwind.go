@@ -287,3 +287,26 @@ func (t *Tracer) DeleteFileTable(key FileKey) error {
 	}
 	return nil
 }
+
+// PythonProc is what the eBPF Python walker needs of one CPython process.
+type PythonProc = support.SondePythonProc
+
+// PythonNone marks a PythonProc offset the version does not have.
+const PythonNone = 0xffff
+
+// SetPython makes the unwinder replace pid's eval-loop frames with the
+// Python frames they run.
+func (t *Tracer) SetPython(pid uint32, p PythonProc) error {
+	if err := t.objs.PythonProcs.Put(pid, p); err != nil {
+		return fmt.Errorf("pid %d: set python: %w", pid, err)
+	}
+	return nil
+}
+
+// ForgetPython removes pid's Python entry.
+func (t *Tracer) ForgetPython(pid uint32) error {
+	if err := t.objs.PythonProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: forget python: %w", pid, err)
+	}
+	return nil
+}

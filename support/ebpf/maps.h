@@ -53,6 +53,13 @@ struct ustack_state {
 	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
 	__u32 trust;   // the process's mappings did not change since its entries were set
 	struct mapping_info mi;
+	// The Python walker's state (python.h).
+	__u64 py_frame;   // the next Python frame to report; 0: none
+	__u32 py_active;  // the process runs CPython: eval-loop frames are replaced
+	__u32 py_walking; // reporting the Python frames of one eval-loop frame
+	__u32 py_run;     // Python frames reported for that eval-loop frame
+	__u32 py_pad;
+	struct python_proc py;
 };
 
 struct {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "record.h"
+#include "python.h"
 
 // Offsets in the signal frame __restore_rt returns through: the ucontext
 // sits at the stack pointer; its mcontext starts 40 bytes in.
@@ -55,6 +56,7 @@ static __always_inline __u64 mm_fingerprint(void)
 // again if its mappings changed since.
 static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 {
+	py_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
 	st->runs = 0;
 	st->adjust = 0;
 	st->have_mi = 0;
@@ -322,6 +324,29 @@ static __always_inline bool unwind_frames(struct sample_record *s, struct ustack
 			return false;
 		__u64 lookup = st->adjust ? pc - 1 : pc;
 		struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
+		if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
+			if (!st->py_walking) {
+				st->py_walking = 1;
+				st->py_run = 0;
+			}
+			enum py_result r = py_frame(st, s, idx);
+			if (r == PY_MORE) {
+				s->user_len = ulen + 1;
+				continue;
+			}
+			st->py_walking = 0;
+			if (r == PY_LAST)
+				s->user_len = ulen + 1;
+			if (r == PY_LAST || st->py_run > 0) {
+				// The eval-loop frame is shown as the Python frames it
+				// ran: step past it.
+				if (step(st, s, mi, pc, lookup) == STEP_DONE)
+					return false;
+				continue;
+			}
+			// A run without Python frames: the eval-loop frame shows as
+			// a native frame.
+		}
 		__u64 file_word = 0;
 		if (mi && mi->file != 0 && pc - mi->file_bias <= 0xffffffffULL)
 			file_word = ((__u64)mi->file << 32) | (pc - mi->file_bias);

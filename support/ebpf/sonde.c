@@ -12,6 +12,7 @@
 //   maps.h         maps, load-time constants, counters
 //   record.h       building and sending records, unknown-process requests
 //   native.h       the native user-stack unwinder (tables, frame pointers)
+//   python.h       the CPython unwinder, hooked into native.h's frame loop
 //   sampler.h      the on-CPU sampler (perf event)
 //   offcpu.h       off-CPU tracing (sched_switch)
 //   task_events.h  exec and exit
@@ -40,6 +41,7 @@ const struct file_key *unused_file_key __attribute__((unused));
 const struct file_table *unused_file_table __attribute__((unused));
 const struct offcpu_end_record *unused_offcpu_end_record __attribute__((unused));
 const enum offcpu_end_flags *unused_offcpu_end_flags __attribute__((unused));
+const struct python_proc *unused_python_proc __attribute__((unused));
 
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)

@@ -20,7 +20,11 @@
 #define PC_FLAG_FRAME_POINTER (1ULL << 63)
 #define PC_FLAG_NO_ADJUST     (1ULL << 62)
 #define PC_FLAGS_MASK         (PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST)
-#define TASK_COMM_LEN         16
+// A Python frame (python.h): the PC word is its code object's address with
+// this bit set, the file word its instruction (f_lasti, or the instruction
+// pointer from 3.11 on).
+#define PC_FLAG_PYTHON (1ULL << 61)
+#define TASK_COMM_LEN  16
 
 enum record_type {
 	RECORD_SAMPLE = 1,
@@ -196,5 +200,38 @@ enum counter {
 	COUNTER_OFFCPU_ENDS_SENT,   // off-CPU end records written (short ones included)
 	COUNTER_OFFCPU_ENDS_LOST,   // ring buffer full: off-CPU end record dropped
 	COUNTER_OFFCPU_SHORT, // waits shorter than off_cpu_min_duration (sent flagged, then dropped)
+	COUNTER_PY_SAMPLES,   // user stacks of Python processes (python_procs)
+	COUNTER_PY_FRAMES,    // Python frames emitted
+	COUNTER_PY_NO_THREAD, // the sampled thread's state was not in the interpreter's first threads
+	COUNTER_PY_READ_ERR,  // a Python frame chain could not be read: walk ended
+	COUNTER_PY_BAD_FRAME, // a Python frame held no code object: walk ended
 	COUNTER_MAX,
+};
+
+// A python_proc field a version does not have.
+#define PY_NONE 0xffff
+
+// python_proc tells the Python walker (python.h) where one CPython process
+// keeps its interpreter state and how its version lays out the structures
+// the walker follows; offsets are in bytes. Addresses are the process's.
+struct python_proc {
+	__u64 interp_head; // address of the pointer to the first PyInterpreterState
+	__u64 eval_start;  // _PyEval_EvalFrameDefault: [eval_start, eval_end)
+	__u64 eval_end;
+	__u64 cold_start; // its cold part, where the symbol table names it (else 0, 0)
+	__u64 cold_end;
+	__u16 interp_threads_head;
+	__u16 thread_next;
+	__u16 thread_id;      // pthread_self(): the thread pointer (fsbase)
+	__u16 thread_frame;   // frame, cframe or current_frame
+	__u16 cframe_current; // _PyCFrame.current_frame (3.11, 3.12), else PY_NONE
+	__u16 frame_back;
+	__u16 frame_code;
+	__u16 frame_instr;
+	__u16 frame_owner;    // 3.11+, else PY_NONE
+	__u16 frame_is_entry; // 3.11, else PY_NONE
+	__u8 owner_shim_from; // owners from this value on are the C stack's shims
+	__u8 instr_is_int;    // frame_instr is f_lasti (an int), not a pointer
+	__u8 executable_mask; // tag bits of f_executable (3.14)
+	__u8 pad;
 };
