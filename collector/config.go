@@ -19,7 +19,13 @@ const (
 	defaultRingBufferBytes  = 4 << 20 // 4 MiB: about 20k samples of deep stacks in flight
 	defaultMaxProcesses     = 65536
 	defaultUnwindTableBytes = 64 << 20 // 64 MiB of kernel memory for unwind tables
-	defaultSymbolCacheBytes = 32 << 20 // 32 MiB of loaded symbol data
+	// defaultSymbolCacheBytes bounds the heap symbolization holds. Symbol
+	// tables, pclntabs and DWARF are read in place from mapped files, so
+	// what is counted is indexes (16 bytes a function), inflated sections,
+	// parsed line programs, the address cache and kallsyms: a node-like
+	// host (five 100 MB Go binaries, LLVM, cc1plus, libc...) needs about
+	// 25 MiB of it, so 64 MiB loads each file once with room to spare.
+	defaultSymbolCacheBytes = 64 << 20
 	defaultDebugDir         = "/usr/lib/debug"
 )
 
@@ -181,9 +187,12 @@ type LimitsConfig struct {
 	// frame pointers, and counted.
 	UnwindTableBytes int64 `mapstructure:"unwind_table_bytes"`
 
-	// SymbolCacheBytes bounds the symbol data (symbol tables, line tables,
-	// inline trees) kept loaded; the least recently used files are dropped
-	// past it and loaded again when needed.
+	// SymbolCacheBytes bounds all the heap symbolization holds: per-file
+	// indexes (symbols, inflated sections, line tables, inline trees), the
+	// address cache and the kernel's symbols. Symbol sources themselves are
+	// read in place from read-only mappings (page cache, not counted). The
+	// least recently used files are dropped past it and loaded again when
+	// needed.
 	SymbolCacheBytes int64 `mapstructure:"symbol_cache_bytes"`
 
 	_ struct{}

@@ -1,7 +1,12 @@
 package pclntab
 
 import (
+	"bytes"
+	"debug/elf"
+	"os"
 	"testing"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // FuzzOpen opens arbitrary bytes as a pclntab, with its own tail as the
@@ -44,5 +49,33 @@ func FuzzOpen(f *testing.F) {
 			tab.FuncName(fn)
 			return true
 		})
+	})
+}
+
+// FuzzOpenELFImage reads the pclntab of arbitrary bytes taken as a whole
+// ELF file, in place (as from a mapping), and names a few PCs of its text.
+// Sections outside the image must be refused, never read.
+func FuzzOpenELFImage(f *testing.F) {
+	seed, err := os.ReadFile(testutil.BuildGo(f, "inlprog", "testdata/inlprog", "-ldflags=-s -w"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add(seed[:len(seed)/3])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ef, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		tab, err := OpenELFImage(ef, data)
+		if err != nil {
+			return
+		}
+		var frames []Frame
+		if text := ef.Section(".text"); text != nil {
+			for pc := text.Addr; pc < text.Addr+min(text.Size, 4096); pc += 61 {
+				frames, _ = tab.Frames(pc, frames[:0])
+			}
+		}
 	})
 }

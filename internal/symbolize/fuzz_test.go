@@ -36,7 +36,8 @@ func FuzzLoadSymbols(f *testing.F) {
 		if err != nil {
 			return
 		}
-		fs, err := loadSyms(ef, 1<<20)
+		// In place, as from a mapping of the file: data is the image.
+		fs, err := loadSymsWith(ef, data, nil, nil, loadLimits{maxDWARF: 1 << 20, inflate: 1 << 20})
 		if err != nil {
 			return
 		}

@@ -520,7 +520,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizeCacheSize, err = builder.meter.Int64ObservableGauge(
 		"sonde.symbolize.cache.size",
-		metric.WithDescription("Estimated heap of the symbol data loaded now. [Development]"),
+		metric.WithDescription("Heap symbolization holds now (loaded indexes, caches, kernel symbols), within limits::symbol_cache_bytes. [Development]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

@@ -230,7 +230,7 @@ func AssertEqualSymbolizeCacheRequests(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualSymbolizeCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.symbolize.cache.size",
-		Description: "Estimated heap of the symbol data loaded now. [Development]",
+		Description: "Heap symbolization holds now (loaded indexes, caches, kernel symbols), within limits::symbol_cache_bytes. [Development]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,

@@ -1,0 +1,178 @@
+package symbolize
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// heapNow is the live heap after a collection.
+func heapNow() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// allocatedSince is how many bytes were allocated since ms was read.
+func allocatedSince(ms *runtime.MemStats) int64 {
+	var now runtime.MemStats
+	runtime.ReadMemStats(&now)
+	return int64(now.TotalAlloc - ms.TotalAlloc)
+}
+
+// A 60 KB program whose .gnu_debugdata inflates to 300 MB: its MiniDebugInfo
+// is refused by the per-file cap, once, counted, after inflating no more
+// than the cap, and without keeping more than a few MiB; the program is
+// still named from .dynsym, and loading it again after an eviction does not
+// inflate anything again.
+func TestDecompressionBomb(t *testing.T) {
+	objcopy := testutil.RequireTool(t, "objcopy")
+	xz := testutil.RequireTool(t, "xz")
+	dir := t.TempDir()
+	bin := testutil.BuildC(t, "cprog", []string{"-O2", "-rdynamic", "-s"}, testdata("cprog.c"))
+	// The payload starts like an ELF file and goes on with 300 MB of zeros.
+	payload := filepath.Join(dir, "payload.xz")
+	out, err := os.Create(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `{ cat "$1"; head -c 300M /dev/zero; } | "$2" -T1 -1 -c`, "sh", bin, xz)
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("building the payload: %v\n%s", err, stderr.String())
+	}
+	out.Close()
+	run(t, nil, objcopy, "--add-section", ".gnu_debugdata="+payload, bin)
+	if fi, err := os.Stat(bin); err != nil || fi.Size() > 200<<10 {
+		t.Fatalf("bomb file: %v, %d bytes", err, fi.Size())
+	}
+	main := pick(t, nmFunctions(t, bin, true), "main")[0]
+	off := vaddrToOffset(t, bin, main.addr+1)
+	other, otherOffs := cFixture(t)
+
+	s := New(zaptest.NewLogger(t), Options{MaxFiles: 1, DebugDirs: []string{}})
+	h, err := s.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	heap0 := heapNow()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	lines, err := s.Symbolize(h.ID, off)
+	allocated := allocatedSince(&before)
+	held := heapNow() - heap0
+	if err != nil || len(lines) != 1 || lines[0].Function != "main" {
+		t.Fatalf("Symbolize(main) = %+v, %v; want main from .dynsym", lines, err)
+	}
+	const budget = 64 << 20
+	if allocated > budget {
+		t.Errorf("loading the bomb allocated %d MiB, want at most %d", allocated>>20, budget>>20)
+	}
+	if held > 4<<20 {
+		t.Errorf("the bomb's symbol data holds %d KiB of heap", held>>10)
+	}
+	if st := s.Stats(); st.InflateRefused != 1 {
+		t.Errorf("InflateRefused = %d, want 1", st.InflateRefused)
+	}
+	t.Logf("first load allocated %d KiB, holds %d KiB", allocated>>10, held>>10)
+
+	// Another file evicts it (MaxFiles 1); the next lookup loads it again
+	// without inflating the payload again.
+	oh, err := s.Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oh.Release()
+	if _, err := s.Symbolize(oh.ID, otherOffs["a"]); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&before)
+	if _, err := s.Symbolize(h.ID, off+1); err != nil {
+		t.Fatal(err)
+	}
+	again := allocatedSince(&before)
+	st := s.Stats()
+	if st.FilesLoaded != 3 || st.FilesEvicted < 2 {
+		t.Fatalf("loaded %d, evicted %d: the bomb was not loaded again", st.FilesLoaded, st.FilesEvicted)
+	}
+	if again > 1<<20 || st.InflateRefused != 1 {
+		t.Errorf("loading it again allocated %d KiB and refused %d times in all; want < 1 MiB and 1", again>>10, st.InflateRefused)
+	}
+}
+
+// LoadedBytes tells the truth: after real files (libc, a C++ program with
+// DWARF, this Go test binary) are loaded and used, it matches the live heap
+// the Symbolizer holds, and big symbol sources read in place cost little.
+func TestLoadedBytesMatchesHeap(t *testing.T) {
+	cxx := testutil.BuildCXX(t, "cxxprog", []string{"-O2", "-g"}, testdata("cxxprog.cc"))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{cxx, self}
+	if libc := mappedLibc(t); libc != "" {
+		files = append(files, libc)
+	}
+	heap0 := heapNow()
+	s := New(zaptest.NewLogger(t), Options{DebugDirs: []string{}})
+	var handles []*Handle
+	for _, p := range files {
+		h, err := s.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+		fi, _ := os.Stat(p)
+		// Lookups across the file, as a profile of it would make.
+		for i := range int64(512) {
+			_, _ = s.Symbolize(h.ID, uint64(fi.Size()*i/512))
+		}
+	}
+	held := heapNow() - heap0
+	st := s.Stats()
+	t.Logf("%d files, %d lookups: LoadedBytes %d KiB, heap held %d KiB", len(files), st.Lookups, st.LoadedBytes>>10, held>>10)
+	if st.LoadedBytes <= 0 {
+		t.Fatal("nothing accounted")
+	}
+	if lo, hi := held*2/3-64<<10, held*3/2+64<<10; st.LoadedBytes < lo || st.LoadedBytes > hi {
+		t.Errorf("LoadedBytes = %d KiB, the heap held is %d KiB: want within [2/3, 3/2] of it", st.LoadedBytes>>10, held>>10)
+	}
+	fi, _ := os.Stat(self)
+	if held > fi.Size()/8 {
+		t.Errorf("%d KiB of heap held for files of which this binary alone is %d KiB: read in place?", held>>10, fi.Size()>>10)
+	}
+	for _, h := range handles {
+		h.Release()
+	}
+	runtime.KeepAlive(s)
+}
+
+// mappedLibc returns the path of the libc this process maps, if any (the
+// test binary may be static).
+func mappedLibc(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if i := strings.Index(line, "/"); i >= 0 && strings.Contains(line, "/libc.so") {
+			return line[i:]
+		}
+	}
+	for _, p := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
