@@ -32,35 +32,33 @@ const (
 	SondeCounterCOUNTER_SAMPLES_LOST         SondeCounter = 2
 	SondeCounterCOUNTER_IDLE_SKIPPED         SondeCounter = 3
 	SondeCounterCOUNTER_KERNEL_STACK_ERR     SondeCounter = 4
-	SondeCounterCOUNTER_USER_STACK_ERR       SondeCounter = 5
-	SondeCounterCOUNTER_TASK_EVENTS_SENT     SondeCounter = 6
-	SondeCounterCOUNTER_TASK_EVENTS_LOST     SondeCounter = 7
-	SondeCounterCOUNTER_UNKNOWN_SENT         SondeCounter = 8
-	SondeCounterCOUNTER_UNKNOWN_LOST         SondeCounter = 9
-	SondeCounterCOUNTER_FRAMES_CFI           SondeCounter = 10
-	SondeCounterCOUNTER_FRAMES_FP            SondeCounter = 11
-	SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE  SondeCounter = 12
-	SondeCounterCOUNTER_UNWIND_READ_ERR      SondeCounter = 13
-	SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR SondeCounter = 14
-	SondeCounterCOUNTER_FILTERED             SondeCounter = 15
-	SondeCounterCOUNTER_KTHREAD_SKIPPED      SondeCounter = 16
-	SondeCounterCOUNTER_MAPPING_STALE        SondeCounter = 17
-	SondeCounterCOUNTER_VMA_CHECK_BUSY       SondeCounter = 18
-	SondeCounterCOUNTER_MAPPING_BY_FILE      SondeCounter = 19
-	SondeCounterCOUNTER_OFFCPU_SWITCHES      SondeCounter = 20
-	SondeCounterCOUNTER_OFFCPU_FILTERED      SondeCounter = 21
-	SondeCounterCOUNTER_OFFCPU_STARTS_SENT   SondeCounter = 22
-	SondeCounterCOUNTER_OFFCPU_STARTS_LOST   SondeCounter = 23
-	SondeCounterCOUNTER_OFFCPU_MAP_FULL      SondeCounter = 24
-	SondeCounterCOUNTER_OFFCPU_ENDS_SENT     SondeCounter = 25
-	SondeCounterCOUNTER_OFFCPU_ENDS_LOST     SondeCounter = 26
-	SondeCounterCOUNTER_OFFCPU_SHORT         SondeCounter = 27
-	SondeCounterCOUNTER_PY_SAMPLES           SondeCounter = 28
-	SondeCounterCOUNTER_PY_FRAMES            SondeCounter = 29
-	SondeCounterCOUNTER_PY_NO_THREAD         SondeCounter = 30
-	SondeCounterCOUNTER_PY_READ_ERR          SondeCounter = 31
-	SondeCounterCOUNTER_PY_BAD_FRAME         SondeCounter = 32
-	SondeCounterCOUNTER_MAX                  SondeCounter = 33
+	SondeCounterCOUNTER_TASK_EVENTS_SENT     SondeCounter = 5
+	SondeCounterCOUNTER_TASK_EVENTS_LOST     SondeCounter = 6
+	SondeCounterCOUNTER_UNKNOWN_SENT         SondeCounter = 7
+	SondeCounterCOUNTER_UNKNOWN_LOST         SondeCounter = 8
+	SondeCounterCOUNTER_FRAMES_CFI           SondeCounter = 9
+	SondeCounterCOUNTER_FRAMES_FP            SondeCounter = 10
+	SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE  SondeCounter = 11
+	SondeCounterCOUNTER_UNWIND_READ_ERR      SondeCounter = 12
+	SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR SondeCounter = 13
+	SondeCounterCOUNTER_FILTERED             SondeCounter = 14
+	SondeCounterCOUNTER_KTHREAD_SKIPPED      SondeCounter = 15
+	SondeCounterCOUNTER_MAPPING_STALE        SondeCounter = 16
+	SondeCounterCOUNTER_VMA_CHECK_BUSY       SondeCounter = 17
+	SondeCounterCOUNTER_MAPPING_BY_FILE      SondeCounter = 18
+	SondeCounterCOUNTER_OFFCPU_FILTERED      SondeCounter = 19
+	SondeCounterCOUNTER_OFFCPU_STARTS_SENT   SondeCounter = 20
+	SondeCounterCOUNTER_OFFCPU_STARTS_LOST   SondeCounter = 21
+	SondeCounterCOUNTER_OFFCPU_MAP_FULL      SondeCounter = 22
+	SondeCounterCOUNTER_OFFCPU_ENDS_SENT     SondeCounter = 23
+	SondeCounterCOUNTER_OFFCPU_ENDS_LOST     SondeCounter = 24
+	SondeCounterCOUNTER_OFFCPU_SHORT         SondeCounter = 25
+	SondeCounterCOUNTER_PY_SAMPLES           SondeCounter = 26
+	SondeCounterCOUNTER_PY_FRAMES            SondeCounter = 27
+	SondeCounterCOUNTER_PY_NO_THREAD         SondeCounter = 28
+	SondeCounterCOUNTER_PY_READ_ERR          SondeCounter = 29
+	SondeCounterCOUNTER_PY_BAD_FRAME         SondeCounter = 30
+	SondeCounterCOUNTER_MAX                  SondeCounter = 31
 )
 
 type SondeFileKey struct {
@@ -84,6 +82,14 @@ const (
 	SondeFpRuleFP_SAME    SondeFpRule = 0
 	SondeFpRuleFP_OFFSET  SondeFpRule = 1
 	SondeFpRuleFP_UNKNOWN SondeFpRule = 2
+)
+
+type SondeLimits uint32
+
+const (
+	SondeLimitsMAX_KERNEL_FRAMES SondeLimits = 127
+	SondeLimitsMAX_USER_FRAMES   SondeLimits = 256
+	SondeLimitsMAX_TABLES        SondeLimits = 16384
 )
 
 type SondeMappingInfo struct {
@@ -121,6 +127,15 @@ type SondeOffcpuEndRecord struct {
 	Start    uint64
 	Duration uint64
 }
+
+type SondePcFlags uint64
+
+const (
+	SondePcFlagsPC_FLAG_FRAME_POINTER SondePcFlags = 9223372036854775808
+	SondePcFlagsPC_FLAG_NO_ADJUST     SondePcFlags = 4611686018427387904
+	SondePcFlagsPC_FLAG_PYTHON        SondePcFlags = 2305843009213693952
+	SondePcFlagsPC_FLAGS_MASK         SondePcFlags = 16140901064495857664
+)
 
 type SondePidStats struct {
 	_        structs.HostLayout
@@ -259,16 +274,17 @@ const (
 	SondeVarIncludeKernelThreads       = "include_kernel_threads"
 	SondeVarOffcpuMinNs                = "offcpu_min_ns"
 	SondeVarOffcpuThreshold            = "offcpu_threshold"
-	SondeVarThreadSize                 = "thread_size"
 	SondeVarUnusedCfaType              = "unused_cfa_type"
 	SondeVarUnusedCounter              = "unused_counter"
 	SondeVarUnusedFileKey              = "unused_file_key"
 	SondeVarUnusedFileTable            = "unused_file_table"
 	SondeVarUnusedFpRule               = "unused_fp_rule"
+	SondeVarUnusedLimits               = "unused_limits"
 	SondeVarUnusedMappingInfo          = "unused_mapping_info"
 	SondeVarUnusedMappingKey           = "unused_mapping_key"
 	SondeVarUnusedOffcpuEndFlags       = "unused_offcpu_end_flags"
 	SondeVarUnusedOffcpuEndRecord      = "unused_offcpu_end_record"
+	SondeVarUnusedPcFlags              = "unused_pc_flags"
 	SondeVarUnusedPidStats             = "unused_pid_stats"
 	SondeVarUnusedPythonProc           = "unused_python_proc"
 	SondeVarUnusedRecordType           = "unused_record_type"
@@ -363,16 +379,17 @@ type SondeVariableSpecs struct {
 	IncludeKernelThreads  *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
 	OffcpuMinNs           *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold       *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
-	ThreadSize            *ebpf.VariableSpec `ebpf:"thread_size"`
 	UnusedCfaType         *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
 	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedFileKey         *ebpf.VariableSpec `ebpf:"unused_file_key"`
 	UnusedFileTable       *ebpf.VariableSpec `ebpf:"unused_file_table"`
 	UnusedFpRule          *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedLimits          *ebpf.VariableSpec `ebpf:"unused_limits"`
 	UnusedMappingInfo     *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
 	UnusedMappingKey      *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
 	UnusedOffcpuEndFlags  *ebpf.VariableSpec `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord *ebpf.VariableSpec `ebpf:"unused_offcpu_end_record"`
+	UnusedPcFlags         *ebpf.VariableSpec `ebpf:"unused_pc_flags"`
 	UnusedPidStats        *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
 	UnusedPythonProc      *ebpf.VariableSpec `ebpf:"unused_python_proc"`
 	UnusedRecordType      *ebpf.VariableSpec `ebpf:"unused_record_type"`
@@ -454,16 +471,17 @@ type SondeVariables struct {
 	IncludeKernelThreads  *ebpf.Variable `ebpf:"include_kernel_threads"`
 	OffcpuMinNs           *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold       *ebpf.Variable `ebpf:"offcpu_threshold"`
-	ThreadSize            *ebpf.Variable `ebpf:"thread_size"`
 	UnusedCfaType         *ebpf.Variable `ebpf:"unused_cfa_type"`
 	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedFileKey         *ebpf.Variable `ebpf:"unused_file_key"`
 	UnusedFileTable       *ebpf.Variable `ebpf:"unused_file_table"`
 	UnusedFpRule          *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedLimits          *ebpf.Variable `ebpf:"unused_limits"`
 	UnusedMappingInfo     *ebpf.Variable `ebpf:"unused_mapping_info"`
 	UnusedMappingKey      *ebpf.Variable `ebpf:"unused_mapping_key"`
 	UnusedOffcpuEndFlags  *ebpf.Variable `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord *ebpf.Variable `ebpf:"unused_offcpu_end_record"`
+	UnusedPcFlags         *ebpf.Variable `ebpf:"unused_pc_flags"`
 	UnusedPidStats        *ebpf.Variable `ebpf:"unused_pid_stats"`
 	UnusedPythonProc      *ebpf.Variable `ebpf:"unused_python_proc"`
 	UnusedRecordType      *ebpf.Variable `ebpf:"unused_record_type"`

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -69,10 +70,10 @@ const (
 
 // Bits of a raw user frame, as the eBPF side encodes them.
 const (
-	pcFlagFramePointer = uint64(1) << 63
-	pcFlagNoAdjust     = uint64(1) << 62
-	pcFlagPython       = uint64(1) << 61
-	pcFlagsMask        = pcFlagFramePointer | pcFlagNoAdjust | pcFlagPython
+	pcFlagFramePointer = uint64(support.SondePcFlagsPC_FLAG_FRAME_POINTER)
+	pcFlagNoAdjust     = uint64(support.SondePcFlagsPC_FLAG_NO_ADJUST)
+	pcFlagPython       = uint64(support.SondePcFlagsPC_FLAG_PYTHON)
+	pcFlagsMask        = uint64(support.SondePcFlagsPC_FLAGS_MASK)
 )
 
 // Record is one decoded ring-buffer record. For RecordExec and RecordExit only
@@ -112,33 +113,42 @@ type FileRef struct {
 	Offset uint64
 }
 
-// Layout of the C records, checked against the bpf2go types in tests.
+// Layout of the C records, from their bpf2go types; TestRecordLayoutMatchesBTF
+// checks those against the object's BTF.
+var (
+	sampleRec support.SondeSampleRecord
+	taskRec   support.SondeTaskRecord
+	endRec    support.SondeOffcpuEndRecord
+)
+
 const (
-	offType      = 0
-	offPID       = 4
-	offTID       = 8
-	offCPU       = 12
-	offKtime     = 16
-	offComm      = 24
-	offKernelLen = 40
-	offUserLen   = 42
-	offFlags     = 44
-	offStack     = 48
+	offType      = int(unsafe.Offsetof(sampleRec.Type))
+	offPID       = int(unsafe.Offsetof(sampleRec.Pid))
+	offTID       = int(unsafe.Offsetof(sampleRec.Tid))
+	offCPU       = int(unsafe.Offsetof(sampleRec.Cpu))
+	offKtime     = int(unsafe.Offsetof(sampleRec.Ktime))
+	offComm      = int(unsafe.Offsetof(sampleRec.Comm))
+	commLen      = len(sampleRec.Comm)
+	offKernelLen = int(unsafe.Offsetof(sampleRec.KernelLen))
+	offUserLen   = int(unsafe.Offsetof(sampleRec.UserLen))
+	offFlags     = int(unsafe.Offsetof(sampleRec.Flags))
+	offStack     = int(unsafe.Offsetof(sampleRec.Stack))
 
-	taskOffPID   = 4
-	taskOffKtime = 8
-	taskOffComm  = 16
-	taskSize     = 32
+	taskOffPID   = int(unsafe.Offsetof(taskRec.Pid))
+	taskOffKtime = int(unsafe.Offsetof(taskRec.Ktime))
+	taskOffComm  = int(unsafe.Offsetof(taskRec.Comm))
+	taskSize     = int(unsafe.Sizeof(taskRec))
 
-	endOffPID      = 4
-	endOffTID      = 8
-	endOffFlags    = 12
-	endOffStart    = 16
-	endOffDuration = 24
-	endSize        = 32
+	endOffPID      = int(unsafe.Offsetof(endRec.Pid))
+	endOffTID      = int(unsafe.Offsetof(endRec.Tid))
+	endOffFlags    = int(unsafe.Offsetof(endRec.Flags))
+	endOffStart    = int(unsafe.Offsetof(endRec.Start))
+	endOffDuration = int(unsafe.Offsetof(endRec.Duration))
+	endSize        = int(unsafe.Sizeof(endRec))
 
-	maxWords      = len(support.SondeSampleRecord{}.Stack)
-	maxUserFrames = 256
+	maxWords        = len(sampleRec.Stack)
+	maxKernelFrames = int(support.SondeLimitsMAX_KERNEL_FRAMES)
+	maxUserFrames   = int(support.SondeLimitsMAX_USER_FRAMES)
 )
 
 // ErrMalformed is wrapped by decode errors: a record shorter than its header
@@ -183,7 +193,7 @@ func (rec *Record) decode(b []byte, c clock) error {
 		rec.CPU = le.Uint32(b[offCPU:])
 		rec.KTime = le.Uint64(b[offKtime:])
 		rec.Time = c.wall(rec.KTime)
-		rec.setComm(b[offComm : offComm+16])
+		rec.setComm(b[offComm : offComm+commLen])
 		klen := int(le.Uint16(b[offKernelLen:]))
 		ulen := int(le.Uint16(b[offUserLen:]))
 		rec.Flags = le.Uint32(b[offFlags:])
@@ -234,7 +244,7 @@ func (rec *Record) decode(b []byte, c clock) error {
 		rec.TID, rec.CPU, rec.Flags = 0, 0, 0
 		rec.KTime = le.Uint64(b[taskOffKtime:])
 		rec.Time = c.wall(rec.KTime)
-		rec.setComm(b[taskOffComm : taskOffComm+16])
+		rec.setComm(b[taskOffComm : taskOffComm+commLen])
 		rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles = nil, nil, nil, nil
 	case RecordOffCPUEnd:
 		if len(b) < endSize {

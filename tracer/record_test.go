@@ -3,56 +3,74 @@ package tracer
 import (
 	"encoding/binary"
 	"errors"
+	"reflect"
+	"structs"
 	"testing"
 	"time"
-	"unsafe"
 
+	"github.com/cilium/ebpf/btf"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sonde-dev/sonde/support"
 )
 
-// The decoder reads fixed offsets; they must match the C layout, of which the
-// bpf2go types are the generated mirror.
-func TestRecordLayoutMatchesBPF(t *testing.T) {
-	var s support.SondeSampleRecord
-	var task support.SondeTaskRecord
-	var end support.SondeOffcpuEndRecord
-	got := map[string]uintptr{
-		"sample.pid":        unsafe.Offsetof(s.Pid),
-		"sample.tid":        unsafe.Offsetof(s.Tid),
-		"sample.cpu":        unsafe.Offsetof(s.Cpu),
-		"sample.ktime":      unsafe.Offsetof(s.Ktime),
-		"sample.comm":       unsafe.Offsetof(s.Comm),
-		"sample.kernel_len": unsafe.Offsetof(s.KernelLen),
-		"sample.user_len":   unsafe.Offsetof(s.UserLen),
-		"sample.flags":      unsafe.Offsetof(s.Flags),
-		"sample.stack":      unsafe.Offsetof(s.Stack),
-		"task.pid":          unsafe.Offsetof(task.Pid),
-		"task.ktime":        unsafe.Offsetof(task.Ktime),
-		"task.comm":         unsafe.Offsetof(task.Comm),
-		"task.size":         unsafe.Sizeof(task),
-		"end.pid":           unsafe.Offsetof(end.Pid),
-		"end.tid":           unsafe.Offsetof(end.Tid),
-		"end.flags":         unsafe.Offsetof(end.Flags),
-		"end.start":         unsafe.Offsetof(end.Start),
-		"end.duration":      unsafe.Offsetof(end.Duration),
-		"end.size":          unsafe.Sizeof(end),
+// The decoder's offsets come from the bpf2go types; those must lay out every
+// record and map value exactly as the C structs do in the object's BTF.
+func TestRecordLayoutMatchesBTF(t *testing.T) {
+	spec, err := support.LoadSonde()
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := map[string]uintptr{
-		"sample.pid": offPID, "sample.tid": offTID, "sample.cpu": offCPU,
-		"sample.ktime": offKtime, "sample.comm": offComm, "sample.kernel_len": offKernelLen,
-		"sample.user_len": offUserLen, "sample.flags": offFlags, "sample.stack": offStack,
-		"task.pid": taskOffPID, "task.ktime": taskOffKtime, "task.comm": taskOffComm, "task.size": taskSize,
-		"end.pid": endOffPID, "end.tid": endOffTID, "end.flags": endOffFlags, "end.start": endOffStart,
-		"end.duration": endOffDuration, "end.size": endSize,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("record layout (-decoder +bpf2go):\n%s", diff)
+	for _, tc := range []struct {
+		c   string
+		goT reflect.Type
+	}{
+		{"sample_record", reflect.TypeFor[support.SondeSampleRecord]()},
+		{"task_record", reflect.TypeFor[support.SondeTaskRecord]()},
+		{"offcpu_end_record", reflect.TypeFor[support.SondeOffcpuEndRecord]()},
+		{"unwind_row", reflect.TypeFor[support.SondeUnwindRow]()},
+		{"mapping_key", reflect.TypeFor[support.SondeMappingKey]()},
+		{"mapping_info", reflect.TypeFor[support.SondeMappingInfo]()},
+		{"file_key", reflect.TypeFor[support.SondeFileKey]()},
+		{"file_table", reflect.TypeFor[support.SondeFileTable]()},
+		{"pid_stats", reflect.TypeFor[support.SondePidStats]()},
+	} {
+		t.Run(tc.c, func(t *testing.T) {
+			var st *btf.Struct
+			if err := spec.Types.TypeByName(tc.c, &st); err != nil {
+				t.Fatal(err)
+			}
+			if size, err := btf.Sizeof(st); err != nil || uintptr(size) != tc.goT.Size() {
+				t.Errorf("size: C %d (%v), Go %d", size, err, tc.goT.Size())
+			}
+			var fields []reflect.StructField
+			for i := range tc.goT.NumField() {
+				if f := tc.goT.Field(i); f.Name != "_" && f.Type != reflect.TypeFor[structs.HostLayout]() {
+					fields = append(fields, f)
+				}
+			}
+			if len(fields) != len(st.Members) {
+				t.Fatalf("%d Go fields, %d C members", len(fields), len(st.Members))
+			}
+			for i, m := range st.Members {
+				size, err := btf.Sizeof(m.Type)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := fields[i]
+				if f.Offset != uintptr(m.Offset.Bytes()) || f.Type.Size() != uintptr(size) {
+					t.Errorf("%s (Go %s): C offset %d size %d, Go offset %d size %d",
+						m.Name, f.Name, m.Offset.Bytes(), size, f.Offset, f.Type.Size())
+				}
+			}
+		})
 	}
 	// 127 kernel frames, then maxUserFrames user frames of two words each.
-	if maxWords != 127+2*maxUserFrames {
-		t.Errorf("stack holds %d words, want 127 kernel + 2×%d user", maxWords, maxUserFrames)
+	if maxWords != maxKernelFrames+2*maxUserFrames {
+		t.Errorf("stack holds %d words, want %d kernel + 2×%d user", maxWords, maxKernelFrames, maxUserFrames)
+	}
+	if offType != 0 || offComm+commLen > offKernelLen {
+		t.Errorf("sample header: type at %d, comm %d..%d, kernel_len at %d", offType, offComm, offComm+commLen, offKernelLen)
 	}
 }
 

@@ -369,8 +369,7 @@ type Counters struct {
 	SamplesSent     uint64 // samples written to the ring buffer
 	SamplesLost     uint64 // samples dropped: ring buffer full
 	IdleSkipped     uint64 // samples of an idle CPU, not sent
-	KernelStackErrs uint64
-	UserStackErrs   uint64
+	KernelStackErrs uint64 // kernel stacks that could not be read
 	TaskEventsSent  uint64
 	TaskEventsLost  uint64 // exec/exit records dropped: ring buffer full
 	UnknownSent     uint64 // notifications of processes without unwind information
@@ -386,7 +385,6 @@ type Counters struct {
 	VMACheckBusy    uint64 // mapping entries used unchecked: the mm lock was busy
 	MappingsByFile  uint64 // mappings unwound from their file's table, without a process entry
 
-	OffCPUSwitches   uint64 // context switches the off-CPU program saw
 	OffCPUFiltered   uint64 // traced waits of processes the filters exclude, dropped before any work
 	OffCPUStartsSent uint64 // off-CPU start records written
 	OffCPUStartsLost uint64 // off-CPU start records dropped: ring buffer full
@@ -407,49 +405,58 @@ func (c Counters) Lost() uint64 {
 	return c.SamplesLost + c.TaskEventsLost + c.UnknownLost + c.OffCPUStartsLost + c.OffCPUEndsLost
 }
 
+// counter is one entry of the eBPF side's counters map: its name (the C
+// enum's, lower case, without COUNTER_) and where Counters keeps it.
+type counter struct {
+	name  string
+	field func(*Counters) *uint64
+}
+
+// counters is indexed by the C enum counter, and sized by its COUNTER_MAX:
+// a counter added in C without an entry here fails TestEveryCounterNamed.
+var counters = [support.SondeCounterCOUNTER_MAX]counter{
+	support.SondeCounterCOUNTER_SAMPLES:              {"samples", func(c *Counters) *uint64 { return &c.Samples }},
+	support.SondeCounterCOUNTER_SAMPLES_SENT:         {"samples_sent", func(c *Counters) *uint64 { return &c.SamplesSent }},
+	support.SondeCounterCOUNTER_SAMPLES_LOST:         {"samples_lost", func(c *Counters) *uint64 { return &c.SamplesLost }},
+	support.SondeCounterCOUNTER_IDLE_SKIPPED:         {"idle_skipped", func(c *Counters) *uint64 { return &c.IdleSkipped }},
+	support.SondeCounterCOUNTER_KERNEL_STACK_ERR:     {"kernel_stack_err", func(c *Counters) *uint64 { return &c.KernelStackErrs }},
+	support.SondeCounterCOUNTER_TASK_EVENTS_SENT:     {"task_events_sent", func(c *Counters) *uint64 { return &c.TaskEventsSent }},
+	support.SondeCounterCOUNTER_TASK_EVENTS_LOST:     {"task_events_lost", func(c *Counters) *uint64 { return &c.TaskEventsLost }},
+	support.SondeCounterCOUNTER_UNKNOWN_SENT:         {"unknown_sent", func(c *Counters) *uint64 { return &c.UnknownSent }},
+	support.SondeCounterCOUNTER_UNKNOWN_LOST:         {"unknown_lost", func(c *Counters) *uint64 { return &c.UnknownLost }},
+	support.SondeCounterCOUNTER_FRAMES_CFI:           {"frames_cfi", func(c *Counters) *uint64 { return &c.FramesCFI }},
+	support.SondeCounterCOUNTER_FRAMES_FP:            {"frames_fp", func(c *Counters) *uint64 { return &c.FramesFP }},
+	support.SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE:  {"unwind_unknown_rule", func(c *Counters) *uint64 { return &c.UnknownRule }},
+	support.SondeCounterCOUNTER_UNWIND_READ_ERR:      {"unwind_read_err", func(c *Counters) *uint64 { return &c.ReadErrors }},
+	support.SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR: {"unwind_tail_call_err", func(c *Counters) *uint64 { return &c.TailCallErrors }},
+	support.SondeCounterCOUNTER_FILTERED:             {"filtered", func(c *Counters) *uint64 { return &c.Filtered }},
+	support.SondeCounterCOUNTER_KTHREAD_SKIPPED:      {"kthread_skipped", func(c *Counters) *uint64 { return &c.KernelThreads }},
+	support.SondeCounterCOUNTER_MAPPING_STALE:        {"mapping_stale", func(c *Counters) *uint64 { return &c.StaleMappings }},
+	support.SondeCounterCOUNTER_VMA_CHECK_BUSY:       {"vma_check_busy", func(c *Counters) *uint64 { return &c.VMACheckBusy }},
+	support.SondeCounterCOUNTER_MAPPING_BY_FILE:      {"mapping_by_file", func(c *Counters) *uint64 { return &c.MappingsByFile }},
+	support.SondeCounterCOUNTER_OFFCPU_FILTERED:      {"offcpu_filtered", func(c *Counters) *uint64 { return &c.OffCPUFiltered }},
+	support.SondeCounterCOUNTER_OFFCPU_STARTS_SENT:   {"offcpu_starts_sent", func(c *Counters) *uint64 { return &c.OffCPUStartsSent }},
+	support.SondeCounterCOUNTER_OFFCPU_STARTS_LOST:   {"offcpu_starts_lost", func(c *Counters) *uint64 { return &c.OffCPUStartsLost }},
+	support.SondeCounterCOUNTER_OFFCPU_MAP_FULL:      {"offcpu_map_full", func(c *Counters) *uint64 { return &c.OffCPUMapFull }},
+	support.SondeCounterCOUNTER_OFFCPU_ENDS_SENT:     {"offcpu_ends_sent", func(c *Counters) *uint64 { return &c.OffCPUEndsSent }},
+	support.SondeCounterCOUNTER_OFFCPU_ENDS_LOST:     {"offcpu_ends_lost", func(c *Counters) *uint64 { return &c.OffCPUEndsLost }},
+	support.SondeCounterCOUNTER_OFFCPU_SHORT:         {"offcpu_short", func(c *Counters) *uint64 { return &c.OffCPUShortWaits }},
+	support.SondeCounterCOUNTER_PY_SAMPLES:           {"py_samples", func(c *Counters) *uint64 { return &c.PythonSamples }},
+	support.SondeCounterCOUNTER_PY_FRAMES:            {"py_frames", func(c *Counters) *uint64 { return &c.PythonFrames }},
+	support.SondeCounterCOUNTER_PY_NO_THREAD:         {"py_no_thread", func(c *Counters) *uint64 { return &c.PythonNoThread }},
+	support.SondeCounterCOUNTER_PY_READ_ERR:          {"py_read_err", func(c *Counters) *uint64 { return &c.PythonReadErrs }},
+	support.SondeCounterCOUNTER_PY_BAD_FRAME:         {"py_bad_frame", func(c *Counters) *uint64 { return &c.PythonBadFrames }},
+}
+
 // Counters reads the eBPF side's counters.
 func (t *Tracer) Counters() (Counters, error) {
 	var c Counters
-	fields := map[support.SondeCounter]*uint64{
-		support.SondeCounterCOUNTER_SAMPLES:              &c.Samples,
-		support.SondeCounterCOUNTER_SAMPLES_SENT:         &c.SamplesSent,
-		support.SondeCounterCOUNTER_SAMPLES_LOST:         &c.SamplesLost,
-		support.SondeCounterCOUNTER_IDLE_SKIPPED:         &c.IdleSkipped,
-		support.SondeCounterCOUNTER_KERNEL_STACK_ERR:     &c.KernelStackErrs,
-		support.SondeCounterCOUNTER_USER_STACK_ERR:       &c.UserStackErrs,
-		support.SondeCounterCOUNTER_TASK_EVENTS_SENT:     &c.TaskEventsSent,
-		support.SondeCounterCOUNTER_TASK_EVENTS_LOST:     &c.TaskEventsLost,
-		support.SondeCounterCOUNTER_UNKNOWN_SENT:         &c.UnknownSent,
-		support.SondeCounterCOUNTER_UNKNOWN_LOST:         &c.UnknownLost,
-		support.SondeCounterCOUNTER_FRAMES_CFI:           &c.FramesCFI,
-		support.SondeCounterCOUNTER_FRAMES_FP:            &c.FramesFP,
-		support.SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE:  &c.UnknownRule,
-		support.SondeCounterCOUNTER_UNWIND_READ_ERR:      &c.ReadErrors,
-		support.SondeCounterCOUNTER_UNWIND_TAIL_CALL_ERR: &c.TailCallErrors,
-		support.SondeCounterCOUNTER_FILTERED:             &c.Filtered,
-		support.SondeCounterCOUNTER_KTHREAD_SKIPPED:      &c.KernelThreads,
-		support.SondeCounterCOUNTER_MAPPING_STALE:        &c.StaleMappings,
-		support.SondeCounterCOUNTER_VMA_CHECK_BUSY:       &c.VMACheckBusy,
-		support.SondeCounterCOUNTER_MAPPING_BY_FILE:      &c.MappingsByFile,
-		support.SondeCounterCOUNTER_OFFCPU_SWITCHES:      &c.OffCPUSwitches,
-		support.SondeCounterCOUNTER_OFFCPU_FILTERED:      &c.OffCPUFiltered,
-		support.SondeCounterCOUNTER_OFFCPU_STARTS_SENT:   &c.OffCPUStartsSent,
-		support.SondeCounterCOUNTER_OFFCPU_STARTS_LOST:   &c.OffCPUStartsLost,
-		support.SondeCounterCOUNTER_OFFCPU_MAP_FULL:      &c.OffCPUMapFull,
-		support.SondeCounterCOUNTER_OFFCPU_ENDS_SENT:     &c.OffCPUEndsSent,
-		support.SondeCounterCOUNTER_OFFCPU_ENDS_LOST:     &c.OffCPUEndsLost,
-		support.SondeCounterCOUNTER_OFFCPU_SHORT:         &c.OffCPUShortWaits,
-		support.SondeCounterCOUNTER_PY_SAMPLES:           &c.PythonSamples,
-		support.SondeCounterCOUNTER_PY_FRAMES:            &c.PythonFrames,
-		support.SondeCounterCOUNTER_PY_NO_THREAD:         &c.PythonNoThread,
-		support.SondeCounterCOUNTER_PY_READ_ERR:          &c.PythonReadErrs,
-		support.SondeCounterCOUNTER_PY_BAD_FRAME:         &c.PythonBadFrames,
-	}
 	var perCPU []uint64
-	for idx, dst := range fields {
+	for idx, ctr := range counters {
 		if err := t.objs.Counters.Lookup(uint32(idx), &perCPU); err != nil {
-			return Counters{}, fmt.Errorf("read counter %d: %w", idx, err)
+			return Counters{}, fmt.Errorf("read counter %s: %w", ctr.name, err)
 		}
+		dst := ctr.field(&c)
 		for _, v := range perCPU {
 			*dst += v
 		}

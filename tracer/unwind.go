@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -30,15 +31,16 @@ const (
 	FPUnknown = uint8(support.SondeFpRuleFP_UNKNOWN)
 )
 
-// RowSize is the size of one row, the value size of a table's array.
-const RowSize = 12
+// RowSize is the size of one row, the value size of a table's array (the
+// generated type's size; TestTableLimitsMatchSpec checks the object's).
+const RowSize = int(unsafe.Sizeof(Row{}))
 
 // RowKernelBytes is the kernel memory one row takes: an array map stores
 // each value in 8-byte steps.
-const RowKernelBytes = (RowSize + 7) &^ 7
+const RowKernelBytes = int64(RowSize+7) &^ 7
 
-// MaxTables is how many tables can be loaded at once (table ids 1..MaxTables-1).
-const MaxTables = 16384
+// MaxTables bounds the table ids: 1..MaxTables-1 (the tables map's size).
+const MaxTables = uint32(support.SondeLimitsMAX_TABLES)
 
 // ErrTableFull is returned by LoadTable when no table id is free.
 var ErrTableFull = errors.New("unwind table slots full")
@@ -57,7 +59,7 @@ func (t *Tracer) LoadTable(id uint32, rows []Row) error {
 		Name:       "sonde_rows",
 		Type:       ebpf.Array,
 		KeySize:    4,
-		ValueSize:  RowSize,
+		ValueSize:  uint32(RowSize),
 		MaxEntries: uint32(len(rows)),
 		// Must match the outer map's template; the flag lets sizes differ.
 		Flags: unix.BPF_F_INNER_MAP,

@@ -138,13 +138,17 @@ func readOffCPUFigures(b *testing.B, pid int) offCPUFigures {
 		f.lost += sum(idx)
 	}
 	f.starts = sum(support.SondeCounterCOUNTER_OFFCPU_STARTS_SENT)
-	f.switches = sum(support.SondeCounterCOUNTER_OFFCPU_SWITCHES)
 	for name, p := range progs {
 		if !strings.HasPrefix(name, "off_cpu") {
 			continue
 		}
 		if st, err := p.Stats(); err == nil {
 			f.runtime += st.Runtime
+			if name == "off_cpu" {
+				// It runs at every context switch; the unwinders it
+				// tail-calls count their own runs.
+				f.switches += st.RunCount
+			}
 		}
 	}
 	return f

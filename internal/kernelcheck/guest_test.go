@@ -320,12 +320,12 @@ func runTracer() tracerResult {
 		}
 	} else {
 		res.Counters = map[string]int{
-			"samples":         int(c.Samples),
-			"samples_sent":    int(c.SamplesSent),
-			"lost":            int(c.Lost()),
-			"offcpu_switches": int(c.OffCPUSwitches),
-			"task_events":     int(c.TaskEventsSent),
-			"tail_call_errs":  int(c.TailCallErrors),
+			"samples":        int(c.Samples),
+			"samples_sent":   int(c.SamplesSent),
+			"lost":           int(c.Lost()),
+			"offcpu_starts":  int(c.OffCPUStartsSent),
+			"task_events":    int(c.TaskEventsSent),
+			"tail_call_errs": int(c.TailCallErrors),
 		}
 	}
 	return res

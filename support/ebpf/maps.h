@@ -141,7 +141,7 @@ struct table_rows {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 16384);
+	__uint(max_entries, MAX_TABLES);
 	__type(key, __u32);
 	__array(values, struct table_rows);
 } tables SEC(".maps");
@@ -196,9 +196,11 @@ struct {
 	__type(value, __u64);
 } offcpu_starts SEC(".maps");
 
-// Kernel stack size, for finding user registers on kernels without
-// bpf_task_pt_regs (before 5.15); set by the loader.
-volatile const __u64 thread_size = 16384;
+// x86-64's THREAD_SIZE (16 KiB) for finding the user registers at the top
+// of a task's kernel stack on kernels without bpf_task_pt_regs (before 5.15).
+// A kernel built with KASAN doubles it; there the registers read are wrong
+// and the user stack is cut short, as no kernel of that age says its size.
+#define THREAD_SIZE 16384
 
 static __always_inline __u64 wakeup_flags(void)
 {

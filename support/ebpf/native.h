@@ -29,7 +29,7 @@ static __always_inline int saved_user_regs(struct ustack_state *st)
 		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	} else {
 		void *stack = BPF_CORE_READ(task, stack);
-		regs = (struct pt_regs *)(stack + thread_size) - 1;
+		regs = (struct pt_regs *)(stack + THREAD_SIZE) - 1;
 	}
 	if (bpf_probe_read_kernel(&st->pc, sizeof(st->pc), &regs->ip) ||
 	    bpf_probe_read_kernel(&st->sp, sizeof(st->sp), &regs->sp) ||

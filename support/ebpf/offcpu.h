@@ -73,7 +73,6 @@ static __always_inline void offcpu_end(struct task_struct *next)
 static __always_inline int off_cpu_run(void *ctx, bool preempt, struct task_struct *prev,
                                        struct task_struct *next)
 {
-	count(COUNTER_OFFCPU_SWITCHES);
 	offcpu_end(next);
 
 	// Cheapest and most selective first: this runs at every switch.

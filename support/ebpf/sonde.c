@@ -42,6 +42,8 @@ const struct file_table *unused_file_table __attribute__((unused));
 const struct offcpu_end_record *unused_offcpu_end_record __attribute__((unused));
 const enum offcpu_end_flags *unused_offcpu_end_flags __attribute__((unused));
 const struct python_proc *unused_python_proc __attribute__((unused));
+const enum limits *unused_limits __attribute__((unused));
+const enum pc_flags *unused_pc_flags __attribute__((unused));
 
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)

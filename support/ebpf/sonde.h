@@ -4,8 +4,14 @@
 // change here is a compile error there, not a silent mismatch.
 #pragma once
 
-#define MAX_KERNEL_FRAMES 127
-#define MAX_USER_FRAMES   256
+// limits are the bounds the Go side shares (bpf2go -type limits).
+enum limits {
+	MAX_KERNEL_FRAMES = 127,
+	MAX_USER_FRAMES = 256,
+	// Unwind tables loaded at once; table ids are 1..MAX_TABLES-1.
+	MAX_TABLES = 16384,
+};
+
 // The user-stack unwinder handles this many frames per program run and
 // tail-calls itself for the next batch (tail calls keep 5.10 compatibility).
 #define FRAMES_PER_RUN  32
@@ -14,17 +20,19 @@
 #define MAX_BSEARCH_STEPS 24
 
 // User PCs carry flags in bits the x86-64 user address space never uses.
-// PC_FLAG_FRAME_POINTER: found by the frame-pointer chain, no table covered
-// the callee. PC_FLAG_NO_ADJUST: an interrupted PC (the leaf, or after a
-// signal frame), not a return address.
-#define PC_FLAG_FRAME_POINTER (1ULL << 63)
-#define PC_FLAG_NO_ADJUST     (1ULL << 62)
-#define PC_FLAGS_MASK         (PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST)
-// A Python frame (python.h): the PC word is its code object's address with
-// this bit set, the file word its instruction (f_lasti, or the instruction
-// pointer from 3.11 on).
-#define PC_FLAG_PYTHON (1ULL << 61)
-#define TASK_COMM_LEN  16
+enum pc_flags {
+	// Found by the frame-pointer chain: no table covered the callee.
+	PC_FLAG_FRAME_POINTER = 1ULL << 63,
+	// An interrupted PC (the leaf, or after a signal frame), not a return
+	// address.
+	PC_FLAG_NO_ADJUST = 1ULL << 62,
+	// A Python frame (python.h): the PC word is its code object's address
+	// with this bit set, the file word its instruction (f_lasti, or the
+	// instruction pointer from 3.11 on).
+	PC_FLAG_PYTHON = 1ULL << 61,
+	PC_FLAGS_MASK = PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST | PC_FLAG_PYTHON,
+};
+#define TASK_COMM_LEN 16
 
 enum record_type {
 	RECORD_SAMPLE = 1,
@@ -38,7 +46,7 @@ enum record_type {
 // sample_flags say how complete a sample's stacks are.
 enum sample_flags {
 	SAMPLE_KERNEL_STACK_ERR = 1 << 0, // bpf_get_stack failed for the kernel stack
-	SAMPLE_USER_STACK_ERR = 1 << 1,   // bpf_get_stack failed for the user stack
+	SAMPLE_USER_STACK_ERR = 1 << 1,   // the unwinder could not be started (failed tail call)
 	SAMPLE_USER_TRUNCATED = 1 << 2,   // the user stack filled every slot
 	SAMPLE_FRAME_POINTERS = 1 << 3, // at least one user frame came from the frame-pointer chain
 	SAMPLE_USER_COMPLETE = 1 << 4,  // the unwinder reached the outermost frame (CFI says so)
@@ -177,7 +185,6 @@ enum counter {
 	COUNTER_SAMPLES_LOST,         // ring buffer full: sample dropped
 	COUNTER_IDLE_SKIPPED,         // the CPU was idle (pid 0)
 	COUNTER_KERNEL_STACK_ERR,     // kernel stack could not be read
-	COUNTER_USER_STACK_ERR,       // user stack could not be read
 	COUNTER_TASK_EVENTS_SENT,     // exec/exit records written
 	COUNTER_TASK_EVENTS_LOST,     // ring buffer full: exec/exit record dropped
 	COUNTER_UNKNOWN_SENT,         // unknown-process notifications written
@@ -192,7 +199,6 @@ enum counter {
 	COUNTER_MAPPING_STALE,        // a mapping entry no longer matched the live mapping
 	COUNTER_VMA_CHECK_BUSY,       // the live mapping could not be checked (lock busy)
 	COUNTER_MAPPING_BY_FILE, // mappings unwound from their file's table, without a process entry
-	COUNTER_OFFCPU_SWITCHES, // context switches the off-CPU tracepoint saw
 	COUNTER_OFFCPU_FILTERED, // selected threads of processes the filters exclude: no work done
 	COUNTER_OFFCPU_STARTS_SENT, // off-CPU start records written
 	COUNTER_OFFCPU_STARTS_LOST, // ring buffer full: off-CPU start record dropped
