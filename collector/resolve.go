@@ -279,6 +279,9 @@ func (r *resolver) namedFrame(fe *fileEntry, mapping *profile.Mapping, pc, offse
 		f.Type = profile.FrameGo
 	case !r.native:
 		return f
+	case len(lines) > 0 && lines[len(lines)-1].Rust:
+		// The physical function (the outermost line) decides.
+		f.Type = profile.FrameRust
 	}
 	f.Lines = lines
 	return f

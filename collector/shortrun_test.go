@@ -2,10 +2,13 @@ package collector
 
 import (
 	"os/exec"
+	"slices"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
@@ -23,10 +26,13 @@ func TestShortRunsOfOneBinaryAllNamed(t *testing.T) {
 	var held atomic.Bool
 	release := make(chan struct{})
 	held.Store(true)
-	// A low rate: the reader keeps reading (and the preparer preparing)
-	// while the resolver is held, until pendingRecords records wait.
+	// Only the binary is profiled, at a low rate: the reader keeps reading
+	// (and the preparer preparing) while the resolver is held, until
+	// pendingRecords records wait, however busy the host is.
+	cfg := faultConfig(49)
+	cfg.Filters.IncludeExecutables = []string{filepath.Base(bin)}
 	rc := &recorder{}
-	fr := startFaultReceiver(t, faultConfig(29), rc.consumer(t), func(r *profilesReceiver) {
+	fr := startFaultReceiver(t, cfg, rc.consumer(t), func(r *profilesReceiver) {
 		r.beforeResolve = func() {
 			if held.Load() {
 				<-release
@@ -53,6 +59,67 @@ func TestShortRunsOfOneBinaryAllNamed(t *testing.T) {
 		rc.waitForInterval(t, 0, pid, "sonde_burst_leaf", 30*time.Second)
 		t.Logf("run %d (pid %d) named", i+1, pid)
 	}
+	// Every frame of the binary carries a mapping named by the binary's
+	// real path, with the address range it lies in: never a /proc path of
+	// a process that is gone, never an empty range.
+	rc.mu.Lock()
+	got := rc.got
+	rc.mu.Unlock()
+	checked := 0
+	for _, pd := range got {
+		for _, m := range binaryMappings(pd, pids, "sonde_burst_leaf") {
+			checked++
+			if m.file != bin || m.start >= m.limit || m.addr < m.start || m.addr >= m.limit {
+				t.Errorf("frame at %#x has mapping %q [%#x, %#x), want %s around it", m.addr, m.file, m.start, m.limit, bin)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no frame of the binary found to check its mapping")
+	}
 	st := fr.r.resolver.syms.Stats()
 	t.Logf("symbolizer: %d files loaded, %d open now, %d errors", st.FilesLoaded, st.OpenFiles, st.Errors)
+}
+
+// frameMapping is the mapping of one location, as a consumer reads it.
+type frameMapping struct {
+	addr, start, limit uint64
+	file               string
+}
+
+// binaryMappings returns the mappings of the locations named fn in the
+// samples of pids.
+func binaryMappings(pd pprofile.Profiles, pids []int, fn string) []frameMapping {
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	var out []frameMapping
+	for _, rp := range pd.ResourceProfiles().All() {
+		v, ok := rp.Resource().Attributes().Get("process.pid")
+		if !ok || !slices.Contains(pids, int(v.Int())) {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, p := range sp.Profiles().All() {
+				for _, s := range p.Samples().All() {
+					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+						loc := dict.LocationTable().At(int(li))
+						named := false
+						for _, ln := range loc.Lines().All() {
+							named = named || strs.At(int(dict.FunctionTable().At(int(ln.FunctionIndex())).NameStrindex())) == fn
+						}
+						if !named {
+							continue
+						}
+						fm := frameMapping{addr: loc.Address()}
+						if mi := loc.MappingIndex(); mi > 0 {
+							m := dict.MappingTable().At(int(mi))
+							fm.start, fm.limit, fm.file = m.MemoryStart(), m.MemoryLimit(), strs.At(int(m.FilenameStrindex()))
+						}
+						out = append(out, fm)
+					}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -42,6 +42,7 @@ func TestString(t *testing.T) {
 		{"kernel", FrameKernel.String(), "kernel"},
 		{"native", FrameNative.String(), "native"},
 		{"go", FrameGo.String(), "go"},
+		{"rust", FrameRust.String(), "rust"},
 		{"unknown frame", FrameUnknown.String(), ""},
 		{"frame out of range", FrameType(99).String(), ""},
 		{"on-CPU", OnCPU.String(), "on_cpu"},

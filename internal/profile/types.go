@@ -21,10 +21,13 @@ const (
 	FrameNative
 	// FrameGo is a user-space frame of Go code.
 	FrameGo
+	// FrameRust is a user-space frame of Rust code (named from a symbol
+	// mangled as Rust mangles).
+	FrameRust
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -33,6 +36,8 @@ func (t FrameType) String() string {
 		return "native"
 	case FrameGo:
 		return "go"
+	case FrameRust:
+		return "rust"
 	}
 	return ""
 }

@@ -270,7 +270,7 @@ func TestReplacedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, chainOf(got)); diff != "" {
+	if diff := cmp.Diff(want, chainOf(t, got)); diff != "" {
 		t.Errorf("c+4 through %s (-addr2line +ours):\n%s", path, diff)
 	}
 	if v := elfx.ViewOf(path); v.Root != fmt.Sprintf("/proc/%d/root", pid) || v.Path != bin {

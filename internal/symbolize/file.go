@@ -154,10 +154,12 @@ func (fs *fileSyms) frames(off uint64) []Line {
 	return frames
 }
 
-// nativeFrame makes a frame from a raw (possibly mangled) name, copying the
-// strings so the frame does not pin the tables they come from.
+// nativeFrame makes a line from a raw (possibly mangled) name: Function
+// is the simplified demangled name, SystemName the raw one when they
+// differ. The strings are copied so the line does not pin the tables (or
+// the mapping) they come from.
 func nativeFrame(raw, file string, line int64) Line {
-	fr := Line{Function: demangled(raw), File: strings.Clone(file), Line: line}
+	fr := Line{Function: simplified(raw), File: strings.Clone(file), Line: line, Rust: rustSymbol(raw)}
 	if fr.Function == raw {
 		fr.Function = strings.Clone(raw)
 	} else {

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ianlancetaylor/demangle"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
@@ -211,4 +214,24 @@ func addr2lineGroups(t testing.TB, out string, n int) []string {
 		t.Fatalf("addr2line gave %d answers for %d addresses", len(groups), n)
 	}
 	return groups
+}
+
+// fullNames returns lines with each Function replaced by the full
+// demangled form of its raw name, as addr2line -C prints it, after checking
+// that Function is that name simplified with pprof's default options (no
+// parameters, no template arguments, no return type).
+func fullNames(t testing.TB, lines []Line) []Line {
+	t.Helper()
+	out := slices.Clone(lines)
+	for i, l := range out {
+		if l.SystemName == "" {
+			continue
+		}
+		pprofName := demangle.Filter(l.SystemName, demangle.NoParams, demangle.NoEnclosingParams, demangle.NoTemplateParams)
+		if l.Function != pprofName {
+			t.Errorf("%s is named %q, want %q as pprof simplifies it", l.SystemName, l.Function, pprofName)
+		}
+		out[i].Function = demangle.Filter(l.SystemName)
+	}
+	return out
 }

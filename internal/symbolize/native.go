@@ -307,11 +307,56 @@ func (t *nativeTable) memSize() int64 {
 	return n
 }
 
-// demangled returns the display name of a raw symbol name: C++ (Itanium) and
-// Rust (legacy and v0) names are demangled, anything else is returned as is.
+// demangled returns the full demangled name of a raw symbol name, with
+// parameter lists and template arguments (as addr2line -C prints it): C++
+// (Itanium) and Rust (legacy and v0) names are demangled, anything else is
+// returned as is.
 func demangled(raw string) string {
 	if !strings.HasPrefix(raw, "_Z") && !strings.HasPrefix(raw, "_R") {
 		return raw
 	}
 	return demangle.Filter(raw, demangle.MaxLength(demangleMaxLength))
+}
+
+// simplifiedOptions simplify a demangled name the way pprof does by
+// default: namespaces and classes stay; parameter lists, template
+// arguments and return types go. A flame graph then shows
+// "clang::Sema::ActOnComment" instead of fragments of its parameters.
+var simplifiedOptions = []demangle.Option{
+	demangle.NoParams, demangle.NoEnclosingParams, demangle.NoTemplateParams,
+	demangle.MaxLength(demangleMaxLength),
+}
+
+// simplified returns the simplified demangled name of a raw symbol name
+// (see simplifiedOptions); anything not mangled is returned as is.
+func simplified(raw string) string {
+	if !strings.HasPrefix(raw, "_Z") && !strings.HasPrefix(raw, "_R") {
+		return raw
+	}
+	return demangle.Filter(raw, simplifiedOptions...)
+}
+
+// rustSymbol reports whether raw is mangled as Rust mangles: v0 ("_R...")
+// or legacy, an Itanium-like path ending in a hash segment
+// ("_ZN...17h<16 hex digits>E", perhaps with a ".llvm.N" suffix).
+func rustSymbol(raw string) bool {
+	if strings.HasPrefix(raw, "_R") {
+		return len(raw) > 2
+	}
+	if !strings.HasPrefix(raw, "_ZN") {
+		return false
+	}
+	if i := strings.IndexByte(raw, '.'); i > 0 {
+		raw = raw[:i]
+	}
+	const hashSeg = len("17h0123456789abcdefE")
+	if len(raw) < len("_ZN")+hashSeg || !strings.HasSuffix(raw, "E") || raw[len(raw)-hashSeg:len(raw)-hashSeg+3] != "17h" {
+		return false
+	}
+	for _, c := range raw[len(raw)-hashSeg+3 : len(raw)-1] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -114,3 +114,42 @@ func TestNativeSymSize(t *testing.T) {
 		t.Errorf("nativeSym takes %d bytes, nativeSymSize says %d", got, nativeSymSize)
 	}
 }
+
+func TestRustSymbol(t *testing.T) {
+	tests := []struct {
+		raw  string
+		want bool
+	}{
+		{"_RNvCs1234_7mycrate3foo", true},                       // v0
+		{"_ZN4core3fmt5write17h0123456789abcdefE", true},        // legacy
+		{"_ZN8rustprog4main17h9f3b2a1c0d4e5f60E.llvm.42", true}, // legacy, LLVM suffix
+		{"_ZN4core3fmt5write17h0123456789abcdeE", false},        // 15 hex digits
+		{"_ZN4core3fmt5write17h0123456789abcdxfE", false},       // not hex
+		{"_ZNSt6vectorIiSaIiEE9push_backERKi", false},           // C++
+		{"_ZN3geo5ShapeC2Ed", false},
+		{"main", false},
+		{"_R", false},
+	}
+	for _, tt := range tests {
+		if got := rustSymbol(tt.raw); got != tt.want {
+			t.Errorf("rustSymbol(%q) = %v, want %v", tt.raw, got, tt.want)
+		}
+	}
+}
+
+func TestNativeFrameNames(t *testing.T) {
+	tests := []struct {
+		raw  string
+		want Line
+	}{
+		{"_ZN5clang4Sema12ActOnComment6ModuleERNS_4SemaEbb", Line{Function: "clang::Sema::ActOnComment::Module", SystemName: "_ZN5clang4Sema12ActOnComment6ModuleERNS_4SemaEbb"}},
+		{"_ZNSt6vectorIiSaIiEE9push_backERKi", Line{Function: "std::vector::push_back", SystemName: "_ZNSt6vectorIiSaIiEE9push_backERKi"}},
+		{"_ZN4core3fmt5write17h0123456789abcdefE", Line{Function: "core::fmt::write", SystemName: "_ZN4core3fmt5write17h0123456789abcdefE", Rust: true}},
+		{"qsort", Line{Function: "qsort"}},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, nativeFrame(tt.raw, "", 0)); diff != "" {
+			t.Errorf("nativeFrame(%q) (-want +got):\n%s", tt.raw, diff)
+		}
+	}
+}

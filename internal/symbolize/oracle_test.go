@@ -48,10 +48,11 @@ func addr2lineChains(t testing.TB, bin string, addrs []uint64) [][]sourcePos {
 	return out
 }
 
-// chainOf drops what addr2line does not print (the raw name).
-func chainOf(frames []Line) []sourcePos {
+// chainOf keeps what addr2line -C prints: the full demangled name (of
+// the raw name, as fullNames checks), the file and the line.
+func chainOf(t testing.TB, frames []Line) []sourcePos {
 	var out []sourcePos
-	for _, f := range frames {
+	for _, f := range fullNames(t, frames) {
 		out = append(out, sourcePos{Function: f.Function, File: f.File, Line: f.Line})
 	}
 	return out
@@ -74,10 +75,11 @@ func agreement(t testing.TB, s *Symbolizer, bin, oracleBin string, addrs []uint6
 		if err != nil {
 			t.Fatalf("Symbolize(%#x): %v", a, err)
 		}
-		if diff := cmp.Diff(want[i], chainOf(got)); diff == "" {
+		chain := chainOf(t, got)
+		if diff := cmp.Diff(want[i], chain); diff == "" {
 			agree++
 			cleanAgree++
-		} else if cmp.Equal(cleanPaths(want[i]), cleanPaths(chainOf(got))) {
+		} else if cmp.Equal(cleanPaths(want[i]), cleanPaths(chain)) {
 			cleanAgree++
 		} else if len(diffs) < 10 {
 			diffs = append(diffs, fmt.Sprintf("%#x (-addr2line +ours):\n%s", a, diff))

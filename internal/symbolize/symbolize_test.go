@@ -39,8 +39,9 @@ func checkAgainstOracle(t *testing.T, bin string, syms []funcSym, oracle func([]
 		if len(got) > 1 {
 			// The oracles here name the outermost function with the innermost
 			// position; TestInlineChainsOracle compares whole inline chains.
-			got = []Line{{Function: got[len(got)-1].Function, SystemName: got[len(got)-1].SystemName, File: got[0].File, Line: got[0].Line}}
+			got = []Line{{Function: got[len(got)-1].Function, SystemName: got[len(got)-1].SystemName, File: got[0].File, Line: got[0].Line, Rust: got[len(got)-1].Rust}}
 		}
+		got = fullNames(t, got)
 		var w []Line
 		if want[i].Function != "??" && want[i].Function != "?" {
 			fr := Line{Function: want[i].Function, File: want[i].File, Line: want[i].Line}
@@ -246,7 +247,7 @@ func TestSymbolizeRust(t *testing.T) {
 				t.Fatalf("oracle: nm lists only %d crate functions: %v", len(syms), syms)
 			}
 			checkAgainstOracle(t, bin, syms, func(a []uint64) []sourcePos { return addr2line(t, bin, a) },
-				func(s funcSym, f *Line, _ []Line) { f.SystemName = s.name })
+				func(s funcSym, f *Line, _ []Line) { f.SystemName, f.Rust = s.name, true })
 		})
 	}
 }

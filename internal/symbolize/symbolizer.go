@@ -24,13 +24,19 @@ var ErrUnknownFile = errors.New("unknown file id")
 // Line is one named source position. Several lines for one address are
 // inline levels, innermost first.
 type Line struct {
-	Function   string // display name (demangled)
+	// Function is the display name: demangled and simplified as pprof
+	// shows names (namespaces and class, no parameter list, no template
+	// arguments, no return type).
+	Function   string
 	SystemName string // raw symbol name as in the binary (mangled), "" if same as Function
 	File       string
 	Line       int64
 	// Go: named by the Go pclntab, so Go code. In a cgo binary (IsGo) the
 	// C half is named from ELF symbols and DWARF and is not Go.
 	Go bool
+	// Rust: named from a symbol mangled as Rust mangles (v0, or legacy
+	// with its hash segment), so Rust code.
+	Rust bool
 }
 
 // ErrFileClosed is returned by Symbolize for a file whose symbol data is not
