@@ -2,8 +2,8 @@ package collector
 
 import (
 	"os/exec"
-	"slices"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
