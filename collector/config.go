@@ -1,56 +1,9 @@
 package collector
 
 import (
-	"errors"
-	"fmt"
-	"path"
-	"path/filepath"
-	"strings"
 	"time"
-)
 
-// Defaults. Keys shared with the OpenTelemetry eBPF profiler's profiling
-// receiver (samples_per_second, reporter_interval) keep its defaults so
-// configurations carry over.
-const (
-	defaultSamplesPerSecond = 19
-	defaultReporterInterval = 5 * time.Second
-	defaultProcFS           = "/proc"
-	defaultRingBufferBytes  = 4 << 20 // 4 MiB: about 20k samples of deep stacks in flight
-	defaultMaxProcesses     = 65536
-	defaultUnwindTableBytes = 64 << 20 // 64 MiB of kernel memory for unwind tables
-	// defaultSymbolCacheBytes bounds the heap symbolization holds. Symbol
-	// tables, pclntabs and DWARF are read in place from mapped files, so
-	// what is counted is indexes (16 bytes a function), inflated sections,
-	// parsed line programs, the address cache and kallsyms: a node-like
-	// host (five 100 MB Go binaries, LLVM, cc1plus, libc...) needs about
-	// 25 MiB of it, so 64 MiB loads each file once with room to spare.
-	defaultSymbolCacheBytes = 64 << 20
-	defaultDebugDir         = "/usr/lib/debug"
-)
-
-// Bounds checked by Validate.
-const (
-	minSamplesPerSecond    = 1
-	maxSamplesPerSecond    = 1000
-	minReporterInterval    = 100 * time.Millisecond
-	maxReporterInterval    = 10 * time.Minute
-	ringBufferPageSize     = 4096
-	minRingBufferBytes     = 64 << 10  // 64 KiB
-	maxRingBufferBytes     = 256 << 20 // 256 MiB
-	minMaxProcesses        = 1
-	maxMaxProcesses        = 4 << 20 // the kernel's PID_MAX_LIMIT on 64-bit
-	minUnwindTableBytes    = 1 << 20 // 1 MiB
-	maxUnwindTableBytes    = 4 << 30 // 4 GiB
-	minSymbolCacheBytes    = 1 << 20 // 1 MiB
-	maxSymbolCacheBytes    = 4 << 30 // 4 GiB
-	maxFilterMinProcessAge = 24 * time.Hour
-)
-
-// Bounds of the off-CPU keys, which default to their zero values (off).
-const (
-	minOffCPUThreshold = 0.0
-	maxOffCPUThreshold = 1.0
+	"github.com/sonde-dev/sonde/profiler"
 )
 
 // Config is the configuration of the sonde receiver.
@@ -165,9 +118,9 @@ type FiltersConfig struct {
 
 // Values of filters::containers.
 const (
-	containersAny  = "any"
-	containersOnly = "only"
-	containersNone = "none"
+	containersAny  = profiler.ContainersAny
+	containersOnly = profiler.ContainersOnly
+	containersNone = profiler.ContainersNone
 )
 
 // LimitsConfig bounds the resources the receiver allocates.
@@ -199,168 +152,100 @@ type LimitsConfig struct {
 }
 
 func createDefaultConfig() *Config {
+	d := profiler.DefaultOptions()
 	return &Config{
-		SamplesPerSecond: defaultSamplesPerSecond,
-		ReporterInterval: defaultReporterInterval,
-		ProcFS:           defaultProcFS,
+		SamplesPerSecond: d.SamplesPerSecond,
+		ReporterInterval: d.ReporterInterval,
+		ProcFS:           d.ProcFS,
 		// Empty, not nil: what `include_env_vars: []` unmarshals to.
 		IncludeEnvVars: []string{},
 		Filters: FiltersConfig{
 			IncludeExecutables: []string{},
 			ExcludeExecutables: []string{},
-			Containers:         containersAny,
+			Containers:         d.Filters.Containers,
 			IncludeCgroups:     []string{},
 			ExcludeCgroups:     []string{},
 		},
 		Symbolization: SymbolizationConfig{
-			Native:    true,
-			DebugDirs: []string{defaultDebugDir},
+			Native:    d.NativeSymbols,
+			DebugDirs: d.DebugDirs,
 		},
 		Limits: LimitsConfig{
-			RingBufferBytes:  defaultRingBufferBytes,
-			MaxProcesses:     defaultMaxProcesses,
-			UnwindTableBytes: defaultUnwindTableBytes,
-			SymbolCacheBytes: defaultSymbolCacheBytes,
+			RingBufferBytes:  d.RingBufferBytes,
+			MaxProcesses:     d.MaxProcesses,
+			UnwindTableBytes: d.UnwindTableBytes,
+			SymbolCacheBytes: d.SymbolCacheBytes,
 		},
 	}
+}
+
+// options maps the configuration to the profiler's options. It copies
+// nothing that the profiler could change: New copies what it keeps.
+func (c *Config) options() profiler.Options {
+	return profiler.Options{
+		SamplesPerSecond:    c.SamplesPerSecond,
+		ReporterInterval:    c.ReporterInterval,
+		OffCPUThreshold:     c.OffCPUThreshold,
+		OffCPUMinDuration:   c.OffCPUMinDuration,
+		ProcFS:              c.ProcFS,
+		IncludeEnvVars:      c.IncludeEnvVars,
+		IncludeCommandLine:  c.IncludeCommandLine,
+		FilterMinProcessAge: c.FilterMinProcessAge,
+		Filters: profiler.Filters{
+			IncludeExecutables:   c.Filters.IncludeExecutables,
+			ExcludeExecutables:   c.Filters.ExcludeExecutables,
+			Containers:           c.Filters.Containers,
+			IncludeCgroups:       c.Filters.IncludeCgroups,
+			ExcludeCgroups:       c.Filters.ExcludeCgroups,
+			IncludeIdle:          c.Filters.IncludeIdle,
+			IncludeKernelThreads: c.Filters.IncludeKernelThreads,
+		},
+		NativeSymbols:    c.Symbolization.Native,
+		DebugDirs:        c.Symbolization.DebugDirs,
+		RingBufferBytes:  c.Limits.RingBufferBytes,
+		MaxProcesses:     c.Limits.MaxProcesses,
+		UnwindTableBytes: c.Limits.UnwindTableBytes,
+		SymbolCacheBytes: c.Limits.SymbolCacheBytes,
+	}
+}
+
+// configKeys names each profiler option by the YAML key that sets it.
+var configKeys = map[string]string{
+	"SamplesPerSecond":             "samples_per_second",
+	"ReporterInterval":             "reporter_interval",
+	"OffCPUThreshold":              "off_cpu_threshold",
+	"OffCPUMinDuration":            "off_cpu_min_duration",
+	"ProcFS":                       "procfs",
+	"IncludeEnvVars":               "include_env_vars",
+	"IncludeCommandLine":           "include_command_line",
+	"FilterMinProcessAge":          "filter_min_process_age",
+	"Filters.IncludeExecutables":   "filters::include_executables",
+	"Filters.ExcludeExecutables":   "filters::exclude_executables",
+	"Filters.Containers":           "filters::containers",
+	"Filters.IncludeCgroups":       "filters::include_cgroups",
+	"Filters.ExcludeCgroups":       "filters::exclude_cgroups",
+	"Filters.IncludeIdle":          "filters::include_idle",
+	"Filters.IncludeKernelThreads": "filters::include_kernel_threads",
+	"NativeSymbols":                "symbolization::native",
+	"DebugDirs":                    "symbolization::debug_dirs",
+	"RingBufferBytes":              "limits::ring_buffer_bytes",
+	"MaxProcesses":                 "limits::max_processes",
+	"UnwindTableBytes":             "limits::unwind_table_bytes",
+	"SymbolCacheBytes":             "limits::symbol_cache_bytes",
+}
+
+func configKey(field string) string {
+	if k, ok := configKeys[field]; ok {
+		return k
+	}
+	return field
 }
 
 // Validate checks every field and returns all problems joined with
 // errors.Join, each naming the YAML key, the bound and the value found.
 // It has no side effects: it reads no files and probes no kernel features,
-// which Start does.
+// which Start does. The bounds are the profiler's.
 func (c *Config) Validate() error {
-	var errs []error
-	if c.SamplesPerSecond < minSamplesPerSecond || c.SamplesPerSecond > maxSamplesPerSecond {
-		errs = append(errs, fmt.Errorf("samples_per_second: must be between %d and %d, got %d",
-			minSamplesPerSecond, maxSamplesPerSecond, c.SamplesPerSecond))
-	}
-	if c.ReporterInterval < minReporterInterval || c.ReporterInterval > maxReporterInterval {
-		errs = append(errs, fmt.Errorf("reporter_interval: must be between %v and %v, got %v",
-			minReporterInterval, maxReporterInterval, c.ReporterInterval))
-	}
-	// Written so that NaN fails too.
-	if !(c.OffCPUThreshold >= minOffCPUThreshold && c.OffCPUThreshold <= maxOffCPUThreshold) {
-		errs = append(errs, fmt.Errorf("off_cpu_threshold: must be between %v and %v, got %v",
-			minOffCPUThreshold, maxOffCPUThreshold, c.OffCPUThreshold))
-	}
-	if c.OffCPUMinDuration < 0 {
-		errs = append(errs, fmt.Errorf("off_cpu_min_duration: must be at least 0s, got %v", c.OffCPUMinDuration))
-	}
-	if !filepath.IsAbs(c.ProcFS) {
-		errs = append(errs, fmt.Errorf("procfs: must be an absolute path, got %q", c.ProcFS))
-	}
-	errs = append(errs, validateEnvVarNames("include_env_vars", c.IncludeEnvVars)...)
-	if c.FilterMinProcessAge < 0 || c.FilterMinProcessAge > maxFilterMinProcessAge {
-		errs = append(errs, fmt.Errorf("filter_min_process_age: must be between 0s and %v, got %v",
-			maxFilterMinProcessAge, c.FilterMinProcessAge))
-	}
-	errs = append(errs, c.Filters.validate()...)
-	for i, dir := range c.Symbolization.DebugDirs {
-		if !filepath.IsAbs(dir) {
-			errs = append(errs, fmt.Errorf("symbolization::debug_dirs[%d]: must be an absolute path, got %q", i, dir))
-		}
-	}
-	errs = append(errs, c.Limits.validate()...)
-	return errors.Join(errs...)
-}
-
-// validate is not named Validate on purpose: Config.Validate covers the
-// limits, and the Collector would otherwise report each problem twice.
-func (l *LimitsConfig) validate() []error {
-	var errs []error
-	rb := l.RingBufferBytes
-	if rb < minRingBufferBytes || rb > maxRingBufferBytes {
-		errs = append(errs, fmt.Errorf("limits::ring_buffer_bytes: must be between %d (64 KiB) and %d (256 MiB), got %d",
-			minRingBufferBytes, maxRingBufferBytes, rb))
-	}
-	if rb <= 0 || rb&(rb-1) != 0 || rb%ringBufferPageSize != 0 {
-		errs = append(errs, fmt.Errorf("limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (%d), got %d",
-			ringBufferPageSize, rb))
-	}
-	if l.MaxProcesses < minMaxProcesses || l.MaxProcesses > maxMaxProcesses {
-		errs = append(errs, fmt.Errorf("limits::max_processes: must be between %d and %d, got %d",
-			minMaxProcesses, maxMaxProcesses, l.MaxProcesses))
-	}
-	if l.SymbolCacheBytes < minSymbolCacheBytes || l.SymbolCacheBytes > maxSymbolCacheBytes {
-		errs = append(errs, fmt.Errorf("limits::symbol_cache_bytes: must be between %d (1 MiB) and %d (4 GiB), got %d",
-			minSymbolCacheBytes, maxSymbolCacheBytes, l.SymbolCacheBytes))
-	}
-	if l.UnwindTableBytes < minUnwindTableBytes || l.UnwindTableBytes > maxUnwindTableBytes {
-		errs = append(errs, fmt.Errorf("limits::unwind_table_bytes: must be between %d (1 MiB) and %d (4 GiB), got %d",
-			minUnwindTableBytes, maxUnwindTableBytes, l.UnwindTableBytes))
-	}
-	return errs
-}
-
-// validate checks the filters; see LimitsConfig.validate for the name.
-func (f *FiltersConfig) validate() []error {
-	var errs []error
-	for _, list := range []struct {
-		key      string
-		patterns []string
-	}{{"filters::include_executables", f.IncludeExecutables}, {"filters::exclude_executables", f.ExcludeExecutables}} {
-		for i, p := range list.patterns {
-			if p == "" {
-				errs = append(errs, fmt.Errorf("%s[%d]: must not be empty", list.key, i))
-			} else if _, err := path.Match(p, ""); err != nil {
-				errs = append(errs, fmt.Errorf("%s[%d]: %q is not a valid glob: %w", list.key, i, p, err))
-			}
-		}
-	}
-	switch f.Containers {
-	case "", containersAny, containersOnly, containersNone: // "": any
-	default:
-		errs = append(errs, fmt.Errorf("filters::containers: must be %q, %q or %q, got %q",
-			containersAny, containersOnly, containersNone, f.Containers))
-	}
-	for _, list := range []struct {
-		key      string
-		prefixes []string
-	}{{"filters::include_cgroups", f.IncludeCgroups}, {"filters::exclude_cgroups", f.ExcludeCgroups}} {
-		for i, p := range list.prefixes {
-			if !strings.HasPrefix(p, "/") {
-				errs = append(errs, fmt.Errorf("%s[%d]: must be a cgroup path starting with '/', got %q", list.key, i, p))
-			}
-		}
-	}
-	return errs
-}
-
-// validateEnvVarNames checks a list of environment variable names: each one
-// not empty, made of ASCII letters, digits and '_' and not starting with a
-// digit (the portable names of POSIX, in either case), and listed once.
-func validateEnvVarNames(key string, names []string) []error {
-	var errs []error
-	first := make(map[string]int, len(names))
-	for i, name := range names {
-		switch {
-		case name == "":
-			errs = append(errs, fmt.Errorf("%s[%d]: must not be empty", key, i))
-			continue
-		case !isEnvVarName(name):
-			errs = append(errs, fmt.Errorf("%s[%d]: must be an environment variable name (letters, digits and '_', not starting with a digit), got %q",
-				key, i, name))
-			continue
-		}
-		if j, dup := first[name]; dup {
-			errs = append(errs, fmt.Errorf("%s[%d]: %q is already listed at %s[%d]", key, i, name, key, j))
-			continue
-		}
-		first[name] = i
-	}
-	return errs
-}
-
-func isEnvVarName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
-		case '0' <= c && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return s != ""
+	o := c.options()
+	return o.ValidateNamed(configKey)
 }

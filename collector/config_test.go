@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
 	"github.com/sonde-dev/sonde/collector/internal/metadata"
+	"github.com/sonde-dev/sonde/profiler"
 )
 
 // ignoreBlank skips the blank `_ struct{}` fields that forbid unkeyed literals.
@@ -417,5 +418,66 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate() changed the config (-before +after):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestConfigOptions: every key reaches the profiler's options.
+func TestConfigOptions(t *testing.T) {
+	cfg := &Config{
+		SamplesPerSecond:    97,
+		ReporterInterval:    3 * time.Second,
+		OffCPUThreshold:     0.25,
+		OffCPUMinDuration:   time.Millisecond,
+		ProcFS:              "/host/proc",
+		IncludeEnvVars:      []string{"DEPLOY"},
+		IncludeCommandLine:  true,
+		FilterMinProcessAge: time.Minute,
+		Filters: FiltersConfig{
+			IncludeExecutables:   []string{"nginx"},
+			ExcludeExecutables:   []string{"sh"},
+			Containers:           containersOnly,
+			IncludeCgroups:       []string{"/kubepods.slice"},
+			ExcludeCgroups:       []string{"/system.slice"},
+			IncludeIdle:          true,
+			IncludeKernelThreads: true,
+		},
+		Symbolization: SymbolizationConfig{Native: true, DebugDirs: []string{"/dbg"}},
+		Limits: LimitsConfig{
+			RingBufferBytes:  1 << 20,
+			MaxProcesses:     100,
+			UnwindTableBytes: 2 << 20,
+			SymbolCacheBytes: 3 << 20,
+		},
+	}
+	want := profiler.Options{
+		SamplesPerSecond:    97,
+		ReporterInterval:    3 * time.Second,
+		OffCPUThreshold:     0.25,
+		OffCPUMinDuration:   time.Millisecond,
+		ProcFS:              "/host/proc",
+		IncludeEnvVars:      []string{"DEPLOY"},
+		IncludeCommandLine:  true,
+		FilterMinProcessAge: time.Minute,
+		Filters: profiler.Filters{
+			IncludeExecutables:   []string{"nginx"},
+			ExcludeExecutables:   []string{"sh"},
+			Containers:           profiler.ContainersOnly,
+			IncludeCgroups:       []string{"/kubepods.slice"},
+			ExcludeCgroups:       []string{"/system.slice"},
+			IncludeIdle:          true,
+			IncludeKernelThreads: true,
+		},
+		NativeSymbols:    true,
+		DebugDirs:        []string{"/dbg"},
+		RingBufferBytes:  1 << 20,
+		MaxProcesses:     100,
+		UnwindTableBytes: 2 << 20,
+		SymbolCacheBytes: 3 << 20,
+	}
+	if diff := cmp.Diff(want, cfg.options(), cmpopts.IgnoreFields(profiler.Options{}, "Logger", "BeforeResolve")); diff != "" {
+		t.Errorf("options (-want +got):\n%s", diff)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
 	}
 }

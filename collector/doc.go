@@ -6,6 +6,10 @@
 // pipeline. NewFactory is the only entry point a distribution needs; Config
 // holds the settings users write under the "sonde" key.
 //
+// The receiver adapts package profiler, the profiler core: Config maps to
+// profiler.Options, each interval the profiler emits goes to the next
+// consumer, and the receiver's telemetry reads profiler.Stats.
+//
 // The factory is stateless and safe for concurrent use. Each CreateProfiles
 // call returns an independent receiver; nothing is shared through package state.
 //

@@ -257,6 +257,10 @@ func (rc *recorder) waitForInterval(t *testing.T, n, pid int, fn string, timeout
 	}
 }
 
+// minRingBufferBytes is the smallest limits::ring_buffer_bytes Validate
+// accepts.
+const minRingBufferBytes = 64 << 10
+
 func faultConfig(sps int) *Config {
 	cfg := createDefaultConfig()
 	cfg.SamplesPerSecond = sps
@@ -308,7 +312,7 @@ func TestFaultShutdownWithBadConsumer(t *testing.T) {
 			// until it returns; once it does, nothing is left.
 			releaseAll()
 			base.check(t, fr.bpf)
-			if f := fr.r.stats.exportFailures.Load(); f == 0 {
+			if f := fr.r.prof.Stats().EmitErrors; f == 0 {
 				t.Errorf("no export failure counted for a consumer that never accepted")
 			}
 		})
@@ -365,10 +369,7 @@ func TestFaultRingBufferFills(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the consumer was not called twice within 30 s")
 	}
-	lostAtBlock, err := fr.r.tracer.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	lostAtBlock := fr.r.prof.Stats().Kernel
 	// Several intervals pass with the consumer held: wait for the ring
 	// buffer's drops to show in the receiver's telemetry.
 	var lost int64
@@ -382,10 +383,7 @@ func TestFaultRingBufferFills(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling the telemetry, bounded by the deadline
 	}
-	c, err := fr.r.tracer.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := fr.r.prof.Stats().Kernel
 	if c.SamplesLost < uint64(lost) {
 		t.Errorf("tracer counts %d samples lost, telemetry reported %d before", c.SamplesLost, lost)
 	}
@@ -408,12 +406,9 @@ func TestFaultExecStorm(t *testing.T) {
 	rc := &recorder{}
 	fr := startFaultReceiver(t, faultConfig(997), rc.consumer(t), nil)
 	n := rc.waitForInterval(t, 0, pid, "c", 20*time.Second)
-	queued0 := fr.r.preparer.queued.Load()
-	records0 := fr.r.stats.records.Load()
-	c0, err := fr.r.tracer.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	queued0 := fr.r.prof.Stats().Preparer.Queued
+	records0 := fr.r.prof.Stats().Records
+	c0 := fr.r.prof.Stats().Kernel
 
 	// Each child is a shell that execs another with its own command line,
 	// which execs true: two execs and an exit per process.
@@ -425,12 +420,9 @@ func TestFaultExecStorm(t *testing.T) {
 	// Exports went on and the next ones still arrive.
 	n = rc.waitForInterval(t, n, pid, "c", 20*time.Second)
 	rc.waitForInterval(t, n, pid, "c", 20*time.Second)
-	queued := fr.r.preparer.queued.Load() - queued0
-	records := fr.r.stats.records.Load() - records0
-	c, err := fr.r.tracer.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	queued := fr.r.prof.Stats().Preparer.Queued - queued0
+	records := fr.r.prof.Stats().Records - records0
+	c := fr.r.prof.Stats().Kernel
 	// Every process's execs and exit reach the preparer, or their
 	// dropping is counted.
 	sent, lostEvents := c.TaskEventsSent-c0.TaskEventsSent, c.TaskEventsLost-c0.TaskEventsLost
@@ -438,15 +430,15 @@ func TestFaultExecStorm(t *testing.T) {
 		t.Errorf("%d exec/exit records sent and %d lost for %d processes that exec'd twice and exited", sent, lostEvents, procs)
 	}
 	// The reader may still be behind the ring buffer: give it a deadline.
-	for deadline := time.Now().Add(10 * time.Second); queued+fr.r.preparer.dropped.Load() < sent && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); queued+fr.r.prof.Stats().Preparer.Dropped < sent && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond) // polling the reader's progress, bounded by the deadline
-		queued = fr.r.preparer.queued.Load() - queued0
+		queued = fr.r.prof.Stats().Preparer.Queued - queued0
 	}
-	if queued+fr.r.preparer.dropped.Load() < sent {
-		t.Errorf("%d preparer requests (%d dropped) for %d exec/exit records sent", queued, fr.r.preparer.dropped.Load(), sent)
+	if queued+fr.r.prof.Stats().Preparer.Dropped < sent {
+		t.Errorf("%d preparer requests (%d dropped) for %d exec/exit records sent", queued, fr.r.prof.Stats().Preparer.Dropped, sent)
 	}
 	t.Logf("%d processes: %d records, %d preparer requests (%d dropped), %d found gone while prepared, %d samples of gone processes",
-		procs, records, queued, fr.r.preparer.dropped.Load(), fr.r.preparer.gone.Load(), fr.r.resolver.stats.processGone.Load())
+		procs, records, queued, fr.r.prof.Stats().Preparer.Dropped, fr.r.prof.Stats().Preparer.Gone, fr.r.prof.Stats().Resolver.ProcessGone)
 	shutdownWithin(t, fr.r, 10*time.Second)
 	base.check(t, fr.bpf)
 }
@@ -529,16 +521,16 @@ func TestFaultFileReplacedOrTruncated(t *testing.T) {
 	n := rc.waitForInterval(t, 0, pid, "lib_inner", 20*time.Second)
 	// The preparer opens every mapped file on its own goroutine, maybe
 	// after that interval was named: wait for it, with a deadline.
-	for deadline := time.Now().Add(10 * time.Second); fr.r.resolver.syms.Stats().Errors-errs0 < victims && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); fr.r.prof.Stats().Symbols.Errors-errs0 < victims && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond) // polling the preparer's progress, bounded by the deadline
 	}
-	if errs := fr.r.resolver.syms.Stats().Errors - errs0; errs < victims {
+	if errs := fr.r.prof.Stats().Symbols.Errors - errs0; errs < victims {
 		t.Errorf("%d files could not be read (symbolizer errors), want at least the %d truncated ones", errs, victims)
 	}
 	rc.waitForInterval(t, n, pid, "lib_inner", 20*time.Second)
-	ls := fr.r.preparer.loader.Stats()
+	ls := fr.r.prof.Stats().Unwind
 	t.Logf("symbolizer errors %d, loader: %d tables built, %d failures, %d without CFI",
-		fr.r.resolver.syms.Stats().Errors-errs0, ls.Built, ls.Failures, ls.NoCFI)
+		fr.r.prof.Stats().Symbols.Errors-errs0, ls.Built, ls.Failures, ls.NoCFI)
 	shutdownWithin(t, fr.r, 10*time.Second)
 	base.check(t, fr.bpf)
 }
@@ -716,16 +708,16 @@ func TestFaultHostileELFMapped(t *testing.T) {
 	// comes through the queue (behind the other processes on the host):
 	// wait for the process to be prepared and the files to be counted.
 	counted := func() bool {
-		ls := fr.r.preparer.loader.Stats()
-		return fr.r.preparer.loader.Prepared(pid) &&
-			fr.r.resolver.syms.Stats().Errors-errs0+ls.Failures-ls0.Failures >= uint64(rejected)
+		ls := fr.r.prof.Stats().Unwind
+		return fr.r.prof.Prepared(pid) &&
+			fr.r.prof.Stats().Symbols.Errors-errs0+ls.Failures-ls0.Failures >= uint64(rejected)
 	}
 	for deadline := time.Now().Add(20 * time.Second); !counted() && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond) // polling the preparer, bounded by the deadline
 	}
 	rc.waitForInterval(t, n, pid, "lib_inner", 20*time.Second)
-	ls := fr.r.preparer.loader.Stats()
-	symErrs := fr.r.resolver.syms.Stats().Errors - errs0
+	ls := fr.r.prof.Stats().Unwind
+	symErrs := fr.r.prof.Stats().Symbols.Errors - errs0
 	failures := ls.Failures - ls0.Failures
 	noCFI := ls.NoCFI - ls0.NoCFI
 	t.Logf("%d hostile files (%d rejected by debug/elf): %d symbolizer errors, %d loader failures, %d without CFI, %d tables built",
@@ -743,4 +735,23 @@ func TestFaultHostileELFMapped(t *testing.T) {
 	}
 	shutdownWithin(t, fr.r, 10*time.Second)
 	base.check(t, fr.bpf)
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

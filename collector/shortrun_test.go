@@ -77,7 +77,7 @@ func TestShortRunsOfOneBinaryAllNamed(t *testing.T) {
 	if checked == 0 {
 		t.Error("no frame of the binary found to check its mapping")
 	}
-	st := fr.r.resolver.syms.Stats()
+	st := fr.r.prof.Stats().Symbols
 	t.Logf("symbolizer: %d files loaded, %d open now, %d errors", st.FilesLoaded, st.OpenFiles, st.Errors)
 }
 

@@ -3,78 +3,21 @@ package collector
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sonde-dev/sonde/collector/internal/metadata"
-	"github.com/sonde-dev/sonde/tracer"
+	"github.com/sonde-dev/sonde/profiler"
 )
 
 // telemetry is the receiver's own metrics, declared in metadata.yaml and
-// documented in README.md. Values that other components already count (the
-// eBPF counters, the unwind loader, the process table, the symbolizer) are
-// read in one callback when the Collector collects; what the reader
-// goroutine counts per sample goes into atomics read by the same callback,
-// so the per-sample path makes no metric call. Only the per-interval export
-// outcome uses synchronous counters.
+// documented in README.md. Every value is read from one profiler.Stats
+// snapshot in one callback when the Collector collects, so the per-sample
+// path makes no metric call and the values of one collection agree.
 type telemetry struct {
 	tb  *metadata.TelemetryBuilder
 	reg metric.Registration // the observation callback, between Start and Shutdown
-
-	// Counted by the reader goroutine under profilesReceiver.mu, with the
-	// sample's addition to the interval.
-	stacks       [numStackSlots]atomic.Uint64
-	intervalFull atomic.Uint64 // samples the interval's builder refused (full)
-	// Counted by the reporter goroutine.
-	exportFailed atomic.Uint64 // samples of intervals the next consumer refused
-}
-
-// stackClass is how a received sample's user-stack walk ended, from the
-// flags the eBPF side set on the sample. Each sample has exactly one class.
-type stackClass uint8
-
-const (
-	stackNone        stackClass = iota // no user stack: a kernel thread, or no user registers
-	stackComplete                      // an unwind row marked the outermost frame
-	stackEnded                         // the frame-pointer chain or return addresses ran out, unconfirmed by CFI
-	stackTruncated                     // frame limit reached, or a tail call failed mid-walk
-	stackUnknownRule                   // failed: a PC whose CFI has no usable rule
-	stackReadError                     // failed: user memory could not be read
-	stackStackError                    // failed: the walk could not start (its tail call failed)
-	numStackClasses
-)
-
-// A stack slot is a class and whether the frame-pointer fallback was used.
-const numStackSlots = 2 * int(numStackClasses)
-
-func stackSlot(c stackClass, fp bool) int {
-	if fp {
-		return 2*int(c) + 1
-	}
-	return 2 * int(c)
-}
-
-// classifyStack maps a sample's flags to its class. The failure flags are
-// checked first: a failed walk may have found frames by frame pointer.
-func classifyStack(flags uint32, userFrames int) (stackClass, bool) {
-	fp := flags&tracer.FlagFramePointers != 0
-	switch {
-	case flags&tracer.FlagUserStackErr != 0:
-		return stackStackError, fp
-	case flags&tracer.FlagUnknownRule != 0:
-		return stackUnknownRule, fp
-	case flags&tracer.FlagUserReadErr != 0:
-		return stackReadError, fp
-	case flags&tracer.FlagUserTruncated != 0:
-		return stackTruncated, fp
-	case flags&tracer.FlagUserComplete != 0:
-		return stackComplete, fp
-	case userFrames == 0:
-		return stackNone, false
-	}
-	return stackEnded, fp
 }
 
 // Attribute sets, built once: the callback allocates nothing for them.
@@ -113,23 +56,23 @@ var (
 	cacheHit  = attrs("result", "hit")
 	cacheMiss = attrs("result", "miss")
 
-	stackAttrs = func() (a [numStackSlots]metric.MeasurementOption) {
-		outcomes := [numStackClasses][2]string{
-			stackNone:        {"none", ""},
-			stackComplete:    {"complete", ""},
-			stackEnded:       {"ended", ""},
-			stackTruncated:   {"truncated", ""},
-			stackUnknownRule: {"failed", "unknown_rule"},
-			stackReadError:   {"failed", "read_error"},
-			stackStackError:  {"failed", "stack_error"},
+	stackAttrs = func() (a [profiler.NumStackOutcomes][2]metric.MeasurementOption) {
+		outcomes := [profiler.NumStackOutcomes][2]string{
+			profiler.StackNone:        {"none", ""},
+			profiler.StackComplete:    {"complete", ""},
+			profiler.StackEnded:       {"ended", ""},
+			profiler.StackTruncated:   {"truncated", ""},
+			profiler.StackUnknownRule: {"failed", "unknown_rule"},
+			profiler.StackReadError:   {"failed", "read_error"},
+			profiler.StackStackError:  {"failed", "stack_error"},
 		}
 		for c, o := range outcomes {
-			for _, fp := range []bool{false, true} {
-				kv := []attribute.KeyValue{attribute.String("outcome", o[0]), attribute.Bool("frame_pointer", fp)}
+			for fp := range 2 {
+				kv := []attribute.KeyValue{attribute.String("outcome", o[0]), attribute.Bool("frame_pointer", fp == 1)}
 				if o[1] != "" {
 					kv = append(kv, attribute.String("reason", o[1]))
 				}
-				a[stackSlot(stackClass(c), fp)] = metric.WithAttributeSet(attribute.NewSet(kv...))
+				a[c][fp] = metric.WithAttributeSet(attribute.NewSet(kv...))
 			}
 		}
 		return a
@@ -144,35 +87,14 @@ func newTelemetry(tb *metadata.TelemetryBuilder) *telemetry {
 	return &telemetry{tb: tb}
 }
 
-// countSample counts one received sample; added says whether the interval's
-// builder took it. Called with profilesReceiver.mu held.
-func (t *telemetry) countSample(rec *tracer.Record, added bool) {
-	c, fp := classifyStack(rec.Flags, len(rec.User))
-	t.stacks[stackSlot(c, fp)].Add(1)
-	if !added {
-		t.intervalFull.Add(1)
-	}
-}
-
-// exported counts an interval the next consumer accepted.
-func (t *telemetry) exported(profiles, samples int) {
-	ctx := context.Background()
-	t.tb.ExportProfiles.Add(ctx, int64(profiles))
-	t.tb.ExportSamples.Add(ctx, int64(samples))
-}
-
-// refused counts an interval the next consumer refused.
-func (t *telemetry) refused(samples int) {
-	t.exportFailed.Add(uint64(samples))
-	t.tb.ExportErrors.Add(context.Background(), 1)
-}
-
-// register starts observing r's components; Start calls it once they exist.
-func (t *telemetry) register(r *profilesReceiver, meter metric.Meter) error {
+// register starts observing p; Start calls it once p exists.
+func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 	tb := t.tb
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		return t.observe(r, o)
+		t.observe(p.Stats(), o)
+		return nil
 	},
+		tb.ExportErrors, tb.ExportProfiles, tb.ExportSamples, tb.SamplesPending,
 		tb.SamplesReceived, tb.SamplesLost, tb.SamplesSkipped, tb.RecordsLost, tb.RecordsMalformed,
 		tb.UnwindMappingsStale, tb.OffcpuWaits,
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
@@ -200,30 +122,31 @@ func (t *telemetry) unregister() error {
 	return err
 }
 
-// observe reports one snapshot of every source. A failed read of the eBPF
-// counters leaves their metrics out of this collection and is returned; the
-// others are still reported.
-func (t *telemetry) observe(r *profilesReceiver, o metric.Observer) error {
+// observe reports one snapshot.
+func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	tb := t.tb
 	i64 := func(v uint64) int64 { return int64(v) }
 
-	o.ObserveInt64(tb.SamplesReceived, i64(r.stats.samples.Load()))
-	o.ObserveInt64(tb.SamplesLost, i64(t.intervalFull.Load()), lostIntervalFull)
-	o.ObserveInt64(tb.SamplesLost, i64(t.exportFailed.Load()), lostExportFailed)
-	o.ObserveInt64(tb.RecordsMalformed, i64(r.stats.decodeErrors.Load()))
-	for c := range numStackClasses {
-		for _, fp := range []bool{false, true} {
-			if c == stackNone && fp {
-				continue // classifyStack never yields it
+	o.ObserveInt64(tb.ExportErrors, i64(s.EmitErrors))
+	o.ObserveInt64(tb.ExportProfiles, i64(s.EmittedProfiles))
+	o.ObserveInt64(tb.ExportSamples, i64(s.EmittedSamples))
+	o.ObserveInt64(tb.SamplesPending, int64(s.Pending))
+	o.ObserveInt64(tb.SamplesReceived, i64(s.Samples))
+	o.ObserveInt64(tb.SamplesLost, i64(s.IntervalFull), lostIntervalFull)
+	o.ObserveInt64(tb.SamplesLost, i64(s.EmitDropped), lostExportFailed)
+	o.ObserveInt64(tb.RecordsMalformed, i64(s.RecordsMalformed))
+	for c := range profiler.NumStackOutcomes {
+		for fp := range 2 {
+			if c == profiler.StackNone && fp == 1 {
+				continue // never counted: no user stack, no fallback
 			}
-			s := stackSlot(c, fp)
-			o.ObserveInt64(tb.UnwindStacks, i64(t.stacks[s].Load()), stackAttrs[s])
+			o.ObserveInt64(tb.UnwindStacks, i64(s.Stacks[c][fp]), stackAttrs[c][fp])
 		}
 	}
 
-	ls := r.preparer.loader.Stats()
+	ls := s.Unwind
 	o.ObserveInt64(tb.UnwindProcesses, int64(ls.Processes))
-	o.ObserveInt64(tb.UnwindRequestsDropped, i64(r.preparer.dropped.Load()))
+	o.ObserveInt64(tb.UnwindRequestsDropped, i64(s.Preparer.Dropped))
 	o.ObserveInt64(tb.UnwindTableCount, int64(ls.Tables))
 	o.ObserveInt64(tb.UnwindTableRows, ls.Rows)
 	o.ObserveInt64(tb.UnwindTableSize, ls.Bytes)
@@ -233,35 +156,32 @@ func (t *telemetry) observe(r *profilesReceiver, o metric.Observer) error {
 	o.ObserveInt64(tb.UnwindTableFailures, i64(ls.OverBudget), tableOverBudget)
 	o.ObserveInt64(tb.UnwindTableFailures, i64(ls.Failures), tableError)
 
-	o.ObserveInt64(tb.ProcessesTracked, int64(r.resolver.procs.Len()))
+	o.ObserveInt64(tb.ProcessesTracked, int64(s.Processes))
 
-	ss := r.resolver.syms.Stats()
+	ss := s.Symbols
 	o.ObserveInt64(tb.SymbolizeCacheRequests, i64(ss.Hits), cacheHit)
 	o.ObserveInt64(tb.SymbolizeCacheRequests, i64(ss.Misses), cacheMiss)
 	o.ObserveInt64(tb.SymbolizeCacheLoads, i64(ss.FilesLoaded))
 	o.ObserveInt64(tb.SymbolizeCacheEvictions, i64(ss.FilesEvicted))
 	o.ObserveInt64(tb.SymbolizeCacheSize, ss.LoadedBytes)
 
-	c, err := r.tracer.Counters()
-	if err != nil {
-		return fmt.Errorf("sonde receiver telemetry: %w", err)
-	}
+	c := s.Kernel
 	o.ObserveInt64(tb.SamplesLost, i64(c.SamplesLost), lostRingBuffer)
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.IdleSkipped), skippedIdle)
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.KernelThreads), skippedKThread)
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.Filtered), skippedKernel)
-	o.ObserveInt64(tb.SamplesSkipped, i64(r.stats.filtered.Load()), skippedUser)
+	o.ObserveInt64(tb.SamplesSkipped, i64(s.FilteredInUser), skippedUser)
 	o.ObserveInt64(tb.UnwindMappingsStale, i64(c.StaleMappings))
-	if r.tracer.OffCPU() && r.offCPU != nil {
-		j := &r.offCPU.stats
-		o.ObserveInt64(tb.OffcpuWaits, i64(j.samples.Load()), offCPUSampled)
+	if s.OffCPUEnabled {
+		j := s.OffCPU
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.Samples), offCPUSampled)
 		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUShortWaits), offCPUShort)
 		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUFiltered), offCPUFiltered)
 		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUStartsLost+c.OffCPUEndsLost), offCPURingFull)
 		o.ObserveInt64(tb.OffcpuWaits, i64(c.OffCPUMapFull), offCPUMapFull)
-		o.ObserveInt64(tb.OffcpuWaits, i64(j.expired.Load()), offCPUExpired)
-		o.ObserveInt64(tb.OffcpuWaits, i64(j.evicted.Load()), offCPUEvicted)
-		o.ObserveInt64(tb.OffcpuWaits, i64(j.orphanEnds.Load()), offCPUOrphanEnd)
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.Expired), offCPUExpired)
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.Evicted), offCPUEvicted)
+		o.ObserveInt64(tb.OffcpuWaits, i64(j.OrphanEnds), offCPUOrphanEnd)
 	}
 	o.ObserveInt64(tb.RecordsLost, i64(c.TaskEventsLost), recordsExecExit)
 	o.ObserveInt64(tb.RecordsLost, i64(c.UnknownLost), recordsUnknown)
@@ -271,5 +191,4 @@ func (t *telemetry) observe(r *profilesReceiver, o metric.Observer) error {
 	o.ObserveInt64(tb.UnwindErrors, i64(c.KernelStackErrs), unwindKernelStack)
 	o.ObserveInt64(tb.UnwindFrames, i64(c.FramesCFI), framesCFI)
 	o.ObserveInt64(tb.UnwindFrames, i64(c.FramesFP), framesFP)
-	return nil
 }

@@ -17,37 +17,9 @@ import (
 
 	"github.com/sonde-dev/sonde/collector/internal/metadatatest"
 	"github.com/sonde-dev/sonde/internal/testutil"
-	"github.com/sonde-dev/sonde/internal/unwind"
+	"github.com/sonde-dev/sonde/profiler"
 	"github.com/sonde-dev/sonde/tracer"
 )
-
-func TestClassifyStack(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		flags  uint32
-		frames int
-		want   stackClass
-		fp     bool
-	}{
-		{"kernel thread", 0, 0, stackNone, false},
-		{"complete by CFI", tracer.FlagUserComplete, 5, stackComplete, false},
-		{"complete after a frame-pointer frame", tracer.FlagUserComplete | tracer.FlagFramePointers, 5, stackComplete, true},
-		{"frame-pointer chain ran out", tracer.FlagFramePointers, 4, stackEnded, true},
-		{"return address zero", 0, 3, stackEnded, false},
-		{"truncated", tracer.FlagUserTruncated, 256, stackTruncated, false},
-		{"unknown rule", tracer.FlagUnknownRule, 2, stackUnknownRule, false},
-		{"read error after frame pointers", tracer.FlagUserReadErr | tracer.FlagFramePointers, 2, stackReadError, true},
-		{"tail call failed before the walk", tracer.FlagUserStackErr, 0, stackStackError, false},
-		{"kernel stack error only", tracer.FlagKernelStackErr, 0, stackNone, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, fp := classifyStack(tc.flags, tc.frames)
-			if c != tc.want || fp != tc.fp {
-				t.Errorf("classifyStack(%#x, %d) = %d, %v; want %d, %v", tc.flags, tc.frames, c, fp, tc.want, tc.fp)
-			}
-		})
-	}
-}
 
 // collected is one collection of the receiver's metrics: data points by
 // metric name.
@@ -139,9 +111,9 @@ func hasFunction(pd pprofile.Profiles, pid int, fn string) bool {
 
 // TestTelemetry runs the real receiver with a workload and a consumer that
 // refuses the first intervals, accepts the next ones and then holds one. While
-// it holds, the reporter cannot flush and the test holds the builder's lock, so
-// nothing the receiver counts can move: every sample received is exported,
-// refused, dropped by a full interval, in the held interval, or in the open one.
+// it holds, the reporter cannot flush, and one collection reads one snapshot
+// of the profiler's counts: every sample received is exported, refused,
+// dropped by a full interval, in the held interval, or in the open one.
 func TestTelemetry(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde receiver")
 	// Intervals 1 and 2 are refused. The one held is the first after at
@@ -227,27 +199,23 @@ func TestTelemetry(t *testing.T) {
 		t.Fatalf("no interval held in 60s: the consumer saw %d, the first workload stack down to _start in interval %d", calls, sawStart)
 	}
 
-	// The reporter is held inside ConsumeProfiles; with the lock the reader
-	// cannot add a sample either. The preparer runs on: take a collection
-	// its stats did not change across.
+	// The reporter is held inside ConsumeProfiles. The reader and the
+	// preparer run on: the samples received, their stacks and the open
+	// interval's samples come from one snapshot, which agrees with itself;
+	// take a collection the loader's stats did not change across.
 	var (
-		pending int64
-		m       collected
-		ls      unwind.LoaderStats
+		m  collected
+		ls profiler.UnwindStats
 	)
-	func() {
-		r.mu.Lock()
-		defer r.mu.Unlock() // a failed assertion must not leave the reader blocked
-		pending = int64(r.current.Len())
-		for range 100 {
-			before := r.preparer.loader.Stats()
-			m = collect(t, tt)
-			ls = r.preparer.loader.Stats()
-			if ls == before {
-				break
-			}
+	for range 100 {
+		before := r.prof.Stats().Unwind
+		m = collect(t, tt)
+		ls = r.prof.Stats().Unwind
+		if ls == before {
+			break
 		}
-	}()
+	}
+	pending := m.sum("sonde.samples.pending")
 	// The export counters cannot move until the consumer is released.
 	mu.Lock()
 	acceptedAtHold, profilesAtHold, refusedAtHold := accepted, acceptedProfiles, refused
@@ -258,7 +226,7 @@ func TestTelemetry(t *testing.T) {
 	releaseConsumer()
 
 	for _, name := range []string{
-		"sonde.samples.received", "sonde.samples.lost", "sonde.records.lost", "sonde.records.malformed",
+		"sonde.samples.received", "sonde.samples.pending", "sonde.samples.lost", "sonde.records.lost", "sonde.records.malformed",
 		"sonde.unwind.stacks", "sonde.unwind.errors", "sonde.unwind.frames", "sonde.unwind.processes",
 		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",
 		"sonde.unwind.table.size", "sonde.unwind.table.builds", "sonde.unwind.table.evictions",

@@ -28,14 +28,15 @@ type TelemetryBuilder struct {
 	meter                   metric.Meter
 	mu                      sync.Mutex
 	registrations           []metric.Registration
-	ExportErrors            metric.Int64Counter
-	ExportProfiles          metric.Int64Counter
-	ExportSamples           metric.Int64Counter
+	ExportErrors            metric.Int64ObservableCounter
+	ExportProfiles          metric.Int64ObservableCounter
+	ExportSamples           metric.Int64ObservableCounter
 	OffcpuWaits             metric.Int64ObservableCounter
 	ProcessesTracked        metric.Int64ObservableGauge
 	RecordsLost             metric.Int64ObservableCounter
 	RecordsMalformed        metric.Int64ObservableCounter
 	SamplesLost             metric.Int64ObservableCounter
+	SamplesPending          metric.Int64ObservableGauge
 	SamplesReceived         metric.Int64ObservableCounter
 	SamplesSkipped          metric.Int64ObservableCounter
 	SymbolizeCacheEvictions metric.Int64ObservableCounter
@@ -65,6 +66,51 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterExportErrorsCallback sets callback for observable ExportErrors metric.
+func (builder *TelemetryBuilder) RegisterExportErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ExportErrors, obs: o})
+		return nil
+	}, builder.ExportErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterExportProfilesCallback sets callback for observable ExportProfiles metric.
+func (builder *TelemetryBuilder) RegisterExportProfilesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ExportProfiles, obs: o})
+		return nil
+	}, builder.ExportProfiles)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterExportSamplesCallback sets callback for observable ExportSamples metric.
+func (builder *TelemetryBuilder) RegisterExportSamplesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ExportSamples, obs: o})
+		return nil
+	}, builder.ExportSamples)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterOffcpuWaitsCallback sets callback for observable OffcpuWaits metric.
@@ -133,6 +179,21 @@ func (builder *TelemetryBuilder) RegisterSamplesLostCallback(cb metric.Int64Call
 		cb(ctx, &observerInt64{inst: builder.SamplesLost, obs: o})
 		return nil
 	}, builder.SamplesLost)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSamplesPendingCallback sets callback for observable SamplesPending metric.
+func (builder *TelemetryBuilder) RegisterSamplesPendingCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SamplesPending, obs: o})
+		return nil
+	}, builder.SamplesPending)
 	if err != nil {
 		return err
 	}
@@ -440,19 +501,19 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
-	builder.ExportErrors, err = builder.meter.Int64Counter(
+	builder.ExportErrors, err = builder.meter.Int64ObservableCounter(
 		"sonde.export.errors",
 		metric.WithDescription("Intervals whose profiles the next consumer refused; their samples are dropped. [Development]"),
 		metric.WithUnit("{interval}"),
 	)
 	errs = errors.Join(errs, err)
-	builder.ExportProfiles, err = builder.meter.Int64Counter(
+	builder.ExportProfiles, err = builder.meter.Int64ObservableCounter(
 		"sonde.export.profiles",
 		metric.WithDescription("Profiles (one per process and interval) the next consumer accepted. [Development]"),
 		metric.WithUnit("{profile}"),
 	)
 	errs = errors.Join(errs, err)
-	builder.ExportSamples, err = builder.meter.Int64Counter(
+	builder.ExportSamples, err = builder.meter.Int64ObservableCounter(
 		"sonde.export.samples",
 		metric.WithDescription("Samples in the profiles the next consumer accepted. [Development]"),
 		metric.WithUnit("{sample}"),
@@ -485,6 +546,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.SamplesLost, err = builder.meter.Int64ObservableCounter(
 		"sonde.samples.lost",
 		metric.WithDescription("Samples that never reached the next consumer, by reason. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SamplesPending, err = builder.meter.Int64ObservableGauge(
+		"sonde.samples.pending",
+		metric.WithDescription("Samples in the interval being built, not yet handed to the next consumer. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

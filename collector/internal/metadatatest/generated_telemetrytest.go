@@ -147,6 +147,20 @@ func AssertEqualSamplesLost(t *testing.T, tt *componenttest.Telemetry, dps []met
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualSamplesPending(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.samples.pending",
+		Description: "Samples in the interval being built, not yet handed to the next consumer. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.samples.pending")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualSamplesReceived(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.samples.received",

@@ -1,4 +1,4 @@
-package collector_test
+package profiler
 
 import (
 	"os/exec"
@@ -7,16 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sonde-dev/sonde/collector"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
-// Short-lived processes exit before or while the receiver prepares them:
-// each costs at most a count. The receiver keeps delivering intervals, and
+// Short-lived processes exit before or while the profiler prepares them:
+// each costs at most a count. The profiler keeps delivering intervals, and
 // the unwinder's per-process maps (known_pids, mappings) keep nothing for
 // any of them once their exits are handled.
 func TestShortLivedProcessesGone(t *testing.T) {
-	sink, rcv := startReceiverWith(t, 499)
+	p, sink := startProfiler(t, 499)
 	// A CPU burner keeps every interval non-empty: an empty interval is not
 	// exported.
 	testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChain))
@@ -43,15 +42,15 @@ func TestShortLivedProcessesGone(t *testing.T) {
 	// one of them holds samples of the processes, two intervals on.
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	exported := len(sink.AllProfiles())
+	exported := len(sink.all())
 	sampled := map[int64]bool{}
 	read := 0
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); <-tick.C {
-		all := sink.AllProfiles()
+		all := sink.all()
 		for _, pd := range all[read:] {
-			for _, s := range flatten(pd) {
-				if dead[s.PID] {
-					sampled[s.PID] = true
+			for pid := range pidsOf(pd) {
+				if dead[pid] {
+					sampled[pid] = true
 				}
 			}
 		}
@@ -70,16 +69,16 @@ func TestShortLivedProcessesGone(t *testing.T) {
 	// Their exits reach the preparer in order after their other requests:
 	// once it has handled what it had accepted by now, it is done with
 	// them.
-	queued, _ := collector.PreparerProgress(rcv)
+	queued := p.Stats().Preparer.Queued
 	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
-		if _, handled := collector.PreparerProgress(rcv); handled >= queued {
+		if handled := p.Stats().Preparer.Handled; handled >= queued {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the preparer handled fewer than %d requests in 10 s", queued)
 		}
 	}
-	entries, err := collector.TracerOf(rcv).ProcessEntries()
+	entries, err := p.tracer.ProcessEntries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +89,7 @@ func TestShortLivedProcessesGone(t *testing.T) {
 		}
 	}
 	t.Logf("%d short-lived processes: %d sampled, %d times a process (of any on the host) was found gone while being prepared; %d still have entries in the unwinder's maps",
-		n, len(sampled), collector.PreparerGone(rcv), len(leaked))
+		n, len(sampled), p.Stats().Preparer.Gone, len(leaked))
 	if len(leaked) > 0 {
 		t.Errorf("entries (known_pids and mapping blocks) left for exited pids: %v", leaked)
 	}

@@ -1,4 +1,4 @@
-package collector
+package profiler
 
 import (
 	"path"
@@ -25,7 +25,7 @@ const filterPending = time.Second
 // safe for concurrent use: the preparer decides and tells the kernel, the
 // resolver drops what was sampled before the kernel knew.
 type procFilter struct {
-	cfg    FiltersConfig
+	cfg    Filters
 	minAge time.Duration
 	active bool // some rule can exclude a process
 
@@ -37,19 +37,23 @@ type procFilter struct {
 type decision struct {
 	start    uint64
 	excluded bool
-	// until is when a process excluded for its age comes of age
-	// (CLOCK_MONOTONIC); zero for a lasting decision.
-	until time.Duration
+	// comesOfAge is when a process excluded for its age reaches the
+	// minimum age; zero for a lasting decision.
+	comesOfAge ktime
 }
 
-func newProcFilter(cfg *Config) *procFilter {
-	f := cfg.Filters
+// ktime is a point in time on CLOCK_MONOTONIC, in nanoseconds: the clock of
+// the kernel's bpf_ktime_get_ns.
+type ktime uint64
+
+func newProcFilter(o *Options) *procFilter {
+	f := o.Filters
 	return &procFilter{
 		cfg:    f,
-		minAge: cfg.FilterMinProcessAge,
+		minAge: o.FilterMinProcessAge,
 		active: len(f.IncludeExecutables) > 0 || len(f.ExcludeExecutables) > 0 ||
-			f.Containers != containersAny && f.Containers != "" ||
-			len(f.IncludeCgroups) > 0 || len(f.ExcludeCgroups) > 0 || cfg.FilterMinProcessAge > 0,
+			f.Containers != ContainersAny && f.Containers != "" ||
+			len(f.IncludeCgroups) > 0 || len(f.ExcludeCgroups) > 0 || o.FilterMinProcessAge > 0,
 		decided: make(map[int]decision),
 	}
 }
@@ -64,31 +68,19 @@ func (f *procFilter) decide(p *process.Process) decision {
 	f.mu.Lock()
 	d, ok := f.decided[p.PID]
 	f.mu.Unlock()
-	if ok && d.start == p.StartTime && (d.until == 0 || now < d.until) {
+	if ok && d.start == p.StartTime && (d.comesOfAge == 0 || now < d.comesOfAge) {
 		return d
 	}
 	d = decision{start: p.StartTime, excluded: !f.matches(p)}
 	if !d.excluded && f.minAge > 0 {
 		if age := processAge(p); age < f.minAge {
-			d.excluded, d.until = true, now+f.minAge-age
+			d.excluded, d.comesOfAge = true, now.add(f.minAge-age)
 		}
 	}
 	f.mu.Lock()
 	f.decided[p.PID] = d
 	f.mu.Unlock()
 	return d
-}
-
-// excluded reports whether pid's current image was decided excluded; an
-// undecided process is not.
-func (f *procFilter) excluded(pid int) bool {
-	if !f.active {
-		return false
-	}
-	f.mu.Lock()
-	d, ok := f.decided[pid]
-	f.mu.Unlock()
-	return ok && d.excluded && (d.until == 0 || monotonic() < d.until)
 }
 
 // forget drops pid's decision (exec, exit).
@@ -106,10 +98,10 @@ func (d decision) kernelUntil() uint64 {
 	switch {
 	case !d.excluded:
 		return 0
-	case d.until == 0:
+	case d.comesOfAge == 0:
 		return tracer.ExcludeForever
 	default:
-		return uint64(d.until)
+		return uint64(d.comesOfAge)
 	}
 }
 
@@ -125,11 +117,11 @@ func (f *procFilter) matches(p *process.Process) bool {
 		return false
 	}
 	switch f.cfg.Containers {
-	case containersOnly:
+	case ContainersOnly:
 		if p.ContainerID == "" {
 			return false
 		}
-	case containersNone:
+	case ContainersNone:
 		if p.ContainerID != "" {
 			return false
 		}
@@ -176,9 +168,15 @@ func processAge(p *process.Process) time.Duration {
 	return max(time.Duration(ts.Nano())-started, 0)
 }
 
-// monotonic is CLOCK_MONOTONIC, the kernel's bpf_ktime_get_ns.
-func monotonic() time.Duration {
+// monotonic is the time now on CLOCK_MONOTONIC.
+func monotonic() ktime {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return time.Duration(ts.Nano())
+	return ktime(ts.Nano())
 }
+
+// add is t moved by d.
+func (t ktime) add(d time.Duration) ktime { return ktime(int64(t) + int64(d)) }
+
+// sub is how long after u t comes.
+func (t ktime) sub(u ktime) time.Duration { return time.Duration(int64(t) - int64(u)) }

@@ -1,4 +1,4 @@
-package collector
+package profiler
 
 import (
 	"errors"
@@ -71,18 +71,18 @@ func TestPreparerProcessGone(t *testing.T) {
 		t.Skipf("no procfs: %v", err)
 	}
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
-	t.Run("no filters", func(t *testing.T) { testPreparerProcessGone(t, bin, FiltersConfig{}) })
+	t.Run("no filters", func(t *testing.T) { testPreparerProcessGone(t, bin, Filters{}) })
 	t.Run("filters", func(t *testing.T) {
-		testPreparerProcessGone(t, bin, FiltersConfig{ExcludeExecutables: []string{"/nonexistent/*"}})
+		testPreparerProcessGone(t, bin, Filters{ExcludeExecutables: []string{"/nonexistent/*"}})
 	})
 }
 
-func testPreparerProcessGone(t *testing.T, bin string, filters FiltersConfig) {
+func testPreparerProcessGone(t *testing.T, bin string, filters Filters) {
 	core, logs := observer.New(zap.DebugLevel)
 	log := zap.New(core)
 	procs := process.NewTable("/proc", log, process.Options{})
 	k := &recordingKernel{mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}, filters: map[uint32]uint64{}}
-	filter := newProcFilter(&Config{Filters: filters})
+	filter := newProcFilter(&Options{Filters: filters})
 	p := newPreparer(log, k, procs, symbolize.New(log, symbolize.Options{}), filter, 0, []string{})
 
 	start := func() *exec.Cmd {

@@ -1,4 +1,4 @@
-package collector
+package profiler
 
 import (
 	"os"

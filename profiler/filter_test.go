@@ -1,22 +1,17 @@
-package collector
+package profiler
 
 import (
-	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/sonde-dev/sonde/collector/internal/metadata"
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/tracer"
 )
 
 func TestFilterMatches(t *testing.T) {
@@ -26,23 +21,23 @@ func TestFilterMatches(t *testing.T) {
 	kworker := &process.Process{Name: "kworker/0:1", KernelThread: true}
 	for _, tc := range []struct {
 		name string
-		cfg  FiltersConfig
+		cfg  Filters
 		want map[*process.Process]bool
 	}{
-		{"no rules", FiltersConfig{}, map[*process.Process]bool{nginx: true, app: true, kworker: false}},
-		{"include by name", FiltersConfig{IncludeExecutables: []string{"ngin*"}}, map[*process.Process]bool{nginx: true, app: false}},
-		{"include by path", FiltersConfig{IncludeExecutables: []string{"/opt/app/bin/*"}}, map[*process.Process]bool{nginx: false, app: true}},
-		{"a name glob does not match a path", FiltersConfig{IncludeExecutables: []string{"/usr/sbin"}}, map[*process.Process]bool{nginx: false}},
-		{"exclude wins", FiltersConfig{IncludeExecutables: []string{"*"}, ExcludeExecutables: []string{"nginx"}}, map[*process.Process]bool{nginx: false, app: true}},
-		{"containers only", FiltersConfig{Containers: containersOnly}, map[*process.Process]bool{nginx: false, app: true}},
-		{"host only", FiltersConfig{Containers: containersNone}, map[*process.Process]bool{nginx: true, app: false}},
-		{"cgroup prefix", FiltersConfig{IncludeCgroups: []string{"/kubepods.slice/"}}, map[*process.Process]bool{nginx: false, app: true}},
-		{"cgroup prefix is by path element", FiltersConfig{IncludeCgroups: []string{"/kubepods"}}, map[*process.Process]bool{app: false}},
-		{"exclude cgroup", FiltersConfig{ExcludeCgroups: []string{"/system.slice"}}, map[*process.Process]bool{nginx: false, app: true}},
-		{"kernel threads kept", FiltersConfig{IncludeKernelThreads: true}, map[*process.Process]bool{kworker: true}},
+		{"no rules", Filters{}, map[*process.Process]bool{nginx: true, app: true, kworker: false}},
+		{"include by name", Filters{IncludeExecutables: []string{"ngin*"}}, map[*process.Process]bool{nginx: true, app: false}},
+		{"include by path", Filters{IncludeExecutables: []string{"/opt/app/bin/*"}}, map[*process.Process]bool{nginx: false, app: true}},
+		{"a name glob does not match a path", Filters{IncludeExecutables: []string{"/usr/sbin"}}, map[*process.Process]bool{nginx: false}},
+		{"exclude wins", Filters{IncludeExecutables: []string{"*"}, ExcludeExecutables: []string{"nginx"}}, map[*process.Process]bool{nginx: false, app: true}},
+		{"containers only", Filters{Containers: ContainersOnly}, map[*process.Process]bool{nginx: false, app: true}},
+		{"host only", Filters{Containers: ContainersNone}, map[*process.Process]bool{nginx: true, app: false}},
+		{"cgroup prefix", Filters{IncludeCgroups: []string{"/kubepods.slice/"}}, map[*process.Process]bool{nginx: false, app: true}},
+		{"cgroup prefix is by path element", Filters{IncludeCgroups: []string{"/kubepods"}}, map[*process.Process]bool{app: false}},
+		{"exclude cgroup", Filters{ExcludeCgroups: []string{"/system.slice"}}, map[*process.Process]bool{nginx: false, app: true}},
+		{"kernel threads kept", Filters{IncludeKernelThreads: true}, map[*process.Process]bool{kworker: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newProcFilter(&Config{Filters: tc.cfg})
+			f := newProcFilter(&Options{Filters: tc.cfg})
 			for p, want := range tc.want {
 				if got := f.matches(p); got != want {
 					t.Errorf("%s: matches = %v, want %v", p.Name, got, want)
@@ -54,28 +49,50 @@ func TestFilterMatches(t *testing.T) {
 
 // A young process is excluded until it comes of age, then decided again.
 func TestFilterMinProcessAge(t *testing.T) {
-	f := newProcFilter(&Config{FilterMinProcessAge: time.Hour})
+	f := newProcFilter(&Options{FilterMinProcessAge: time.Hour})
 	self, err := process.NewTable("/proc", nil, process.Options{}).Get(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := f.decide(self)
 	age := processAge(self)
-	if !d.excluded || d.until == 0 || d.kernelUntil() != uint64(d.until) {
+	if !d.excluded || d.comesOfAge == 0 || d.kernelUntil() != uint64(d.comesOfAge) {
 		t.Fatalf("decision for a %v-old process with a 1h minimum = %+v, want excluded until it is 1h old", age, d)
 	}
-	if wait := d.until - monotonic(); wait > time.Hour-age+time.Second || wait < time.Hour-age-time.Minute {
+	if wait := d.comesOfAge.sub(monotonic()); wait > time.Hour-age+time.Second || wait < time.Hour-age-time.Minute {
 		t.Errorf("excluded for %v more, want about %v", wait, time.Hour-age)
 	}
-	if !f.excluded(self.PID) {
-		t.Error("excluded() = false for the decided process")
+	// Until it comes of age, the process keeps the decision taken on
+	// first sight: the same deadline, not one taken again.
+	if again := f.decide(self); again != d {
+		t.Errorf("second decision for the same process = %+v, want the first, %+v", again, d)
 	}
-	f.forget(self.PID)
-	if f.excluded(self.PID) {
-		t.Error("excluded() = true after forget")
-	}
-	if d := newProcFilter(&Config{FilterMinProcessAge: time.Nanosecond}).decide(self); d.excluded {
+	if d := newProcFilter(&Options{FilterMinProcessAge: time.Nanosecond}).decide(self); d.excluded {
 		t.Errorf("decision for a process older than the minimum = %+v, want included", d)
+	}
+}
+
+// A decision holds for one process image: an exec (same pid and start
+// time, a new executable) is decided again only once the decision is
+// forgotten, as the preparer does on exec; a reused pid (a new start time)
+// is decided again at once.
+func TestFilterForget(t *testing.T) {
+	f := newProcFilter(&Options{Filters: Filters{ExcludeExecutables: []string{"victim"}}})
+	victim := &process.Process{PID: 4242, StartTime: 1000, Name: "victim", ExePath: "/bin/victim"}
+	if d := f.decide(victim); !d.excluded || d.kernelUntil() != tracer.ExcludeForever {
+		t.Fatalf("decision for an excluded executable = %+v, want excluded for good", d)
+	}
+	exec := &process.Process{PID: 4242, StartTime: 1000, Name: "other", ExePath: "/bin/other"}
+	if d := f.decide(exec); !d.excluded {
+		t.Errorf("decision for the same image before forget = %+v, want the cached exclusion", d)
+	}
+	f.forget(exec.PID)
+	if d := f.decide(exec); d.excluded {
+		t.Errorf("decision after forget for an executable no rule excludes = %+v, want included", d)
+	}
+	reused := &process.Process{PID: 4242, StartTime: 2000, Name: "victim", ExePath: "/bin/victim"}
+	if d := f.decide(reused); !d.excluded {
+		t.Errorf("decision for a reused pid running the excluded executable = %+v, want excluded", d)
 	}
 }
 
@@ -119,39 +136,27 @@ func copyFile(t *testing.T, src, dst string) {
 // An excluded executable produces no samples and costs the kernel no
 // unwinding, from its first instruction; an included one is profiled.
 func TestFiltersExcludeBeforeAnyWork(t *testing.T) {
-	testutil.RequirePrivileges(t, "the sonde receiver")
+	testutil.RequirePrivileges(t, "the sonde profiler")
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	dir := t.TempDir()
 	included, excluded := filepath.Join(dir, "burn-included"), filepath.Join(dir, "burn-excluded")
 	copyFile(t, bin, included)
 	copyFile(t, bin, excluded)
 
-	cfg := createDefaultConfig()
-	cfg.SamplesPerSecond = 499
-	cfg.ReporterInterval = 500 * time.Millisecond
-	cfg.Filters.ExcludeExecutables = []string{"burn-excl*"}
-	sink := new(consumertest.ProfilesSink)
-	set := receivertest.NewNopSettings(metadata.Type)
-	set.Logger = zaptest.NewLogger(t)
-	r, err := newProfilesReceiver(set, cfg, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+	p, sink := startProfiler(t, 499, func(o *Options) {
+		o.Filters.ExcludeExecutables = []string{"burn-excl*"}
+	})
 
 	in := testutil.StartWorkload(t, included).Process.Pid
 	out := testutil.StartWorkload(t, excluded).Process.Pid
 	deadline := time.Now().Add(30 * time.Second)
 	var counts map[int64]int
 	for time.Now().Before(deadline) {
-		counts = samplesByPID(sink.AllProfiles())
+		counts = samplesByPID(sink.all())
 		if counts[int64(in)] >= 500 {
 			break
 		}
-		waitForProfiles(sink, len(sink.AllProfiles())+1, time.Until(deadline))
+		sink.waitFor(len(sink.all())+1, time.Until(deadline))
 	}
 	if counts[int64(in)] < 500 {
 		t.Fatalf("included process: %d samples, want at least 500", counts[int64(in)])
@@ -159,11 +164,11 @@ func TestFiltersExcludeBeforeAnyWork(t *testing.T) {
 	if counts[int64(out)] != 0 {
 		t.Errorf("excluded process: %d samples, want none", counts[int64(out)])
 	}
-	inCost, _, err := r.tracer.Cost(uint32(in))
+	inCost, _, err := p.tracer.Cost(uint32(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	outCost, ok, err := r.tracer.Cost(uint32(out))
+	outCost, ok, err := p.tracer.Cost(uint32(out))
 	if err != nil || !ok {
 		t.Fatalf("excluded process's cost: ok=%v, %v", ok, err)
 	}
@@ -173,19 +178,5 @@ func TestFiltersExcludeBeforeAnyWork(t *testing.T) {
 	}
 	if inCost.Samples == 0 || inCost.Frames < 4*inCost.Samples {
 		t.Errorf("included process cost %+v, want samples of at least 4 frames (main, a, b, c)", inCost)
-	}
-}
-
-// waitForProfiles waits until the sink holds n profiles or max passes.
-func waitForProfiles(sink *consumertest.ProfilesSink, n int, max time.Duration) {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	end := time.After(max)
-	for len(sink.AllProfiles()) < n {
-		select {
-		case <-tick.C:
-		case <-end:
-			return
-		}
 	}
 }

@@ -1,0 +1,95 @@
+package profiler
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// sink keeps every interval a running profiler emits.
+type sink struct {
+	mu  sync.Mutex
+	got []pprofile.Profiles
+}
+
+func (s *sink) emit(_ context.Context, pd pprofile.Profiles) error {
+	s.mu.Lock()
+	s.got = append(s.got, pd)
+	s.mu.Unlock()
+	return nil
+}
+
+// all returns the intervals emitted so far.
+func (s *sink) all() []pprofile.Profiles {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]pprofile.Profiles(nil), s.got...)
+}
+
+// waitFor waits until the sink holds n intervals or max passes.
+func (s *sink) waitFor(n int, max time.Duration) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(max)
+	for len(s.all()) < n {
+		select {
+		case <-tick.C:
+		case <-end:
+			return
+		}
+	}
+}
+
+// startProfiler runs a real profiler at sps Hz with 500 ms intervals until
+// the test ends; edit, when given, changes the options first.
+func startProfiler(t *testing.T, sps int, edit ...func(*Options)) (*Profiler, *sink) {
+	t.Helper()
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	opts := DefaultOptions()
+	opts.SamplesPerSecond = sps
+	opts.ReporterInterval = 500 * time.Millisecond
+	opts.Logger = zaptest.NewLogger(t)
+	for _, e := range edit {
+		e(&opts)
+	}
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := new(sink)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, s.emit) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p, s
+}
+
+// pidsOf returns the process.pid of every resource of pd that holds samples.
+func pidsOf(pd pprofile.Profiles) map[int64]bool {
+	pids := map[int64]bool{}
+	for _, rp := range pd.ResourceProfiles().All() {
+		pid, _ := rp.Resource().Attributes().Get("process.pid")
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				if prof.Samples().Len() > 0 {
+					pids[pid.Int()] = true
+				}
+			}
+		}
+	}
+	return pids
+}

@@ -1,0 +1,46 @@
+package profiler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDefaultOptionsValid(t *testing.T) {
+	o := DefaultOptions()
+	if err := o.Validate(); err != nil {
+		t.Errorf("DefaultOptions().Validate() = %v", err)
+	}
+}
+
+// Validate reports every problem, each a *FieldError naming the option;
+// ValidateNamed names them the caller's way.
+func TestValidateJoinsEveryProblem(t *testing.T) {
+	o := DefaultOptions()
+	o.SamplesPerSecond = 0
+	o.ProcFS = "proc"
+	o.IncludeEnvVars = []string{"A", "A"}
+	o.Filters.Containers = "some"
+	o.DebugDirs = []string{"/usr/lib/debug", "dbg"}
+	o.RingBufferBytes = 1000
+	err := o.Validate()
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is not a *FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	want := []string{"SamplesPerSecond", "ProcFS", "IncludeEnvVars[1]", "Filters.Containers", "DebugDirs[1]",
+		"RingBufferBytes", "RingBufferBytes"}
+	if diff := cmp.Diff(want, fields); diff != "" {
+		t.Errorf("fields (-want +got):\n%s", diff)
+	}
+	named := o.ValidateNamed(strings.ToLower).Error()
+	if !strings.Contains(named, `includeenvvars[1]: "A" is already listed at includeenvvars[0]`) {
+		t.Errorf("ValidateNamed(strings.ToLower) = %q, want the duplicate named in lower case twice", named)
+	}
+}

@@ -1,0 +1,183 @@
+package profiler
+
+import (
+	"github.com/sonde-dev/sonde/internal/symbolize"
+	"github.com/sonde-dev/sonde/internal/unwind"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// Stats is a snapshot of the profiler's counters and gauges. Counters only
+// grow from New on; gauges say how things are now.
+type Stats struct {
+	// Records is how many ring-buffer records were read, decodable or not.
+	Records uint64
+	// RecordsMalformed were read but could not be decoded, and dropped.
+	RecordsMalformed uint64
+	// Samples is how many on-CPU samples were resolved and handed to an
+	// interval (taken or refused as IntervalFull).
+	Samples uint64
+	// Stacks counts those samples by how their user-stack walk ended:
+	// [outcome][0] without, [outcome][1] with the frame-pointer fallback.
+	// They sum to Samples.
+	Stacks [NumStackOutcomes][2]uint64
+	// IntervalFull is how many samples an interval refused: it held its
+	// maximum of sample events.
+	IntervalFull uint64
+	// Pending (gauge) is how many samples the open interval holds.
+	Pending int
+	// FilteredInUser is how many samples of excluded processes were
+	// dropped in user space, sampled before the kernel knew the decision.
+	FilteredInUser uint64
+
+	// Intervals were emitted without error, with EmittedProfiles profiles
+	// (one per process and interval) and EmittedSamples samples.
+	Intervals, EmittedProfiles, EmittedSamples uint64
+	// EmitErrors intervals were refused by emit, and EmitDropped is how
+	// many samples those held.
+	EmitErrors, EmitDropped uint64
+
+	// Processes (gauge) is how many processes the process table holds.
+	Processes int
+	// Preparer is the work of keeping the unwinder's tables in step.
+	Preparer PreparerStats
+	// Resolver counts what went wrong while naming frames.
+	Resolver ResolverStats
+	// Unwind is the unwind tables' loader.
+	Unwind UnwindStats
+	// Symbols is the symbolizer.
+	Symbols SymbolStats
+	// OffCPU is the off-CPU join; OffCPUEnabled says whether waits are
+	// traced at all.
+	OffCPU        OffCPUStats
+	OffCPUEnabled bool
+	// Kernel is the eBPF side's counters, as last read (after Close: as
+	// they were when the tracer closed).
+	Kernel KernelCounters
+}
+
+// UnwindStats are the unwind table loader's counters and gauges.
+type UnwindStats = unwind.LoaderStats
+
+// SymbolStats are the symbolizer's counters and gauges.
+type SymbolStats = symbolize.Stats
+
+// KernelCounters are the eBPF side's counters.
+type KernelCounters = tracer.Counters
+
+// PreparerStats count the preparer's requests.
+type PreparerStats struct {
+	Queued   uint64 // requests accepted
+	Handled  uint64 // requests handled; Queued - Handled are waiting
+	Dropped  uint64 // requests dropped: the queue was full
+	Excluded uint64 // process images the filters excluded
+	Gone     uint64 // processes that exited before or while being prepared
+}
+
+// ResolverStats count the resolver's problems.
+type ResolverStats struct {
+	ProcessGone     uint64 // samples whose process was gone before it could be read
+	Unmapped        uint64 // user frames no mapping covers, even after a refresh
+	FileErrors      uint64 // mapped files that could not be opened or identified
+	SymbolizeErrors uint64
+	KernelUnnamed   uint64
+	CacheResets     uint64
+}
+
+// OffCPUStats count what became of traced off-CPU waits in user space.
+type OffCPUStats struct {
+	Samples    uint64 // waits that became off-CPU samples
+	Short      uint64 // waits shorter than OffCPUMinDuration, dropped
+	Expired    uint64 // starts whose end did not come in time
+	Evicted    uint64 // starts dropped because the join was full
+	OrphanEnds uint64 // ends whose start never arrived
+	Duplicates uint64 // starts with a key already pending
+}
+
+// StackOutcome is how the user-stack walk of a sample ended, from the flags
+// the eBPF side set on it. Each sample has exactly one.
+type StackOutcome uint8
+
+const (
+	StackNone        StackOutcome = iota // no user stack: a kernel thread, or no user registers
+	StackComplete                        // an unwind row marked the outermost frame
+	StackEnded                           // the frame-pointer chain or return addresses ran out, unconfirmed by CFI
+	StackTruncated                       // frame limit reached, or a tail call failed mid-walk
+	StackUnknownRule                     // failed: a PC whose CFI has no usable rule
+	StackReadError                       // failed: user memory could not be read
+	StackStackError                      // failed: the walk could not start (its tail call failed)
+	NumStackOutcomes
+)
+
+// classifyStack maps a sample's flags to its outcome, and whether the
+// frame-pointer fallback was used. The failure flags are checked first: a
+// failed walk may have found frames by frame pointer.
+func classifyStack(flags uint32, userFrames int) (StackOutcome, bool) {
+	fp := flags&tracer.FlagFramePointers != 0
+	switch {
+	case flags&tracer.FlagUserStackErr != 0:
+		return StackStackError, fp
+	case flags&tracer.FlagUnknownRule != 0:
+		return StackUnknownRule, fp
+	case flags&tracer.FlagUserReadErr != 0:
+		return StackReadError, fp
+	case flags&tracer.FlagUserTruncated != 0:
+		return StackTruncated, fp
+	case flags&tracer.FlagUserComplete != 0:
+		return StackComplete, fp
+	case userFrames == 0:
+		return StackNone, false
+	}
+	return StackEnded, fp
+}
+
+// Stats returns a snapshot of every counter and gauge. The samples, their
+// stack outcomes and the open interval are read together: they agree.
+func (p *Profiler) Stats() Stats {
+	var s Stats
+	p.mu.Lock()
+	s.Samples = p.samples
+	s.Stacks = p.stacks
+	s.IntervalFull = p.intervalFull
+	if p.current != nil {
+		s.Pending = p.current.Len()
+	}
+	p.mu.Unlock()
+	s.Records = p.records.Load()
+	s.RecordsMalformed = p.decodeErrors.Load()
+	s.FilteredInUser = p.filtered.Load()
+	s.Intervals = p.intervals.Load()
+	s.EmittedProfiles = p.emitProfiles.Load()
+	s.EmittedSamples = p.emitSamples.Load()
+	s.EmitErrors = p.emitErrors.Load()
+	s.EmitDropped = p.emitDropped.Load()
+
+	s.Processes = p.procs.Len()
+	pr := p.preparer
+	s.Preparer = PreparerStats{
+		Queued: pr.queued.Load(), Handled: pr.handled.Load(), Dropped: pr.dropped.Load(),
+		Excluded: pr.excluded.Load(), Gone: pr.gone.Load(),
+	}
+	rs := &p.resolver.stats
+	s.Resolver = ResolverStats{
+		ProcessGone: rs.processGone.Load(), Unmapped: rs.unmapped.Load(), FileErrors: rs.fileErrors.Load(),
+		SymbolizeErrors: rs.symbolizeErrs.Load(), KernelUnnamed: rs.kernelUnnamed.Load(), CacheResets: rs.cacheResets.Load(),
+	}
+	s.Unwind = pr.loader.Stats()
+	s.Symbols = p.syms.Stats()
+	j := &p.offCPU.stats
+	s.OffCPU = OffCPUStats{
+		Samples: j.samples.Load(), Short: j.short.Load(), Expired: j.expired.Load(),
+		Evicted: j.evicted.Load(), OrphanEnds: j.orphanEnds.Load(), Duplicates: j.duplicates.Load(),
+	}
+	s.OffCPUEnabled = p.offCPUEnabled
+
+	p.tracerMu.Lock()
+	if !p.tracerClosed {
+		if c, err := p.tracer.Counters(); err == nil {
+			p.kernel = c
+		}
+	}
+	s.Kernel = p.kernel
+	p.tracerMu.Unlock()
+	return s
+}
