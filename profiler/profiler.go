@@ -396,7 +396,7 @@ func (p *Profiler) flush(ctx context.Context, emit EmitFunc, start, end time.Tim
 		p.emitErrors.Add(1)
 		p.emitDropped.Add(uint64(n))
 		if ctx.Err() == nil {
-			p.log.Warn("the interval's profiles were refused; dropped",
+			p.log.Warn("next consumer refused the interval's profiles; dropped",
 				zap.Int("samples", n), zap.Uint64("failures_total", p.emitErrors.Load()), zap.Error(err))
 		}
 		return
