@@ -7,13 +7,23 @@
 // process's root and in Options.DebugDirs), the file's own .symtab, its
 // MiniDebugInfo (.gnu_debugdata), then .dynsym. DWARF (plain, zlib or zstd
 // compressed, or legacy .zdebug) gives source lines and inline chains: one
-// address becomes several frames, innermost first. A file's DWARF is indexed
+// address becomes several lines, innermost first. A file's DWARF is indexed
 // by compile-unit ranges only; a unit's entries and line program are parsed
 // on the first lookup inside it and kept in a bounded per-file cache.
+// Function names are simplified as pprof shows them (no parameter lists or
+// template arguments); the mangled name is kept as the system name.
 //
-// A Symbolizer identifies files by content (elfx.FileID), so a library
-// mapped by many processes is read once, and keeps three bounded caches:
-// files known from Open, the symbol data of recently used files, and the
-// frames of recently named (file, offset) pairs. Every drop is counted in
-// Stats.
+// Symbol sources are read in place: symbol tables, the pclntab and plain
+// DWARF are parsed from a read-only mapping of the file, whose pages are
+// the kernel's page cache, not the heap. Only derived data (the sorted
+// symbol index, inflated sections, parsed units) is built in the heap, and
+// Options.MaxSymbolBytes bounds all of it together with the caches; what
+// one file may inflate is capped (Options.MaxInflateBytes).
+//
+// A file is opened once: Open returns a Handle, a counted reference that
+// keeps the file open by descriptor until released, and symbol data is
+// loaded through that descriptor, never through the /proc path it was
+// first opened by (which dies with its process). Files are identified by
+// content (elfx.FileID), so a library mapped by many processes is read
+// once. Every drop is counted in Stats.
 package symbolize

@@ -183,7 +183,8 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 	if inPlace {
 		t.names = unsafe.String(&strData[0], len(strData))
 	} else {
-		t.names, t.namesHeap = names.String(), true
+		// A Builder keeps up to twice the room it needed: keep an exact copy.
+		t.names, t.namesHeap = strings.Clone(names.String()), true
 	}
 	t.syms = mergeAliases(cands)
 	return t, nil
