@@ -105,7 +105,8 @@ type Loader struct {
 const maxRetiredHandles = 4096
 
 // loadedFile is a file's table: loaded in the kernel (id != 0) or known to
-// be unusable (err != nil), with the segments that turn mappings into biases.
+// be unusable (err != nil), with its segments. Rows are keyed by file
+// offset minus base (fileRows).
 type loadedFile struct {
 	keys     []tracer.FileKey // identities the kernel holds its table under
 	handle   uint32
@@ -118,11 +119,6 @@ type loadedFile struct {
 	segments []segment
 	debug    string // the separate debug file whose CFI the table uses
 	err      error
-}
-
-type segment struct {
-	off, vaddr, filesz uint64
-	exec               bool
 }
 
 // FileKernel is what a Kernel may also do: hold each file's table by the
@@ -186,9 +182,7 @@ func (l *Loader) Prepare(p *process.Process) error {
 			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
 		}, file: lf, key: tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}}
 		if lf.id != 0 {
-			if bias, ok := lf.bias(m); ok {
-				pm.m.Bias, pm.m.Table, pm.m.Rows = bias, lf.id, lf.rows
-			}
+			pm.m.Bias, pm.m.Table, pm.m.Rows = lf.bias(m), lf.id, lf.rows
 		}
 		next = append(next, pm)
 	}
@@ -226,8 +220,8 @@ func (l *Loader) setFileTables(pms []procMapping) error {
 			continue
 		}
 		ft := tracer.FileTable{File: lf.handle}
-		if delta, ok := lf.delta(); ok && lf.id != 0 {
-			ft.Delta, ft.Table, ft.Rows = delta, lf.id, lf.rows
+		if lf.id != 0 {
+			ft.Delta, ft.Table, ft.Rows = lf.delta(), lf.id, lf.rows
 		}
 		if err := fk.SetFileTable(pm.key, ft); err != nil {
 			errs = append(errs, err)
@@ -394,12 +388,7 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 	if err != nil {
 		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil
 	}
-	lf := &loadedFile{}
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_LOAD {
-			lf.segments = append(lf.segments, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, exec: p.Flags&elf.PF_X != 0})
-		}
-	}
+	lf := &loadedFile{segments: loadSegments(ef)}
 	var debug *elf.File
 	if !hasSection(ef, ".debug_frame") {
 		df, err := elfx.FindDebugFile(ef, elfx.ViewOf(path), debugDirs)
@@ -424,7 +413,12 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 		lf.err = err
 		return lf, nil
 	}
-	rows, base, err := kernelRows(t.Rows)
+	byOffset, err := fileRows(t.Rows, lf.segments)
+	if err != nil {
+		lf.err = fmt.Errorf("%s: %w", path, err)
+		return lf, nil
+	}
+	rows, base, err := kernelRows(byOffset)
 	if err != nil {
 		lf.err = fmt.Errorf("%s: %w", path, err)
 		return lf, nil
@@ -548,32 +542,16 @@ func (l *Loader) evictOne() bool {
 }
 
 // delta is what the unwinder adds to a mapping's start minus its file
-// offset to get the bias of rows, in any mapping of the file's code: one
-// executable segment, or several with the same offset-to-address shift.
-func (lf *loadedFile) delta() (int64, bool) {
-	var d int64
-	found := false
-	for _, s := range lf.segments {
-		if !s.exec {
-			continue
-		}
-		sd := int64(s.off) - int64(s.vaddr) + int64(lf.base)
-		if found && sd != d {
-			return 0, false
-		}
-		d, found = sd, true
-	}
-	return d, found
+// offset to get the bias of rows, in any mapping of the file: rows are keyed
+// by file offset (fileRows), so it is the table's base.
+func (lf *loadedFile) delta() int64 {
+	return int64(lf.base)
 }
 
 // bias is what the unwinder subtracts from an address in m to get a PC
-// relative to the table's first row: the file's load bias plus the base.
-func (lf *loadedFile) bias(m process.Mapping) (uint64, bool) {
-	for _, s := range lf.segments {
-		if m.Offset >= s.off && m.Offset < s.off+max(s.filesz, 1) {
-			// address a maps to ELF address a - m.Start + m.Offset - s.off + s.vaddr
-			return m.Start - m.Offset + s.off - s.vaddr + lf.base, true
-		}
-	}
-	return 0, false
+// relative to the table's first row: m's start minus its file offset (the
+// file offset of the address is then exact, whatever segment m maps) plus
+// the table's base.
+func (lf *loadedFile) bias(m process.Mapping) uint64 {
+	return m.Start - m.Offset + lf.base
 }

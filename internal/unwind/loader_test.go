@@ -144,21 +144,24 @@ func contains(s, sub string) bool {
 type mapsKernel struct {
 	t        *testing.T
 	tables   map[uint32]int // id -> rows
+	rows     map[uint32][]tracer.Row
 	mappings map[uint32]map[tracer.Mapping]bool
 	known    map[uint32]bool
 }
 
 func newMapsKernel(t *testing.T) *mapsKernel {
-	return &mapsKernel{t: t, tables: map[uint32]int{}, mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}}
+	return &mapsKernel{t: t, tables: map[uint32]int{}, rows: map[uint32][]tracer.Row{}, mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}}
 }
 
 func (k *mapsKernel) LoadTable(id uint32, rows []tracer.Row) error {
 	k.tables[id] = len(rows)
+	k.rows[id] = slices.Clone(rows)
 	return nil
 }
 
 func (k *mapsKernel) UnloadTable(id uint32) error {
 	delete(k.tables, id)
+	delete(k.rows, id)
 	return nil
 }
 
@@ -487,8 +490,10 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 		if s := l.Stats(); s.DebugFiles == 0 {
 			t.Errorf("stats %+v: no table counted as built from a debug file", s)
 		}
+		// Rows are keyed by file offset; readelf speaks ELF addresses.
 		tab := tableOfKernelRows(t, rows, lf.base)
-		oracleTable(t, tab, debugPath, ".debug_frame")
+		segs := readelfSegments(t, bin)
+		oracleLookup(t, byVaddr(tab, segs), tab.Stats, debugPath, ".debug_frame")
 		// And nothing beyond the debug file's FDEs: every row with a rule
 		// lies in one of them.
 		fdes := parseReadelf(t, debugPath)
@@ -496,8 +501,9 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 			if r.CFA == CFAUnknown {
 				continue
 			}
-			if !slices.ContainsFunc(fdes, func(f readelfFDE) bool { return f.begin <= r.PC && r.PC < f.end }) {
-				t.Errorf("row %+v lies outside every FDE of the debug file", r)
+			pc, ok := vaddrAt(segs, r.PC)
+			if !ok || !slices.ContainsFunc(fdes, func(f readelfFDE) bool { return f.begin <= pc && pc < f.end }) {
+				t.Errorf("row %+v (address %#x, in code %v) lies outside every FDE of the debug file", r, pc, ok)
 			}
 		}
 	})

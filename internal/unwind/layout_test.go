@@ -1,0 +1,178 @@
+package unwind
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sonde-dev/sonde/internal/process"
+	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// readelfSegments returns path's PT_LOAD segments as `readelf -lW` prints
+// them.
+func readelfSegments(t *testing.T, path string) []segment {
+	t.Helper()
+	out, err := exec.Command(testutil.RequireTool(t, "readelf"), "-lW", path).Output()
+	if err != nil {
+		t.Fatalf("readelf -lW %s: %v", path, err)
+	}
+	var segs []segment
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 8 || f[0] != "LOAD" {
+			continue
+		}
+		var v [3]uint64
+		for i, col := range []int{1, 2, 4} {
+			if v[i], err = strconv.ParseUint(strings.TrimPrefix(f[col], "0x"), 16, 64); err != nil {
+				t.Fatalf("readelf -lW %s: %q: %v", path, sc.Text(), err)
+			}
+		}
+		flags := strings.Join(f[6:len(f)-1], "")
+		segs = append(segs, segment{off: v[0], vaddr: v[1], filesz: v[2], exec: strings.Contains(flags, "E")})
+	}
+	if len(segs) == 0 {
+		t.Fatalf("readelf -lW %s: no LOAD segment", path)
+	}
+	return segs
+}
+
+// readelfFunction returns the address of function name in path's symbol
+// tables, as `readelf -sW` prints it.
+func readelfFunction(t *testing.T, path, name string) uint64 {
+	t.Helper()
+	out, err := exec.Command(testutil.RequireTool(t, "readelf"), "-sW", path).Output()
+	if err != nil {
+		t.Fatalf("readelf -sW %s: %v", path, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 8 && f[3] == "FUNC" && f[7] == name {
+			v, err := strconv.ParseUint(f[1], 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("readelf -sW %s: no function %s", path, name)
+	return 0
+}
+
+// fileOffset is where the byte at ELF address vaddr lies in the file.
+func fileOffset(segs []segment, vaddr uint64) (uint64, bool) {
+	for _, s := range segs {
+		if vaddr >= s.vaddr && vaddr < s.vaddr+s.filesz {
+			return vaddr - s.vaddr + s.off, true
+		}
+	}
+	return 0, false
+}
+
+// vaddrAt is the ELF address of the code byte at file offset off.
+func vaddrAt(segs []segment, off uint64) (uint64, bool) {
+	for _, s := range segs {
+		if s.exec && off >= s.off && off < s.off+s.filesz {
+			return off - s.off + s.vaddr, true
+		}
+	}
+	return 0, false
+}
+
+// byVaddr looks rows of a table keyed by file offset up by ELF address.
+func byVaddr(tab *Table, segs []segment) func(uint64) (Row, bool) {
+	return func(vaddr uint64) (Row, bool) {
+		off, ok := fileOffset(segs, vaddr)
+		if !ok {
+			return Row{}, false
+		}
+		return tab.Lookup(off)
+	}
+}
+
+// Every linker layout gets the rows readelf reads from its CFI, and a
+// process running it gets biases that take each function's run-time
+// address to its file offset as `readelf -lW` and `readelf -sW` place it,
+// where its row is the function's entry rule.
+func TestLayouts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a fixture per linker layout")
+	}
+	procs := process.NewTable("/proc", nil, process.Options{})
+	for _, l := range testutil.Layouts() {
+		t.Run(l.Name, func(t *testing.T) {
+			bin := testutil.BuildLayout(t, l)
+			segs := readelfSegments(t, bin)
+
+			lf, rows := buildFile(bin, []string{}, zaptest.NewLogger(t))
+			if lf.err != nil {
+				t.Fatalf("building the table: %v", lf.err)
+			}
+			tab := tableOfKernelRows(t, rows, lf.base)
+			oracleLookup(t, byVaddr(tab, segs), Stats{Rows: len(rows)}, bin, ".eh_frame")
+
+			cmd := exec.Command(bin, "wait")
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.StartCmd(t, cmd)
+			addrs, err := l.ReadAddresses(stdout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := procs.Refresh(cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := newMapsKernel(t)
+			loader := NewLoader(k, identifyFile, zaptest.NewLogger(t), LoaderOptions{DebugDirs: []string{}})
+			if err := loader.Prepare(p); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range l.Functions() {
+				addr := addrs[name]
+				var m tracer.Mapping
+				found := false
+				for km := range k.mappings[uint32(p.PID)] {
+					if addr >= km.Start && addr < km.End {
+						m, found = km, true
+					}
+				}
+				if !found || m.Table == 0 {
+					t.Errorf("%s at %#x: no mapping with a table (mapping %+v, found %v)", name, addr, m, found)
+					continue
+				}
+				want, ok := fileOffset(segs, readelfFunction(t, bin, name))
+				if !ok {
+					t.Fatalf("%s: readelf places it in no segment", name)
+				}
+				if got := addr - m.FileBias; got != want {
+					t.Errorf("%s at %#x: file offset %#x by the mapping, readelf says %#x", name, addr, got, want)
+				}
+				rel := addr - m.Bias
+				if got := rel + lf.base; got != want {
+					t.Errorf("%s at %#x: the bias %#x finds file offset %#x, readelf says %#x", name, addr, m.Bias, got, want)
+				}
+				// The unwinder on kernels with bpf_find_vma finds the same
+				// row through the file's table.
+				if m.Bias != m.FileBias+uint64(lf.delta()) {
+					t.Errorf("%s: mapping bias %#x, file bias %#x + file table delta %#x differ", name, m.Bias, m.FileBias, lf.delta())
+				}
+				row, ok := tableOfKernelRows(t, k.rows[m.Table], 0).Lookup(rel)
+				if entry := (Row{PC: row.PC, CFA: CFASP, CFAOffset: 8, FP: FPSame}); !ok || row != entry {
+					t.Errorf("%s at %#x: row %+v (found %v), want the entry rule %+v", name, addr, row, ok, entry)
+				}
+			}
+		})
+	}
+}
