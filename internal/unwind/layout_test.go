@@ -3,6 +3,7 @@ package unwind
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -172,6 +173,67 @@ func TestLayouts(t *testing.T) {
 				if entry := (Row{PC: row.PC, CFA: CFASP, CFAOffset: 8, FP: FPSame}); !ok || row != entry {
 					t.Errorf("%s at %#x: row %+v (found %v), want the entry rule %+v", name, addr, row, ok, entry)
 				}
+			}
+		})
+	}
+}
+
+// Re-keying by file offset keeps every row's rule: at each row's address
+// in code, and just before the next row, the offset table says what the
+// address table says.
+func TestFileRowsKeepRules(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		path func(t *testing.T) string
+	}{
+		{"libc", func(t *testing.T) string { return "/lib/x86_64-linux-gnu/libc.so.6" }},
+		{"go-cgo", func(t *testing.T) string { return testutil.BuildWorkload(t, testutil.GoCgo) }},
+		{"go", func(t *testing.T) string { return testutil.BuildWorkload(t, testutil.GoChain) }},
+		{"c-lld-bolt", func(t *testing.T) string {
+			return testutil.BuildLayout(t, testutil.Layout{Name: "bolt", Flags: []string{"-fuse-ld=lld", "-Wl,--emit-relocs"}, BOLT: true})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := tc.path(t)
+			f, err := elf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			vt, err := fromFile(f, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			segs := loadSegments(f)
+			rows, err := fileRows(vt.Rows, segs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ot := &Table{Rows: rows}
+			checked := 0
+			for i, r := range vt.Rows {
+				pcs := []uint64{r.PC}
+				if i+1 < len(vt.Rows) && vt.Rows[i+1].PC > r.PC+1 {
+					pcs = append(pcs, vt.Rows[i+1].PC-1)
+				}
+				for _, pc := range pcs {
+					off, ok := fileOffset(segs, pc)
+					if !ok {
+						continue
+					}
+					if _, code := vaddrAt(segs, off); !code {
+						continue
+					}
+					want, _ := vt.Lookup(pc)
+					got, ok := ot.Lookup(off)
+					checked++
+					if !ok || !got.sameRule(want) {
+						t.Fatalf("address %#x (offset %#x): by offset %+v (found %v), by address %+v", pc, off, got, ok, want)
+					}
+				}
+			}
+			if checked < len(vt.Rows)/2 {
+				t.Errorf("checked %d of %d rows", checked, len(vt.Rows))
 			}
 		})
 	}
