@@ -53,6 +53,8 @@ var (
 	tableOverBudget = attrs("reason", "over_budget")
 	tableError      = attrs("reason", "error")
 
+	refusedInflationCap = attrs("reason", "inflation_cap")
+
 	cacheHit  = attrs("result", "hit")
 	cacheMiss = attrs("result", "miss")
 
@@ -102,6 +104,7 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.UnwindTableBuilds, tb.UnwindTableEvictions, tb.UnwindTableFailures,
 		tb.ProcessesTracked,
 		tb.SymbolizeCacheRequests, tb.SymbolizeCacheLoads, tb.SymbolizeCacheEvictions, tb.SymbolizeCacheSize,
+		tb.SymbolizeRefused,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
@@ -164,6 +167,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.SymbolizeCacheLoads, i64(ss.FilesLoaded))
 	o.ObserveInt64(tb.SymbolizeCacheEvictions, i64(ss.FilesEvicted))
 	o.ObserveInt64(tb.SymbolizeCacheSize, ss.LoadedBytes)
+	o.ObserveInt64(tb.SymbolizeRefused, i64(ss.InflateRefused), refusedInflationCap)
 
 	c := s.Kernel
 	o.ObserveInt64(tb.SamplesLost, i64(c.SamplesLost), lostRingBuffer)

@@ -231,7 +231,7 @@ func TestTelemetry(t *testing.T) {
 		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",
 		"sonde.unwind.table.size", "sonde.unwind.table.builds", "sonde.unwind.table.evictions",
 		"sonde.unwind.table.failures", "sonde.processes.tracked", "sonde.symbolize.cache.requests",
-		"sonde.symbolize.cache.loads", "sonde.symbolize.cache.evictions", "sonde.symbolize.cache.size",
+		"sonde.symbolize.cache.loads", "sonde.symbolize.cache.evictions", "sonde.symbolize.cache.size", "sonde.symbolize.refused",
 		"sonde.export.profiles", "sonde.export.samples", "sonde.export.errors",
 	} {
 		if len(m[name]) == 0 {

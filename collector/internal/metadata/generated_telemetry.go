@@ -43,6 +43,7 @@ type TelemetryBuilder struct {
 	SymbolizeCacheLoads     metric.Int64ObservableCounter
 	SymbolizeCacheRequests  metric.Int64ObservableCounter
 	SymbolizeCacheSize      metric.Int64ObservableGauge
+	SymbolizeRefused        metric.Int64ObservableCounter
 	UnwindErrors            metric.Int64ObservableCounter
 	UnwindFrames            metric.Int64ObservableCounter
 	UnwindMappingsStale     metric.Int64ObservableCounter
@@ -284,6 +285,21 @@ func (builder *TelemetryBuilder) RegisterSymbolizeCacheSizeCallback(cb metric.In
 		cb(ctx, &observerInt64{inst: builder.SymbolizeCacheSize, obs: o})
 		return nil
 	}, builder.SymbolizeCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSymbolizeRefusedCallback sets callback for observable SymbolizeRefused metric.
+func (builder *TelemetryBuilder) RegisterSymbolizeRefusedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SymbolizeRefused, obs: o})
+		return nil
+	}, builder.SymbolizeRefused)
 	if err != nil {
 		return err
 	}
@@ -589,6 +605,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.symbolize.cache.size",
 		metric.WithDescription("Heap symbolization holds now (loaded indexes, caches, kernel symbols), within limits::symbol_cache_bytes. [Development]"),
 		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SymbolizeRefused, err = builder.meter.Int64ObservableCounter(
+		"sonde.symbolize.refused",
+		metric.WithDescription("Compressed symbol sections (MiniDebugInfo, compressed DWARF) refused, by reason; their files are named without them. [Development]"),
+		metric.WithUnit("{section}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.UnwindErrors, err = builder.meter.Int64ObservableCounter(

@@ -255,6 +255,22 @@ func AssertEqualSymbolizeCacheSize(t *testing.T, tt *componenttest.Telemetry, dp
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualSymbolizeRefused(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.symbolize.refused",
+		Description: "Compressed symbol sections (MiniDebugInfo, compressed DWARF) refused, by reason; their files are named without them. [Development]",
+		Unit:        "{section}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.symbolize.refused")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualUnwindErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.unwind.errors",
