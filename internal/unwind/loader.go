@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -66,6 +67,11 @@ type LoaderStats struct {
 	Evicted    uint64
 	NoCFI      uint64 // files without CFI: their frames use frame pointers
 	OverBudget uint64 // tables that did not fit in the budget even after eviction
+	// Refused is a gauge: files mapped by running processes whose table
+	// did not fit; their frames use frame pointers until room frees, when
+	// they are built and loaded again.
+	Refused    int
+	Retried    uint64 // refused tables loaded later, once room freed
 	Failures   uint64 // files that could not be read or parsed
 	DebugFiles uint64 // tables built with a separate debug file's .debug_frame
 }
@@ -88,6 +94,9 @@ type Loader struct {
 	nextID uint32
 	clock  uint64 // ticks on every use, for LRU eviction
 	stats  LoaderStats
+	// budgetLogged: the one log line saying the budget forced a fallback
+	// was written.
+	budgetLogged bool
 
 	// Every file gets a handle the unwinder reports frames with. Handles
 	// are never reused; those of evicted files are still answered for a
@@ -119,6 +128,10 @@ type loadedFile struct {
 	segments []segment
 	debug    string // the separate debug file whose CFI the table uses
 	err      error
+	// refused: the table did not fit in the budget (err says so); need is
+	// what it takes. Retried when processes that map it run and room frees.
+	refused bool
+	need    int64
 }
 
 // FileKernel is what a Kernel may also do: hold each file's table by the
@@ -135,6 +148,7 @@ type procMapping struct {
 	m    tracer.Mapping
 	file *loadedFile
 	key  tracer.FileKey
+	path string // where the file is read, while the process runs
 }
 
 // NewLoader returns a Loader writing to k.
@@ -180,7 +194,7 @@ func (l *Loader) Prepare(p *process.Process) error {
 		pm := procMapping{m: tracer.Mapping{
 			Start: m.Start, End: m.End,
 			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
-		}, file: lf, key: tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}}
+		}, file: lf, key: tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}, path: path}
 		if lf.id != 0 {
 			pm.m.Bias, pm.m.Table, pm.m.Rows = lf.bias(m), lf.id, lf.rows
 		}
@@ -251,18 +265,135 @@ func (l *Loader) dropFileTables(lf *loadedFile) {
 	lf.keys = nil
 }
 
-// Forget removes pid's mappings; its tables stay loaded until evicted.
+// Forget removes pid's mappings; its tables stay loaded until evicted. The
+// room this may free goes to the tables refused for lack of it that other
+// running processes still need (retryRefused).
 func (l *Loader) Forget(pid int) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	old, ok := l.procs[pid]
 	if !ok {
+		l.mu.Unlock()
 		return nil
 	}
 	delete(l.procs, pid)
 	l.release(old)
 	l.stats.Processes = len(l.procs)
-	return l.k.ForgetProcess(uint32(pid), mappingsOf(old))
+	err := l.k.ForgetProcess(uint32(pid), mappingsOf(old))
+	retry := l.stats.Refused > 0
+	l.mu.Unlock()
+	if retry {
+		err = errors.Join(err, l.retryRefused())
+	}
+	return err
+}
+
+// retryRefused builds and loads again the refused tables that running
+// processes map and that fit now beside the tables in use, and points
+// those processes' mappings at them.
+func (l *Loader) retryRefused() error {
+	type job struct {
+		id   elfx.FileID
+		lf   *loadedFile
+		path string
+	}
+	l.mu.Lock()
+	free := l.budget - l.bytesInUse()
+	var jobs []job
+	for id, lf := range l.files {
+		if !lf.refused || lf.refs == 0 || lf.need > free {
+			continue
+		}
+		if path := l.pathOf(lf); path != "" {
+			jobs = append(jobs, job{id, lf, path})
+			free -= lf.need
+		}
+	}
+	l.mu.Unlock()
+
+	var errs []error
+	for _, j := range jobs {
+		built, rows := buildFile(j.path, l.debug, l.log)
+		if built.err != nil {
+			continue // its process went away, or the file changed: stays refused
+		}
+		l.mu.Lock()
+		lf := j.lf
+		if l.files[j.id] != lf || !lf.refused || lf.refs == 0 {
+			l.mu.Unlock()
+			continue
+		}
+		if err := l.load(lf, rows); err != nil {
+			lf.err = err
+			l.mu.Unlock()
+			continue
+		}
+		lf.err, lf.refused = nil, false
+		lf.base, lf.segments, lf.debug = built.base, built.segments, built.debug
+		l.stats.Refused--
+		l.stats.Retried++
+		errs = append(errs, l.repoint(lf))
+		l.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// bytesInUse is the kernel memory of the tables running processes map,
+// which eviction cannot free. Called with l.mu held.
+func (l *Loader) bytesInUse() int64 {
+	var n int64
+	for _, lf := range l.files {
+		if lf.refs > 0 && lf.id != 0 {
+			n += lf.bytes
+		}
+	}
+	return n
+}
+
+// pathOf returns where a running process maps lf. Called with l.mu held.
+func (l *Loader) pathOf(lf *loadedFile) string {
+	for _, pms := range l.procs {
+		for _, pm := range pms {
+			if pm.file == lf && pm.path != "" {
+				return pm.path
+			}
+		}
+	}
+	return ""
+}
+
+// repoint sets the mappings of lf, whose table was just loaded, in every
+// process that maps it, and in the kernel's file tables. Called with l.mu
+// held.
+func (l *Loader) repoint(lf *loadedFile) error {
+	var errs []error
+	for pid, pms := range l.procs {
+		var next []procMapping
+		for i, pm := range pms {
+			if pm.file != lf {
+				continue
+			}
+			if next == nil {
+				next = slices.Clone(pms)
+			}
+			next[i].m.Bias, next[i].m.Table, next[i].m.Rows = pm.m.FileBias+lf.base, lf.id, lf.rows
+		}
+		if next == nil {
+			continue
+		}
+		if err := l.k.SetMappings(uint32(pid), mappingsOf(pms), mappingsOf(next)); err != nil {
+			errs = append(errs, err)
+		}
+		l.procs[pid] = next
+	}
+	if fk, ok := l.k.(FileKernel); ok {
+		ft := tracer.FileTable{File: lf.handle, Delta: lf.delta(), Table: lf.id, Rows: lf.rows}
+		for _, key := range lf.keys {
+			if l.keys[key] == lf {
+				errs = append(errs, fk.SetFileTable(key, ft))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Prepared reports whether pid's mappings are set.
@@ -364,6 +495,15 @@ func (l *Loader) file(path string) *loadedFile {
 	}
 	if err := l.load(lf, rows); err != nil {
 		lf.err = err
+		if errors.Is(err, errNoRoom) {
+			lf.refused, lf.need = true, tableBytes(len(rows))
+			l.stats.Refused++
+			if !l.budgetLogged {
+				l.budgetLogged = true
+				l.log.Warn("unwind table budget full: files beyond it are unwound by frame pointers until room frees; raise limits::unwind_table_bytes (counted in the over-budget table failures, logged once)",
+					zap.String("file", path), zap.Int64("table_bytes", lf.need), zap.Int64("budget_bytes", l.budget), zap.Int64("used_bytes", l.stats.Bytes))
+			}
+		}
 		l.log.Debug("unwind table not loaded; frame pointers there", zap.String("file", path), zap.Error(err))
 	}
 	return lf
@@ -477,18 +617,21 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 	return out, base, nil
 }
 
+// errNoRoom: a table did not fit in the budget.
+var errNoRoom = errors.New("unwind table budget full")
+
 // load puts lf's rows in the kernel, evicting unreferenced tables if the
 // budget needs it. Called with l.mu held.
 func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
 	need := tableBytes(len(rows))
 	if need > l.budget {
 		l.stats.OverBudget++
-		return fmt.Errorf("table of %d bytes exceeds the %d-byte budget", need, l.budget)
+		return fmt.Errorf("table of %d bytes exceeds the %d-byte budget: %w", need, l.budget, errNoRoom)
 	}
 	for l.stats.Bytes+need > l.budget || len(l.ids) == 0 && l.nextID >= tracer.MaxTables {
-		if !l.evictOne() {
+		if !l.evictOne(lf) {
 			l.stats.OverBudget++
-			return fmt.Errorf("no room for a table of %d bytes: %d of %d bytes used by tables in use", need, l.stats.Bytes, l.budget)
+			return fmt.Errorf("no room for a table of %d bytes: %d of %d bytes used by tables in use: %w", need, l.stats.Bytes, l.budget, errNoRoom)
 		}
 	}
 	var id uint32
@@ -511,13 +654,14 @@ func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
 	return nil
 }
 
-// evictOne unloads the least recently used table no process maps. Called
+// evictOne unloads the least recently used table no process maps, other
+// than keep's (the file being loaded, not referenced yet). Called
 // with l.mu held.
-func (l *Loader) evictOne() bool {
+func (l *Loader) evictOne(keep *loadedFile) bool {
 	var victim *loadedFile
 	var victimID elfx.FileID
 	for fid, lf := range l.files {
-		if lf.refs == 0 && (victim == nil || lf.lastUsed < victim.lastUsed) {
+		if lf.refs == 0 && lf != keep && (victim == nil || lf.lastUsed < victim.lastUsed) {
 			victim, victimID = lf, fid
 		}
 	}
@@ -525,6 +669,9 @@ func (l *Loader) evictOne() bool {
 		return false
 	}
 	delete(l.files, victimID)
+	if victim.refused {
+		l.stats.Refused--
+	}
 	l.dropFileTables(victim)
 	l.retire(victim.handle)
 	if victim.id == 0 {

@@ -520,3 +520,89 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 		}
 	})
 }
+
+// A table refused because the tables of running processes fill the budget
+// leaves its file to frame pointers, is said once in the log and counted;
+// when one of those processes ends, the refused table is built again,
+// loaded, and the processes that map it are pointed at it.
+func TestLoaderRetriesRefused(t *testing.T) {
+	if _, err := os.Stat("/proc/self/map_files"); err != nil {
+		t.Skipf("no procfs: %v", err)
+	}
+	procs := process.NewTable("/proc", nil, process.Options{})
+	dynamic := testutil.BuildWorkload(t, testutil.CChainNoFP)
+	static := testutil.BuildC(t, "static", []string{"-O2", "-static", "-fomit-frame-pointer"}, testutil.WorkloadSource(t, testutil.CChain))
+
+	// The budget holds exactly the tables of the dynamic binary's process.
+	probe := NewLoader(newMapsKernel(t), identifyFile, zaptest.NewLogger(t), LoaderOptions{DebugDirs: []string{}})
+	a, _ := startWithLibc(t, procs, dynamic)
+	if err := probe.Prepare(a); err != nil {
+		t.Fatal(err)
+	}
+	budget := probe.Stats().Bytes
+
+	k := newMapsKernel(t)
+	core, logs := observer.New(zap.InfoLevel)
+	l := NewLoader(k, identifyFile, zap.New(core), LoaderOptions{BudgetBytes: budget, DebugDirs: []string{}})
+	if err := l.Prepare(a); err != nil {
+		t.Fatal(err)
+	}
+	var bs []*process.Process
+	for range 2 {
+		cmd := testutil.StartWorkload(t, static)
+		_, _ = execMapping(t, procs, cmd.Process.Pid, static)
+		b, err := procs.Refresh(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Prepare(b); err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, b)
+	}
+	tables := func(pid int) (with, without int) {
+		for m := range k.mappings[uint32(pid)] {
+			if m.Table != 0 {
+				with++
+			} else {
+				without++
+			}
+		}
+		return with, without
+	}
+	s := l.Stats()
+	if s.Refused != 1 || s.OverBudget != 1 || s.Bytes > budget {
+		t.Errorf("with the budget full: %+v; want the static binary's table refused once, counted, the budget kept", s)
+	}
+	for _, b := range bs {
+		if with, without := tables(b.PID); with != 0 || without == 0 {
+			t.Errorf("pid %d: %d mappings with a table, %d without; want none with one", b.PID, with, without)
+		}
+	}
+	if n := logs.FilterMessageSnippet("budget").Len(); n != 1 {
+		t.Errorf("%d log lines about the budget, want 1: %v", n, logs.All())
+	}
+
+	if err := l.Forget(a.PID); err != nil {
+		t.Fatal(err)
+	}
+	s = l.Stats()
+	if s.Refused != 0 || s.Retried != 1 || s.Bytes > budget {
+		t.Errorf("after the first process ended: %+v; want the refused table loaded, within budget", s)
+	}
+	fileID, err := identifyFile(static)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf := l.files[fileID]
+	for _, b := range bs {
+		if with, without := tables(b.PID); with == 0 || without != 0 {
+			t.Errorf("pid %d after the retry: %d mappings with a table, %d without; want all with one", b.PID, with, without)
+		}
+		for m := range k.mappings[uint32(b.PID)] {
+			if lf == nil || m.Table != lf.id || m.Bias != m.FileBias+lf.base || int(m.Rows) != len(k.rows[m.Table]) {
+				t.Errorf("pid %d mapping %+v does not point at the static binary's table (%+v)", b.PID, m, lf)
+			}
+		}
+	}
+}
