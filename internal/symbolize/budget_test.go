@@ -126,7 +126,9 @@ func TestLoadedBytesMatchesHeap(t *testing.T) {
 		files = append(files, libc)
 	}
 	heap0 := heapNow()
-	s := New(zaptest.NewLogger(t), Options{})
+	// A budget that admits libc's DWARF (about 25 MB of index and inflated
+	// sections) when its debug file is installed.
+	s := New(zaptest.NewLogger(t), Options{MaxSymbolBytes: 128 << 20})
 	var handles []*Handle
 	var selfBytes int64
 	for _, p := range files {
@@ -188,4 +190,40 @@ func mappedLibc(t *testing.T) string {
 		}
 	}
 	return ""
+}
+
+// A file whose DWARF index alone would take more than half the budget is named from its symbols, without lines: libc's debug file
+// (libc6-dbg) takes about 25 MB (13 MB of parsed abbreviations, and its
+// compressed sections inflated).
+func TestDWARFIndexBoundedByBudget(t *testing.T) {
+	libc := mappedLibc(t)
+	if libc == "" {
+		t.Skip("no libc")
+	}
+	qsort := pick(t, nmFunctions(t, libc, true), "qsort")[0]
+	off := vaddrToOffset(t, libc, qsort.addr+qsort.size/2)
+	lookup := func(budget int64) []Line {
+		s := New(zaptest.NewLogger(t), Options{MaxSymbolBytes: budget})
+		h, err := s.Open(libc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release()
+		lines, err := s.Symbolize(h.ID, off)
+		if err != nil || len(lines) == 0 {
+			t.Fatalf("Symbolize(qsort) with a %d MiB budget = %v, %v", budget>>20, lines, err)
+		}
+		if st := s.Stats(); st.LoadedBytes > budget {
+			t.Errorf("%d bytes held with a %d MiB budget", st.LoadedBytes, budget>>20)
+		}
+		return lines
+	}
+	full := lookup(64 << 20) // the default
+	if full[0].Line == 0 {
+		t.Skip("libc has no DWARF here (libc6-dbg not installed)")
+	}
+	small := lookup(16 << 20)
+	if len(small) != 1 || small[0].Line != 0 || !strings.Contains(small[0].Function, "qsort") {
+		t.Errorf("with a 16 MiB budget qsort is %+v, want it named from symbols without a line (with 64 MiB: %+v)", small, full)
+	}
 }

@@ -27,15 +27,19 @@ type fileSyms struct {
 // loadLimits bound what loading one file may take.
 type loadLimits struct {
 	maxDWARF uint64 // the largest DWARF indexed for lines
-	inflate  int64  // the most bytes inflated (MiniDebugInfo, compressed DWARF)
-	noMini   bool   // skip MiniDebugInfo (refused before: not inflated again)
+	// maxDWARFHeap bounds the heap indexing one file's DWARF may take
+	// before any unit is parsed; a file past it is named from symbols.
+	maxDWARFHeap int64
+	inflate      int64 // the most bytes inflated (MiniDebugInfo, compressed DWARF)
+	noMini       bool  // skip MiniDebugInfo (refused before: not inflated again)
 }
 
 // loadSyms reads the symbol data of f into the heap (no mapping), for
 // tests. maxDWARFBytes bounds the DWARF sections it will index and what it
 // inflates. A file without symbols gives an empty fileSyms.
 func loadSyms(f *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
-	return loadSymsWith(f, nil, nil, nil, loadLimits{maxDWARF: maxDWARFBytes, inflate: int64(min(maxDWARFBytes, 1<<40))})
+	n := int64(min(maxDWARFBytes, 1<<40))
+	return loadSymsWith(f, nil, nil, nil, loadLimits{maxDWARF: maxDWARFBytes, maxDWARFHeap: n * dwarfAbbrevFactor, inflate: n})
 }
 
 // loadSymsWith reads the symbol data of f and of its separate debug file
@@ -78,7 +82,7 @@ func loadSymsWith(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, li
 		if debug != nil && hasDWARF(debug) {
 			dwarfFile, dwarfImg = debug, debugImg
 		}
-		fs.lines, err = loadLines(dwarfFile, dwarfImg, lim.maxDWARF, &inflate)
+		fs.lines, err = loadLines(dwarfFile, dwarfImg, lim.maxDWARF, lim.maxDWARFHeap, &inflate)
 		if errors.Is(err, errInflateCap) {
 			fs.refused, fs.lines, err = err, nil, nil
 		}

@@ -167,6 +167,33 @@ func dwarfSize(f *elf.File) uint64 {
 	return n
 }
 
+// dwarfHeapEstimate is the heap indexing f's DWARF takes before any unit
+// is parsed: the sections it must inflate and debug/dwarf's parsed
+// abbreviation tables.
+func dwarfHeapEstimate(f *elf.File) int64 {
+	var n int64
+	for _, name := range dwarfSections {
+		var size uint64
+		compressed := false
+		if s := f.Section(".debug_" + name); s != nil && s.Type != elf.SHT_NOBITS {
+			size, compressed = s.Size, s.Flags&elf.SHF_COMPRESSED != 0
+		} else if s := f.Section(".zdebug_" + name); s != nil && s.Type != elf.SHT_NOBITS {
+			var hdr [12]byte
+			if _, err := s.ReadAt(hdr[:], 0); err == nil && string(hdr[:4]) == "ZLIB" {
+				size, compressed = binary.BigEndian.Uint64(hdr[4:]), true
+			}
+		}
+		size = min(size, 1<<40)
+		if compressed {
+			n += int64(size)
+		}
+		if name == "abbrev" {
+			n += int64(size) * dwarfAbbrevFactor
+		}
+	}
+	return n
+}
+
 // hasDWARF reports whether f has the sections lines are read from.
 func hasDWARF(f *elf.File) bool {
 	has := func(name string) bool {
@@ -186,12 +213,12 @@ func hasDWARF(f *elf.File) bool {
 // maxBytes (so one huge unstripped binary cannot take the whole budget).
 // Plain sections are read in place; compressed ones are inflated within
 // what inflate allows, which is reduced by what they take.
-func loadLines(f *elf.File, img []byte, maxBytes uint64, inflate *int64) (lt *lineTable, err error) {
+func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate *int64) (lt *lineTable, err error) {
 	if !hasDWARF(f) {
 		return nil, nil
 	}
 	size := dwarfSize(f)
-	if size > maxBytes {
+	if size > maxBytes || dwarfHeapEstimate(f) > maxHeap {
 		return nil, nil
 	}
 	data := make(map[string][]byte, len(dwarfSections))

@@ -101,8 +101,9 @@ type Options struct {
 	// The least recently used files are dropped past it. Default 64 MiB.
 	MaxSymbolBytes int64
 	// MaxDWARFBytes is the largest total of .debug_* sections indexed for
-	// line numbers in one file; bigger files are named from symbols only.
-	// Default 32 MiB.
+	// line numbers in one file; bigger files are named from symbols only,
+	// as are files whose DWARF index would take more than half of
+	// MaxSymbolBytes before any unit is parsed. Default 32 MiB.
 	MaxDWARFBytes int64
 	// MaxInflateBytes bounds what one file may inflate: MiniDebugInfo and
 	// compressed DWARF sections together. A section past it is refused
@@ -646,7 +647,10 @@ func (s *Symbolizer) Symbolize(id elfx.FileID, fileOffset uint64) ([]Line, error
 // Handle holds it) or else its host path, and accounts for its memory.
 func (s *Symbolizer) load(lf *loadedFile, k *knownFile, fd *os.File, host string, noMini bool) {
 	id := k.info.ID
-	lim := loadLimits{maxDWARF: uint64(s.opts.MaxDWARFBytes), inflate: s.opts.MaxInflateBytes, noMini: noMini}
+	// One file's DWARF index may take half the budget (libc's debug file
+	// takes 25 MB): more would evict every other file.
+	lim := loadLimits{maxDWARF: uint64(s.opts.MaxDWARFBytes), maxDWARFHeap: s.opts.MaxSymbolBytes / 2,
+		inflate: s.opts.MaxInflateBytes, noMini: noMini}
 	switch {
 	case fd != nil:
 		lf.syms, lf.err = s.loadFile(fd, k, lim)
