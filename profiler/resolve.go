@@ -50,6 +50,7 @@ type resolver struct {
 type resolverStats struct {
 	processGone   atomic.Uint64 // samples whose process was gone before it could be read
 	unmapped      atomic.Uint64 // user frames no mapping covers, even after a refresh
+	truncated     atomic.Uint64 // samples whose user stack ended before its outermost frame
 	fileErrors    atomic.Uint64 // mapped files that could not be opened or identified
 	symbolizeErrs atomic.Uint64
 	kernelUnnamed atomic.Uint64
@@ -176,6 +177,7 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 			f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
 			r.frames = append(r.frames, f)
 		}
+		r.markTruncated(rec)
 		s.Frames = r.frames
 		return
 	}
@@ -228,7 +230,26 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 		f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
 		r.frames = append(r.frames, f)
 	}
+	r.markTruncated(rec)
 	s.Frames = r.frames
+}
+
+// TruncatedFrame is the root-side frame of a sample whose user stack ended
+// before its outermost frame: a flame graph then shows the frames above it
+// under [truncated], not as roots of their own.
+const TruncatedFrame = "[truncated]"
+
+// markTruncated appends the [truncated] frame when rec's user stack did
+// not end where the unwind tables say a stack ends (the process's or
+// thread's entry): it stopped at code without a usable rule, at memory it
+// could not read, at the end of a frame-pointer chain (no table yet, or
+// none), or at the frame limit.
+func (r *resolver) markTruncated(rec *tracer.Record) {
+	if len(rec.User) == 0 || rec.Flags&tracer.FlagUserComplete != 0 {
+		return
+	}
+	r.stats.truncated.Add(1)
+	r.frames = append(r.frames, profile.Frame{Lines: []profile.Line{{Function: TruncatedFrame}}})
 }
 
 func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint64) profile.Frame {

@@ -57,7 +57,7 @@ func TestResolveGoneProcess(t *testing.T) {
 	procs := process.NewTable(t.TempDir(), nil, process.Options{})
 	r := newResolver(zap.NewNop(), procs, nil, true, nil)
 	var s profile.Sample
-	rec := tracer.Record{Type: tracer.RecordSample, PID: 4242, TID: 4243, Comm: "short-lived",
+	rec := tracer.Record{Type: tracer.RecordSample, PID: 4242, TID: 4243, Comm: "short-lived", Flags: tracer.FlagUserComplete,
 		User: []uint64{0x401000, 0x401234}, UserFlags: []tracer.FrameFlags{tracer.FrameInterrupted, 0}}
 	r.resolve(&rec, &s)
 	if diff := cmp.Diff(&profile.Resource{PID: 4242, ExecutableName: "short-lived"}, s.Resource); diff != "" {
@@ -68,5 +68,51 @@ func TestResolveGoneProcess(t *testing.T) {
 	}
 	if got := r.stats.processGone.Load(); got != 1 {
 		t.Errorf("processGone = %d, want 1", got)
+	}
+}
+
+// A sample whose user stack did not reach its outermost frame gets a
+// [truncated] frame on the root side, and is counted; whole stacks and
+// samples without user frames get none.
+func TestResolveMarksTruncated(t *testing.T) {
+	procs := process.NewTable(t.TempDir(), nil, process.Options{})
+	user := []uint64{0x401000, 0x401234}
+	flags := []tracer.FrameFlags{tracer.FrameInterrupted, 0}
+	for _, tc := range []struct {
+		name      string
+		rec       tracer.Record
+		truncated bool
+	}{
+		{"whole", tracer.Record{Flags: tracer.FlagUserComplete, User: user, UserFlags: flags}, false},
+		{"stopped at an unknown rule", tracer.Record{Flags: tracer.FlagUnknownRule, User: user, UserFlags: flags}, true},
+		{"frame-pointer chain ended", tracer.Record{Flags: tracer.FlagFramePointers, User: user, UserFlags: flags}, true},
+		{"frame limit", tracer.Record{Flags: tracer.FlagUserTruncated, User: user, UserFlags: flags}, true},
+		{"no user stack", tracer.Record{Flags: tracer.FlagUserStackErr}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newResolver(zap.NewNop(), procs, nil, true, nil)
+			rec := tc.rec
+			rec.Type, rec.PID, rec.TID, rec.Comm = tracer.RecordSample, 4242, 4243, "gone"
+			var s profile.Sample
+			r.resolve(&rec, &s)
+			want := len(rec.User)
+			if tc.truncated {
+				want++
+			}
+			if len(s.Frames) != want {
+				t.Fatalf("%d frames, want %d: %+v", len(s.Frames), want, s.Frames)
+			}
+			if want == 0 {
+				return
+			}
+			last := s.Frames[len(s.Frames)-1]
+			isMark := len(last.Lines) == 1 && last.Lines[0].Function == TruncatedFrame && last.Address == 0 && last.Mapping == nil
+			if isMark != tc.truncated {
+				t.Errorf("root-side frame %+v: [truncated] %v, want %v", last, isMark, tc.truncated)
+			}
+			if got, want := r.stats.truncated.Load(), map[bool]uint64{true: 1}[tc.truncated]; got != want {
+				t.Errorf("truncated = %d, want %d", got, want)
+			}
+		})
 	}
 }

@@ -75,8 +75,11 @@ type PreparerStats struct {
 
 // ResolverStats count the resolver's problems.
 type ResolverStats struct {
-	ProcessGone     uint64 // samples whose process was gone before it could be read
-	Unmapped        uint64 // user frames no mapping covers, even after a refresh
+	ProcessGone uint64 // samples whose process was gone before it could be read
+	Unmapped    uint64 // user frames no mapping covers, even after a refresh
+	// Truncated counts samples whose user stack ended before its outermost
+	// frame; each is shown under a [truncated] root frame.
+	Truncated       uint64
 	FileErrors      uint64 // mapped files that could not be opened or identified
 	SymbolizeErrors uint64
 	KernelUnnamed   uint64
@@ -159,7 +162,7 @@ func (p *Profiler) Stats() Stats {
 	}
 	rs := &p.resolver.stats
 	s.Resolver = ResolverStats{
-		ProcessGone: rs.processGone.Load(), Unmapped: rs.unmapped.Load(), FileErrors: rs.fileErrors.Load(),
+		ProcessGone: rs.processGone.Load(), Unmapped: rs.unmapped.Load(), Truncated: rs.truncated.Load(), FileErrors: rs.fileErrors.Load(),
 		SymbolizeErrors: rs.symbolizeErrs.Load(), KernelUnnamed: rs.kernelUnnamed.Load(), CacheResets: rs.cacheResets.Load(),
 	}
 	s.Unwind = pr.loader.Stats()
