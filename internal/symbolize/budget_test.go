@@ -2,11 +2,13 @@ package symbolize
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -225,5 +227,55 @@ func TestDWARFIndexBoundedByBudget(t *testing.T) {
 	small := lookup(16 << 20)
 	if len(small) != 1 || small[0].Line != 0 || !strings.Contains(small[0].Function, "qsort") {
 		t.Errorf("with a 16 MiB budget qsort is %+v, want it named from symbols without a line (with 64 MiB: %+v)", small, full)
+	}
+}
+
+// Lookups from many goroutines while files are evicted (and unmapped)
+// under them: a mapping goes only when no lookup reads it, and every
+// answer stays right.
+func TestConcurrentLookupsWhileEvicting(t *testing.T) {
+	bin1, offs1 := cFixture(t)
+	bin2, offs2 := cFixture(t, "-g")
+	s := New(zaptest.NewLogger(t), Options{MaxFiles: 1, MaxCachedAddrs: 1})
+	h1, err := s.Open(bin1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h1.Release()
+	h2, err := s.Open(bin2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Release()
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				h, offs := h1, offs1
+				if (g+i)%2 == 1 {
+					h, offs = h2, offs2
+				}
+				name := []string{"a", "b", "c"}[i%3]
+				lines, err := s.Symbolize(h.ID, offs[name])
+				if err != nil || len(lines) == 0 || lines[len(lines)-1].Function != name {
+					select {
+					case errs <- fmt.Sprintf("Symbolize(%s) = %+v, %v", name, lines, err):
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if st := s.Stats(); st.FilesEvicted == 0 {
+		t.Errorf("no eviction happened (%d loads): nothing was exercised", st.FilesLoaded)
 	}
 }
