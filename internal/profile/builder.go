@@ -124,6 +124,29 @@ func NewBuilder(opts Options) *Builder {
 // Len returns the number of sample events added since the last Flush.
 func (b *Builder) Len() int { return len(b.events) }
 
+// Span returns the earliest and latest time of the events added since the
+// last Flush (events without a time excluded); ok is false when there are
+// none.
+func (b *Builder) Span() (first, last time.Time, ok bool) {
+	var lo, hi uint64
+	for _, e := range b.events {
+		if e.time == 0 {
+			continue
+		}
+		if !ok || e.time < lo {
+			lo = e.time
+		}
+		if !ok || e.time > hi {
+			hi = e.time
+		}
+		ok = true
+	}
+	if !ok {
+		return time.Time{}, time.Time{}, false
+	}
+	return time.Unix(0, int64(lo)), time.Unix(0, int64(hi)), true
+}
+
 // Stats returns the counters since NewBuilder.
 func (b *Builder) Stats() Stats { return b.stats }
 

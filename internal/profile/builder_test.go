@@ -497,3 +497,36 @@ func TestGolden(t *testing.T) {
 		})
 	}
 }
+
+// Events outside [start, end) widen the profile's window, so that every
+// timestamp lies inside it: one before start, one at end itself (the window
+// is half-open).
+func TestFlushWindowCoversEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		times          []time.Time
+		wantStart, end time.Time
+	}{
+		{"inside", []time.Time{at(1), at(2)}, testStart, testEnd},
+		{"before start", []time.Time{testStart.Add(-time.Second), at(1)}, testStart.Add(-time.Second), testEnd},
+		{"at end", []time.Time{at(1), testEnd}, testStart, testEnd.Add(time.Nanosecond)},
+		{"after end", []time.Time{testEnd.Add(time.Second)}, testStart, testEnd.Add(time.Second + time.Nanosecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := NewBuilder(Options{SamplesPerSecond: 19})
+			for _, ts := range tc.times {
+				b.Add(Sample{Resource: &Resource{PID: 1}, TID: 1, Time: ts, Value: 1})
+			}
+			p := b.Flush(testStart, testEnd)
+			if err := Check(p); err != nil {
+				t.Fatal(err)
+			}
+			prof := p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0)
+			start := time.Unix(0, int64(prof.Time()))
+			end := start.Add(time.Duration(prof.DurationNano()))
+			if !start.Equal(tc.wantStart) || !end.Equal(tc.end) {
+				t.Errorf("window [%v, %v), want [%v, %v)", start, end, tc.wantStart, tc.end)
+			}
+		})
+	}
+}

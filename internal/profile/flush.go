@@ -38,10 +38,19 @@ func (b *Builder) attrInt(key int32, v int64) int32 {
 
 // Flush returns everything added since the last Flush as one
 // pprofile.Profiles covering [start, end) and resets the builder, reusing its
-// memory where cheap. An empty interval returns a Profiles with no
-// ResourceProfiles (its dictionary still holds the index-0 entries). The
-// result shares no memory with the builder.
+// memory where cheap. The window is widened to cover every event's time, so
+// no sample timestamp lies outside its profile's window. An empty interval
+// returns a Profiles with no ResourceProfiles (its dictionary still holds the
+// index-0 entries). The result shares no memory with the builder.
 func (b *Builder) Flush(start, end time.Time) pprofile.Profiles {
+	if first, last, ok := b.Span(); ok {
+		if first.Before(start) {
+			start = first
+		}
+		if !last.Before(end) { // the window is half-open: [start, end)
+			end = last.Add(time.Nanosecond)
+		}
+	}
 	p := pprofile.NewProfiles()
 	b.writeResources(p, start, end)
 	b.writeDictionary(p.Dictionary())
