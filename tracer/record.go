@@ -156,7 +156,8 @@ const (
 var ErrMalformed = errors.New("malformed record")
 
 // ReadInto blocks until a record arrives and decodes it into rec, reusing its
-// buffers. It returns ErrClosed after Close.
+// buffers. It returns ErrClosed after Close, and ErrDrained after Stop once
+// the ring buffer is empty.
 func (t *Tracer) ReadInto(rec *Record) error {
 	for {
 		// Records submitted without a wake-up are read when the deadline
@@ -170,6 +171,8 @@ func (t *Tracer) ReadInto(rec *Record) error {
 			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			return ErrClosed
+		case errors.Is(err, ringbuf.ErrFlushed):
+			return ErrDrained
 		default:
 			return fmt.Errorf("read ring buffer: %w", err)
 		}

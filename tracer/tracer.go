@@ -38,6 +38,10 @@ var ErrNotSupported = errors.New("not supported")
 // ErrClosed is returned by Read after Close.
 var ErrClosed = os.ErrClosed
 
+// ErrDrained is returned by ReadInto after Stop, once every record written
+// before Stop was read.
+var ErrDrained = errors.New("ring buffer drained")
+
 // Options configure a Tracer.
 type Options struct {
 	// SamplesPerSecond is the on-CPU sampling frequency per CPU.
@@ -141,6 +145,8 @@ type Tracer struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // New checks the host, loads the eBPF objects and attaches them. On error
@@ -335,14 +341,8 @@ func CheckHost() error {
 // while another goroutine is blocked in Read, which then returns ErrClosed.
 func (t *Tracer) Close() error {
 	t.closeOnce.Do(func() {
-		var errs []error
 		// Stop the producers first, then the reader, then the objects.
-		for _, pe := range t.perf {
-			errs = append(errs, pe.close())
-		}
-		for _, l := range t.links {
-			errs = append(errs, l.Close())
-		}
+		errs := []error{t.stopProducers()}
 		if t.reader != nil {
 			errs = append(errs, t.reader.Close())
 		}
@@ -350,6 +350,34 @@ func (t *Tracer) Close() error {
 		t.closeErr = errors.Join(errs...)
 	})
 	return t.closeErr
+}
+
+// Stop stops sampling and every other producer of records: nothing is
+// written to the ring buffer from now on. ReadInto then returns the records
+// still in it, and ErrDrained once they are read. The maps stay usable until
+// Close, which is still needed. Stop is idempotent and safe to call while
+// another goroutine is blocked in ReadInto.
+func (t *Tracer) Stop() error {
+	err := t.stopProducers()
+	if t.reader != nil {
+		err = errors.Join(err, t.reader.Flush())
+	}
+	return err
+}
+
+// stopProducers detaches the perf events and programs, once.
+func (t *Tracer) stopProducers() error {
+	t.stopOnce.Do(func() {
+		var errs []error
+		for _, pe := range t.perf {
+			errs = append(errs, pe.close())
+		}
+		for _, l := range t.links {
+			errs = append(errs, l.Close())
+		}
+		t.stopErr = errors.Join(errs...)
+	})
+	return t.stopErr
 }
 
 // CheckedMappings reports whether the unwinder checks mapping entries
