@@ -221,6 +221,15 @@ func (t *Table) Exit(pid int) {
 	}
 }
 
+// Cached reports whether pid's current image is cached: Get returns it
+// without reading procfs.
+func (t *Table) Cached(pid int) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	e := t.entries[pid]
+	return e != nil && !e.stale
+}
+
 // Len returns the number of cached processes.
 func (t *Table) Len() int {
 	t.mu.RLock()
