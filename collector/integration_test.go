@@ -17,6 +17,7 @@ import (
 
 	"github.com/sonde-dev/sonde/collector"
 	"github.com/sonde-dev/sonde/collector/internal/metadata"
+	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -165,6 +166,13 @@ func startReceiverWith(t *testing.T, sps int, configure ...func(*collector.Confi
 	t.Cleanup(func() {
 		if err := rcv.Shutdown(context.Background()); err != nil {
 			t.Errorf("Shutdown: %v", err)
+		}
+		// Every interval the receiver handed over, the last partial one
+		// included, satisfies the profiling SIG's conformance rules.
+		for i, pd := range sink.AllProfiles() {
+			if err := profile.Check(pd); err != nil {
+				t.Errorf("interval %d does not conform: %v", i, err)
+			}
 		}
 	})
 	return sink, rcv

@@ -78,36 +78,36 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	return nil
 }
 
-// shutdownGrace bounds how long Shutdown waits for the next consumer to
-// return the interval being handed over when it ignores the cancelled
-// context.
-const shutdownGrace = 2 * time.Second
+// shutdownGrace bounds how long Shutdown waits for the profiler to resolve
+// what the ring buffer still holds and hand the last, partial interval to
+// the next consumer.
+const shutdownGrace = 5 * time.Second
 
-// Shutdown stops sampling and waits for the pipeline's goroutines. It is
-// prompt, idempotent and safe to call without Start. A next consumer that
-// ignores cancellation delays it by at most shutdownGrace (or until ctx
-// ends, if sooner); the profiler's Run then ends when the consumer returns.
+// Shutdown stops sampling, lets the profiler hand over the last interval,
+// and releases everything. It is idempotent and safe to call without Start.
+// It waits at most shutdownGrace (or until ctx ends, if sooner); what was
+// not handed over by then is counted in sonde.samples.lost, and a next
+// consumer that ignores cancellation keeps the profiler's Run until it
+// returns.
 func (r *profilesReceiver) Shutdown(ctx context.Context) error {
 	var err error
 	r.shutdownOnce.Do(func() {
 		if r.cancel != nil {
 			r.cancel()
 		}
-		// The metrics callback reads the profiler: stop it first.
-		err = r.tel.unregister()
-		if r.prof == nil {
-			return
+		if r.prof != nil {
+			grace := time.NewTimer(shutdownGrace)
+			defer grace.Stop()
+			select {
+			case <-r.runDone:
+			case <-grace.C:
+				r.log.Warn("the last interval was not handed over in time; not waiting for it",
+					zap.Duration("waited", shutdownGrace))
+			case <-ctx.Done():
+			}
+			err = r.prof.Close()
 		}
-		err = errors.Join(err, r.prof.Close())
-		grace := time.NewTimer(shutdownGrace)
-		defer grace.Stop()
-		select {
-		case <-r.runDone:
-		case <-grace.C:
-			r.log.Warn("next consumer still holds an interval after shutdown began; not waiting for it",
-				zap.Duration("waited", shutdownGrace))
-		case <-ctx.Done():
-		}
+		err = errors.Join(err, r.tel.unregister())
 	})
 	return err
 }

@@ -37,6 +37,7 @@ var (
 	skippedUser      = attrs("reason", "filtered_in_user")
 	lostIntervalFull = attrs("reason", "interval_full")
 	lostExportFailed = attrs("reason", "export_failed")
+	lostShutdown     = attrs("reason", "shutdown")
 
 	recordsExecExit = attrs("kind", "exec_exit")
 	recordsUnknown  = attrs("kind", "unknown_process")
@@ -96,7 +97,8 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		t.observe(p.Stats(), o)
 		return nil
 	},
-		tb.ExportErrors, tb.ExportProfiles, tb.ExportSamples, tb.SamplesPending,
+		tb.ExportErrors, tb.ExportProfiles, tb.ExportSamples, tb.ExportLag,
+		tb.SamplesPending, tb.SamplesLate, tb.RecordsQueued,
 		tb.SamplesReceived, tb.SamplesLost, tb.SamplesSkipped, tb.RecordsLost, tb.RecordsMalformed,
 		tb.UnwindMappingsStale, tb.OffcpuWaits,
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
@@ -133,7 +135,11 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.ExportErrors, i64(s.EmitErrors))
 	o.ObserveInt64(tb.ExportProfiles, i64(s.EmittedProfiles))
 	o.ObserveInt64(tb.ExportSamples, i64(s.EmittedSamples))
+	o.ObserveFloat64(tb.ExportLag, s.Lag.Seconds())
 	o.ObserveInt64(tb.SamplesPending, int64(s.Pending))
+	o.ObserveInt64(tb.SamplesLate, i64(s.Late))
+	o.ObserveInt64(tb.RecordsQueued, int64(s.Queued))
+	o.ObserveInt64(tb.SamplesLost, i64(s.Shutdown.Unread+s.Shutdown.Unflushed), lostShutdown)
 	o.ObserveInt64(tb.SamplesReceived, i64(s.Samples))
 	o.ObserveInt64(tb.SamplesLost, i64(s.IntervalFull), lostIntervalFull)
 	o.ObserveInt64(tb.SamplesLost, i64(s.EmitDropped), lostExportFailed)

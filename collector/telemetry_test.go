@@ -39,8 +39,14 @@ func collect(t *testing.T, tt *componenttest.Telemetry) collected {
 				out[m.Name] = d.DataPoints
 			case metricdata.Gauge[int64]:
 				out[m.Name] = d.DataPoints
+			case metricdata.Gauge[float64]:
+				// In thousandths (ms of a gauge in seconds).
+				for _, dp := range d.DataPoints {
+					out[m.Name] = append(out[m.Name], metricdata.DataPoint[int64]{
+						Attributes: dp.Attributes, Value: int64(dp.Value * 1000)})
+				}
 			default:
-				t.Errorf("metric %s has data of type %T, want int64 sum or gauge", m.Name, m.Data)
+				t.Errorf("metric %s has data of type %T, want an int64 sum or gauge, or a float64 gauge", m.Name, m.Data)
 			}
 		}
 	}
@@ -226,7 +232,8 @@ func TestTelemetry(t *testing.T) {
 	releaseConsumer()
 
 	for _, name := range []string{
-		"sonde.samples.received", "sonde.samples.pending", "sonde.samples.lost", "sonde.records.lost", "sonde.records.malformed",
+		"sonde.samples.received", "sonde.samples.pending", "sonde.samples.late", "sonde.samples.lost",
+		"sonde.records.queued", "sonde.export.lag", "sonde.records.lost", "sonde.records.malformed",
 		"sonde.unwind.stacks", "sonde.unwind.errors", "sonde.unwind.frames", "sonde.unwind.processes",
 		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",
 		"sonde.unwind.table.size", "sonde.unwind.table.builds", "sonde.unwind.table.evictions",

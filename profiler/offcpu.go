@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/tracer"
 )
@@ -185,8 +186,8 @@ func (j *offCPUJoin) newPending() *pendingOffCPU {
 // sample is resolved, then drops the kernel frames above __schedule: the
 // tracing machinery (the eBPF program, bpf_trace_run) the stack was taken
 // from, not where the thread waits.
-func (r *resolver) offCPUStart(rec *tracer.Record, s *profile.Sample) {
-	r.resolve(rec, s)
+func (r *resolver) offCPUStart(rec *tracer.Record, p *process.Process, err error, s *profile.Sample) {
+	r.resolveProc(rec, p, err, s)
 	s.Kind = profile.OffCPU
 	s.Value = 0
 	s.Frames = fromScheduler(s.Frames)

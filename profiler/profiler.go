@@ -49,13 +49,33 @@ type Profiler struct {
 	// offCPUEnabled: the off-CPU program is loaded.
 	offCPUEnabled bool
 
-	mu      sync.Mutex // guards current and the counters updated with it
-	current *profile.Builder
-	spare   *profile.Builder // owned by the reporter between flushes
-	// Counted under mu, with the sample's addition to the interval.
+	// Intervals are by capture time: interval k holds the samples captured
+	// in [t0 + k*ReporterInterval, t0 + (k+1)*ReporterInterval).
+	t0    time.Time
+	popts profile.Options
+
+	mu   sync.Mutex  // guards what follows, up to the counters updated with it
+	open []*interval // by start; the resolver adds to them, the reporter closes them
+	free []*profile.Builder
+	// closedEnd is the end of the last interval closed: a sample captured
+	// before it is late, and goes to the oldest open interval.
+	closedEnd time.Time
+	// newest is the capture time of the newest record resolved: every
+	// record captured before it, less watermarkSkew, was resolved too.
+	newest time.Time
+	// Counted under mu, with the sample's addition to its interval.
 	samples      uint64
 	stacks       [NumStackOutcomes][2]uint64
 	intervalFull uint64
+	late         uint64
+
+	wake        chan struct{} // the resolver opened an interval: older ones may be complete
+	inflight    atomic.Int64   // records read and not yet resolved
+	samplesRead atomic.Uint64 // sample records read (decoded)
+	lag         atomic.Int64  // the newest sample's age when its interval was emitted
+	// What shutdown could not deliver: samples left in the ring buffer,
+	// and samples of intervals never emitted.
+	unread, unflushed atomic.Uint64
 
 	records      atomic.Uint64
 	decodeErrors atomic.Uint64
@@ -80,6 +100,9 @@ type Profiler struct {
 	runMu    sync.Mutex
 	closed   bool               // stop began; under runMu
 	cancel   context.CancelFunc // of the running pipeline, nil before Run
+	// closing ends when Close begins: the final flush's emit stops then.
+	closing      context.Context
+	closingStart context.CancelFunc
 	wg       sync.WaitGroup     // goroutines that stop with cancel and may use the tracer's maps
 	readers  sync.WaitGroup     // the reader and resolver: they stop when the tracer closes
 	stopOnce sync.Once
@@ -100,7 +123,10 @@ func New(opts Options) (*Profiler, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	p := &Profiler{opts: opts, log: log}
+	// Before anything is sampled: no record is captured before t0.
+	p := &Profiler{opts: opts, log: log, t0: time.Now(), wake: make(chan struct{}, 1)}
+	p.closedEnd = p.t0
+	p.closing, p.closingStart = context.WithCancel(context.Background())
 	p.filter = newProcFilter(&opts)
 	var pending time.Duration
 	if p.filter.active {
@@ -117,6 +143,7 @@ func New(opts Options) (*Profiler, error) {
 		OffCPUMinDuration:    opts.OffCPUMinDuration,
 	})
 	if err != nil {
+		p.closingStart()
 		return nil, err
 	}
 	p.tracer = tr
@@ -126,8 +153,7 @@ func New(opts Options) (*Profiler, error) {
 	if version == "" {
 		version = moduleVersion()
 	}
-	popts := profile.Options{SamplesPerSecond: opts.SamplesPerSecond, ScopeVersion: version}
-	p.current, p.spare = profile.NewBuilder(popts), profile.NewBuilder(popts)
+	p.popts = profile.Options{SamplesPerSecond: opts.SamplesPerSecond, ScopeVersion: version}
 	p.procs = process.NewTable(opts.ProcFS, log, process.Options{
 		MaxProcesses: opts.MaxProcesses,
 		EnvVars:      opts.IncludeEnvVars,
@@ -151,10 +177,13 @@ func (p *Profiler) CPUs() int { return p.tracer.CPUs() }
 // ErrRunTwice is returned by a second call of Run.
 var ErrRunTwice = errors.New("profiler: Run called twice")
 
-// Run runs the pipeline until ctx ends, calling emit with each finished
-// interval that holds samples, from the calling goroutine. When ctx ends it
-// stops sampling and the pipeline's goroutines, and returns once the emit
-// in progress, if any, has returned. It can be called once.
+// Run runs the pipeline until ctx ends, calling emit, from the calling
+// goroutine, with each interval that holds samples once every sample
+// captured in it is resolved. When ctx ends it stops sampling, resolves what
+// the ring buffer still holds (for at most DrainTimeout), emits the last,
+// partial intervals, stops the pipeline's goroutines and returns. It
+// returns early if Close is called; an emit in progress then delays it
+// until that emit returns. It can be called once.
 func (p *Profiler) Run(ctx context.Context, emit EmitFunc) error {
 	if !p.ran.CompareAndSwap(false, true) {
 		return ErrRunTwice
@@ -164,11 +193,11 @@ func (p *Profiler) Run(ctx context.Context, emit EmitFunc) error {
 		p.runMu.Unlock()
 		return tracer.ErrClosed
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
 	// Records wait here between the reader and the resolver; a record is
 	// taken from free before each read, so at most pendingRecords wait.
-	records := make(chan *tracer.Record, pendingRecords)
+	records := make(chan queued, pendingRecords)
 	free := make(chan *tracer.Record, pendingRecords)
 	for range pendingRecords {
 		free <- new(tracer.Record)
@@ -176,11 +205,11 @@ func (p *Profiler) Run(ctx context.Context, emit EmitFunc) error {
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		p.prepare(ctx)
+		p.prepare(runCtx)
 	}()
 	go func() {
 		defer p.wg.Done()
-		p.preparer.run(ctx)
+		p.preparer.run(runCtx)
 	}()
 	p.readers.Add(2)
 	go func() {
@@ -197,8 +226,46 @@ func (p *Profiler) Run(ctx context.Context, emit EmitFunc) error {
 		zap.Int("samples_per_second", p.opts.SamplesPerSecond),
 		zap.Float64("off_cpu_threshold", p.opts.OffCPUThreshold),
 		zap.Duration("reporter_interval", p.opts.ReporterInterval))
-	p.report(ctx, emit)
+	p.report(runCtx, emit)
+	p.finish(emit)
 	return p.stop()
+}
+
+// DrainTimeout bounds how long Run resolves, after its context ended, the
+// records the ring buffer still holds; FinalEmitTimeout bounds the emit of
+// the last intervals. What they cut short is counted (Stats.Shutdown).
+const (
+	DrainTimeout     = 5 * time.Second
+	FinalEmitTimeout = 5 * time.Second
+)
+
+// finish stops sampling, lets the reader and resolver drain the ring buffer
+// and emits every open interval, unless Close came first.
+func (p *Profiler) finish(emit EmitFunc) {
+	if p.closing.Err() != nil {
+		return
+	}
+	if err := p.tracer.Stop(); err != nil {
+		p.log.Warn("stopping the tracer", zap.Error(err))
+	}
+	drained := make(chan struct{})
+	go func() {
+		p.readers.Wait()
+		close(drained)
+	}()
+	timer := time.NewTimer(DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		p.log.Warn("the ring buffer's last records were not resolved in time; counted as lost at shutdown",
+			zap.Duration("waited", DrainTimeout))
+	case <-p.closing.Done():
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.closing, FinalEmitTimeout)
+	defer cancel()
+	p.emitReady(ctx, emit, true)
 }
 
 // Close stops the pipeline if it runs and releases the eBPF programs and
@@ -208,8 +275,10 @@ func (p *Profiler) Close() error { return p.stop() }
 
 // stop cancels the pipeline, waits for the goroutines that use the
 // tracer's maps, closes the tracer and waits for the reader and resolver.
+// What was sampled and never emitted is counted.
 func (p *Profiler) stop() error {
 	p.stopOnce.Do(func() {
+		p.closingStart()
 		p.runMu.Lock()
 		p.closed = true
 		if p.cancel != nil {
@@ -217,15 +286,29 @@ func (p *Profiler) stop() error {
 		}
 		p.runMu.Unlock()
 		p.wg.Wait()
+		// Nothing is written once the producers stop: the counters read
+		// then say how many samples were sent, and so how many were not
+		// read.
+		stopErr := p.tracer.Stop()
 		p.tracerMu.Lock()
 		if c, err := p.tracer.Counters(); err == nil {
 			p.kernel = c
 		}
 		p.tracerClosed = true
+		sent := p.kernel.SamplesSent
 		p.tracerMu.Unlock()
-		p.stopErr = p.tracer.Close()
+		p.stopErr = errors.Join(stopErr, p.tracer.Close())
 		p.readers.Wait()
 		p.resolver.close() // the resolver goroutine has ended
+		if read := p.samplesRead.Load(); sent > read {
+			p.unread.Store(sent - read)
+		}
+		p.mu.Lock()
+		for _, iv := range p.open {
+			p.unflushed.Add(uint64(iv.b.Len()))
+		}
+		p.open = nil
+		p.mu.Unlock()
 	})
 	return p.stopErr
 }
@@ -253,16 +336,27 @@ func (p *Profiler) prepare(ctx context.Context) {
 // waits and the ring buffer, whose drops are counted, absorbs the rest.
 const pendingRecords = 256
 
-// read decodes records until the tracer is closed. Samples, exec and exit go
-// in order to the resolver; requests for unwind information go straight to
-// the preparer, so a resolver busy naming frames never delays unwinding.
-func (p *Profiler) read(records chan<- *tracer.Record, free chan *tracer.Record) {
+// queued is a record on its way from the reader to the resolver, with the
+// process it is of, as the table held it when the record was read: a
+// process that exits, or execs, before its samples are resolved is
+// attributed as it was when sampled.
+type queued struct {
+	rec     *tracer.Record
+	proc    *process.Process
+	procErr error
+}
+
+// read decodes records until the tracer is closed or drained. Samples, exec
+// and exit go in order to the resolver; requests for unwind information go
+// straight to the preparer, so a resolver busy naming frames never delays
+// unwinding.
+func (p *Profiler) read(records chan<- queued, free chan *tracer.Record) {
 	defer close(records)
 	var loggedDecode bool
 	for {
 		rec := <-free
 		err := p.tracer.ReadInto(rec)
-		if errors.Is(err, tracer.ErrClosed) {
+		if errors.Is(err, tracer.ErrClosed) || errors.Is(err, tracer.ErrDrained) {
 			return
 		}
 		p.records.Add(1)
@@ -275,62 +369,84 @@ func (p *Profiler) read(records chan<- *tracer.Record, free chan *tracer.Record)
 			free <- rec
 			continue
 		}
+		q := queued{rec: rec}
 		switch rec.Type {
+		case tracer.RecordSample, tracer.RecordOffCPUStart:
+			if rec.Type == tracer.RecordSample {
+				p.samplesRead.Add(1)
+			}
+			// Read now, while the process most likely still runs; cached
+			// after its first sample.
+			q.proc, q.procErr = p.procs.Get(int(rec.PID))
 		case tracer.RecordExec:
 			// The process table reads the new image once, for the
 			// preparer and the resolver alike.
 			p.procs.Exec(int(rec.PID))
 			p.preparer.enqueue(int(rec.PID), prepareExec)
 		case tracer.RecordExit:
+			// The kernel side forgets the process now; its files stay
+			// held open until the resolver reaches the exit.
 			p.preparer.enqueue(int(rec.PID), prepareExit)
 		case tracer.RecordUnknown:
 			p.preparer.enqueue(int(rec.PID), prepareUnknown)
 			free <- rec
 			continue
 		}
-		records <- rec
+		p.inflight.Add(1)
+		records <- q
 	}
 }
 
-// resolve turns records into samples of the current interval until the
-// reader stops.
-func (p *Profiler) resolve(records <-chan *tracer.Record, free chan<- *tracer.Record) {
+// resolve turns records into samples of their intervals until the reader
+// stops.
+func (p *Profiler) resolve(records <-chan queued, free chan<- *tracer.Record) {
 	var sample profile.Sample
-	for rec := range records {
+	for q := range records {
+		rec := q.rec
 		if p.opts.BeforeResolve != nil {
 			p.opts.BeforeResolve()
 		}
+		captured := rec.Time
 		switch rec.Type {
 		case tracer.RecordSample:
-			if p.excludedSample(rec) {
+			if p.excludedSample(q.proc) {
 				p.filtered.Add(1)
 				break
 			}
-			p.resolver.resolve(rec, &sample)
+			p.resolver.resolveProc(rec, q.proc, q.procErr, &sample)
 			c, fp := classifyStack(rec.Flags, len(rec.User))
 			p.mu.Lock()
-			n := p.current.Len()
-			p.current.Add(sample)
+			b := p.intervalFor(sample.Time)
+			n := b.Len()
+			b.Add(sample)
 			p.samples++
 			p.stacks[c][b2i(fp)]++
-			if p.current.Len() == n {
+			if b.Len() == n {
 				p.intervalFull++
 			}
 			p.mu.Unlock()
 		case tracer.RecordOffCPUStart:
-			if p.excludedSample(rec) {
+			if p.excludedSample(q.proc) {
 				p.filtered.Add(1)
 				break
 			}
-			p.resolver.offCPUStart(rec, &sample)
+			p.resolver.offCPUStart(rec, q.proc, q.procErr, &sample)
 			p.offCPU.start(offCPUKey{tid: rec.TID, start: rec.KTime}, &sample)
 		case tracer.RecordOffCPUEnd:
+			// Time is when the wait began; the record was written at its end.
+			captured = captured.Add(rec.OffCPU)
 			p.offCPU.end(offCPUKey{tid: rec.TID, start: rec.KTime}, rec.OffCPU, rec.Flags&tracer.OffCPUShort != 0, p.addOffCPU)
 		case tracer.RecordExec:
 			p.resolver.exec(int(rec.PID))
 		case tracer.RecordExit:
 			p.resolver.exit(int(rec.PID))
 		}
+		p.mu.Lock()
+		if captured.After(p.newest) {
+			p.newest = captured
+		}
+		p.mu.Unlock()
+		p.inflight.Add(-1)
 		free <- rec
 	}
 }
@@ -342,54 +458,160 @@ func b2i(b bool) int {
 	return 0
 }
 
-// excludedSample reports whether rec is of a process the filters exclude,
+// excludedSample reports whether proc is one the filters exclude,
 // sampled before the kernel knew: the decision is taken here if the
 // preparer has not taken it yet.
-func (p *Profiler) excludedSample(rec *tracer.Record) bool {
-	if !p.filter.active {
-		return false
-	}
-	proc, err := p.procs.Get(int(rec.PID))
-	return err == nil && p.filter.decide(proc).excluded
+func (p *Profiler) excludedSample(proc *process.Process) bool {
+	return p.filter.active && proc != nil && p.filter.decide(proc).excluded
 }
 
 // addOffCPU adds a joined off-CPU wait to the current interval.
 func (p *Profiler) addOffCPU(s profile.Sample) {
 	p.mu.Lock()
-	p.current.Add(s)
+	p.intervalFor(s.Time).Add(s)
 	p.mu.Unlock()
 }
 
-// report emits one profile per interval until ctx ends. A failing emit is
-// counted and logged once per interval; the next interval goes on.
+// interval is one open reporting interval: [start, end) of capture time.
+type interval struct {
+	start, end time.Time
+	b          *profile.Builder
+}
+
+// Bounds of the open intervals.
+const (
+	// maxOpenIntervals bounds the intervals open at once. Records arrive
+	// nearly in capture order, so two are open most of the time, more
+	// while a resolver that fell behind catches up or the next consumer
+	// holds the reporter; past the bound a sample goes to the newest open
+	// interval, whose window Flush widens, and counts as late.
+	maxOpenIntervals = 64
+	// maxFreeBuilders bounds the builders kept for reuse.
+	maxFreeBuilders = 2
+)
+
+// intervalFor returns the builder of the interval that holds capture time
+// t. A sample captured before the last interval closed is late: it goes to
+// the oldest open interval, whose window Flush widens to cover it. Called
+// with p.mu held.
+func (p *Profiler) intervalFor(t time.Time) *profile.Builder {
+	if t.Before(p.closedEnd) {
+		p.late++
+		t = p.closedEnd
+	}
+	every := p.opts.ReporterInterval
+	start := p.t0.Add(t.Sub(p.t0) / every * every)
+	i := 0
+	for ; i < len(p.open); i++ {
+		if iv := p.open[i]; iv.start.Equal(start) {
+			return iv.b
+		} else if iv.start.After(start) {
+			break
+		}
+	}
+	if len(p.open) >= maxOpenIntervals {
+		p.late++
+		return p.open[len(p.open)-1].b
+	}
+	var b *profile.Builder
+	if n := len(p.free); n > 0 {
+		b, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		b = profile.NewBuilder(p.popts)
+	}
+	iv := &interval{start: start, end: start.Add(every), b: b}
+	p.open = append(p.open, nil)
+	copy(p.open[i+1:], p.open[i:])
+	p.open[i] = iv
+	if len(p.open) > 1 {
+		// The older ones may be complete: tell the reporter now rather
+		// than at its next tick, so that a resolver catching up does not
+		// pile them up.
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	return b
+}
+
+// When an interval is complete. Records reach the ring buffer nearly in
+// capture order (a BPF program takes the time before it writes), so once a
+// record captured watermarkSkew after an interval's end was resolved, every
+// sample of the interval was. On a quiet host no such record may come: an
+// interval is complete too once idleDelay has passed since its end with
+// nothing read and unresolved. idleDelay exceeds the tracer's poll interval,
+// within which a record written without a wake-up is read.
+const (
+	watermarkSkew = 50 * time.Millisecond
+	idleDelay     = tracer.DefaultPollInterval + 400*time.Millisecond
+)
+
+// report emits the intervals as they complete, until ctx ends. A failing
+// emit is counted and logged once per interval; the next interval goes on.
 func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
-	ticker := time.NewTicker(p.opts.ReporterInterval)
+	every := p.opts.ReporterInterval
+	ticker := time.NewTicker(min(every/4, 250*time.Millisecond))
 	defer ticker.Stop()
-	start := time.Now()
+	nextLog := p.t0.Add(every)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case end := <-ticker.C:
-			p.flush(ctx, emit, start, end)
-			start = end
+		case <-p.wake:
+			p.emitReady(ctx, emit, false)
+		case now := <-ticker.C:
+			p.emitReady(ctx, emit, false)
+			if !now.Before(nextLog) {
+				// Once per interval of wall-clock time: what was lost,
+				// and the resolver may log its first problem again.
+				p.reportLost()
+				p.resolver.endInterval()
+				for !now.Before(nextLog) {
+					nextLog = nextLog.Add(every)
+				}
+			}
 		}
 	}
 }
 
-func (p *Profiler) flush(ctx context.Context, emit EmitFunc, start, end time.Time) {
+// emitReady closes the open intervals that are complete, all of them if
+// all is set, and emits them in order.
+func (p *Profiler) emitReady(ctx context.Context, emit EmitFunc, all bool) {
+	now := time.Now()
+	idle := p.inflight.Load() == 0
+	var ready []*interval
 	p.mu.Lock()
-	done := p.current
-	p.current, p.spare = p.spare, nil
+	for len(p.open) > 0 {
+		iv := p.open[0]
+		if !all && p.newest.Sub(iv.end) < watermarkSkew && (!idle || now.Sub(iv.end) < idleDelay) {
+			break
+		}
+		ready = append(ready, iv)
+		p.open = p.open[1:]
+		p.closedEnd = iv.end
+	}
 	p.mu.Unlock()
+	for _, iv := range ready {
+		p.flush(ctx, emit, iv)
+	}
+}
 
-	n := done.Len()
-	pd := done.Flush(start, end)
-	p.spare = done
-	p.resolver.endInterval()
-	p.reportLost()
+// flush emits one closed interval and keeps its builder for reuse.
+func (p *Profiler) flush(ctx context.Context, emit EmitFunc, iv *interval) {
+	n := iv.b.Len()
+	_, last, ok := iv.b.Span()
+	pd := iv.b.Flush(iv.start, iv.end)
+	p.mu.Lock()
+	if len(p.free) < maxFreeBuilders {
+		p.free = append(p.free, iv.b)
+	}
+	p.mu.Unlock()
 	if n == 0 {
 		return
+	}
+	if ok {
+		p.lag.Store(int64(time.Since(last)))
 	}
 	profiles := pd.ProfileCount() // pd belongs to emit once called
 	if err := emit(ctx, pd); err != nil {

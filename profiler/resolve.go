@@ -40,8 +40,11 @@ type resolver struct {
 	kernelPCs  map[uint64]kernelEntry
 	kernelMaps map[string]*profile.Mapping
 
-	frames   []profile.Frame // reused for every sample: the builder copies what it keeps
-	resource profile.Resource
+	frames []profile.Frame // reused for every sample: the builder copies what it keeps
+	// gone holds the resource of each process that was gone before it
+	// could be read, from its first sample to its exit: every sample of
+	// one process carries the same resource, whichever thread it is of.
+	gone map[int]*profile.Resource
 
 	stats     resolverStats
 	loggedErr atomic.Bool // a resolution error was logged this interval
@@ -142,11 +145,23 @@ func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symboliz
 		procsByPID: make(map[int]*procEntry),
 		kernelPCs:  make(map[uint64]kernelEntry),
 		kernelMaps: make(map[string]*profile.Mapping),
+		gone:       make(map[int]*profile.Resource),
 	}
 }
 
-// resolve fills s from rec. s.Frames aliases a buffer the next call reuses.
+// maxGone bounds the resources kept for processes gone before they were read.
+const maxGone = 4096
+
+// resolve fills s from rec, finding its process in the table now.
 func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
+	p, err := r.procs.Get(int(rec.PID))
+	r.resolveProc(rec, p, err, s)
+}
+
+// resolveProc fills s from rec of process p, as the table held it when rec
+// was read; err says why there was none (the process was gone). s.Frames
+// aliases a buffer the next call reuses.
+func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error, s *profile.Sample) {
 	*s = profile.Sample{
 		Kind:       profile.OnCPU,
 		TID:        int64(rec.TID),
@@ -161,13 +176,11 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 	}
 
 	pid := int(rec.PID)
-	entry, err := r.process(pid)
 	if err != nil {
 		r.stats.processGone.Add(1)
 		// A process that exited before we read it still has its samples,
-		// named by what the kernel told us.
-		r.resource = profile.Resource{PID: int64(pid), ExecutableName: rec.Comm}
-		s.Resource = &r.resource
+		// named by what the kernel told us of its first one.
+		s.Resource = r.goneResource(pid, rec.Comm)
 		for i, pc := range rec.User {
 			// The unwinder saw each frame's file: that still names it.
 			f := profile.Frame{Type: profile.FrameNative, Address: pc}
@@ -181,6 +194,7 @@ func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
 		s.Frames = r.frames
 		return
 	}
+	entry := r.entry(pid, p)
 	s.Resource = &entry.resource
 
 	refreshed := false
@@ -437,12 +451,19 @@ func (r *resolver) kernelMapping(module string) *profile.Mapping {
 	return m
 }
 
-func (r *resolver) process(pid int) (*procEntry, error) {
-	p, err := r.procs.Get(pid)
-	if err != nil {
-		return nil, err
+// goneResource is the resource of pid, gone before it was read, named comm
+// if this is its first sample.
+func (r *resolver) goneResource(pid int, comm string) *profile.Resource {
+	if res, ok := r.gone[pid]; ok {
+		return res
 	}
-	return r.entry(pid, p), nil
+	if len(r.gone) >= maxGone {
+		clear(r.gone)
+		r.stats.cacheResets.Add(1)
+	}
+	res := &profile.Resource{PID: int64(pid), ExecutableName: comm}
+	r.gone[pid] = res
+	return res
 }
 
 func (r *resolver) refresh(pid int) (*procEntry, error) {
@@ -488,6 +509,7 @@ func (r *resolver) exec(pid int) {
 	r.forget(pid)
 }
 
+// exit forgets pid once every sample queued before its exit is resolved.
 func (r *resolver) exit(pid int) {
 	r.procs.Exit(pid)
 	r.forget(pid)
@@ -496,6 +518,7 @@ func (r *resolver) exit(pid int) {
 
 // forget drops what the resolver derived from pid and releases its files.
 func (r *resolver) forget(pid int) {
+	delete(r.gone, pid)
 	if e, ok := r.procsByPID[pid]; ok {
 		delete(r.procsByPID, pid)
 		e.close()

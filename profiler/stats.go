@@ -1,6 +1,8 @@
 package profiler
 
 import (
+	"time"
+
 	"github.com/sonde-dev/sonde/internal/symbolize"
 	"github.com/sonde-dev/sonde/internal/unwind"
 	"github.com/sonde-dev/sonde/tracer"
@@ -23,8 +25,22 @@ type Stats struct {
 	// IntervalFull is how many samples an interval refused: it held its
 	// maximum of sample events.
 	IntervalFull uint64
-	// Pending (gauge) is how many samples the open interval holds.
+	// Pending (gauge) is how many samples the open intervals hold.
 	Pending int
+	// Queued (gauge) is how many records were read and wait for the
+	// resolver.
+	Queued int
+	// Late is how many samples went to another interval than their
+	// capture time's: resolved after it was emitted, or past the bound of
+	// open intervals. Their interval's window was widened to cover them.
+	Late uint64
+	// Lag (gauge) is the age of the newest sample of the last interval
+	// emitted, when it was emitted: how far behind real time the pipeline
+	// runs.
+	Lag time.Duration
+	// Shutdown counts the samples shutdown could not deliver: Unread were
+	// left in the ring buffer, Unflushed were in intervals never emitted.
+	Shutdown struct{ Unread, Unflushed uint64 }
 	// FilteredInUser is how many samples of excluded processes were
 	// dropped in user space, sampled before the kernel knew the decision.
 	FilteredInUser uint64
@@ -141,10 +157,15 @@ func (p *Profiler) Stats() Stats {
 	s.Samples = p.samples
 	s.Stacks = p.stacks
 	s.IntervalFull = p.intervalFull
-	if p.current != nil {
-		s.Pending = p.current.Len()
+	s.Late = p.late
+	for _, iv := range p.open {
+		s.Pending += iv.b.Len()
 	}
 	p.mu.Unlock()
+	s.Queued = int(max(p.inflight.Load(), 0))
+	s.Lag = time.Duration(p.lag.Load())
+	s.Shutdown.Unread = p.unread.Load()
+	s.Shutdown.Unflushed = p.unflushed.Load()
 	s.Records = p.records.Load()
 	s.RecordsMalformed = p.decodeErrors.Load()
 	s.FilteredInUser = p.filtered.Load()

@@ -29,12 +29,15 @@ type TelemetryBuilder struct {
 	mu                      sync.Mutex
 	registrations           []metric.Registration
 	ExportErrors            metric.Int64ObservableCounter
+	ExportLag               metric.Float64ObservableGauge
 	ExportProfiles          metric.Int64ObservableCounter
 	ExportSamples           metric.Int64ObservableCounter
 	OffcpuWaits             metric.Int64ObservableCounter
 	ProcessesTracked        metric.Int64ObservableGauge
 	RecordsLost             metric.Int64ObservableCounter
 	RecordsMalformed        metric.Int64ObservableCounter
+	RecordsQueued           metric.Int64ObservableGauge
+	SamplesLate             metric.Int64ObservableCounter
 	SamplesLost             metric.Int64ObservableCounter
 	SamplesPending          metric.Int64ObservableGauge
 	SamplesReceived         metric.Int64ObservableCounter
@@ -75,6 +78,21 @@ func (builder *TelemetryBuilder) RegisterExportErrorsCallback(cb metric.Int64Cal
 		cb(ctx, &observerInt64{inst: builder.ExportErrors, obs: o})
 		return nil
 	}, builder.ExportErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterExportLagCallback sets callback for observable ExportLag metric.
+func (builder *TelemetryBuilder) RegisterExportLagCallback(cb metric.Float64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerFloat64{inst: builder.ExportLag, obs: o})
+		return nil
+	}, builder.ExportLag)
 	if err != nil {
 		return err
 	}
@@ -165,6 +183,36 @@ func (builder *TelemetryBuilder) RegisterRecordsMalformedCallback(cb metric.Int6
 		cb(ctx, &observerInt64{inst: builder.RecordsMalformed, obs: o})
 		return nil
 	}, builder.RecordsMalformed)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRecordsQueuedCallback sets callback for observable RecordsQueued metric.
+func (builder *TelemetryBuilder) RegisterRecordsQueuedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RecordsQueued, obs: o})
+		return nil
+	}, builder.RecordsQueued)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSamplesLateCallback sets callback for observable SamplesLate metric.
+func (builder *TelemetryBuilder) RegisterSamplesLateCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SamplesLate, obs: o})
+		return nil
+	}, builder.SamplesLate)
 	if err != nil {
 		return err
 	}
@@ -499,6 +547,16 @@ func (oi *observerInt64) Observe(value int64, opts ...metric.ObserveOption) {
 	oi.obs.ObserveInt64(oi.inst, value, opts...)
 }
 
+type observerFloat64 struct {
+	embedded.Float64Observer
+	inst metric.Float64Observable
+	obs  metric.Observer
+}
+
+func (oi *observerFloat64) Observe(value float64, opts ...metric.ObserveOption) {
+	oi.obs.ObserveFloat64(oi.inst, value, opts...)
+}
+
 // Shutdown unregister all registered callbacks for async instruments.
 func (builder *TelemetryBuilder) Shutdown() {
 	builder.mu.Lock()
@@ -521,6 +579,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.export.errors",
 		metric.WithDescription("Intervals whose profiles the next consumer refused; their samples are dropped. [Development]"),
 		metric.WithUnit("{interval}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ExportLag, err = builder.meter.Float64ObservableGauge(
+		"sonde.export.lag",
+		metric.WithDescription("Age of the newest sample of the last interval handed to the next consumer, when it was handed over - how far behind real time the pipeline runs. [Development]"),
+		metric.WithUnit("s"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ExportProfiles, err = builder.meter.Int64ObservableCounter(
@@ -557,6 +621,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.records.malformed",
 		metric.WithDescription("Ring buffer records that could not be read or decoded and were dropped. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RecordsQueued, err = builder.meter.Int64ObservableGauge(
+		"sonde.records.queued",
+		metric.WithDescription("Records read from the ring buffer that wait for the resolver. [Development]"),
+		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SamplesLate, err = builder.meter.Int64ObservableCounter(
+		"sonde.samples.late",
+		metric.WithDescription("Samples resolved after the interval of their capture time was handed over; they go to the next interval, whose time window is widened to cover them. [Development]"),
+		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.SamplesLost, err = builder.meter.Int64ObservableCounter(

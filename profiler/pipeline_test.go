@@ -1,0 +1,245 @@
+package profiler
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sonde-dev/sonde/internal/profile"
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// gate stalls the resolver while closed: a test's slow resolver, set as
+// Options.BeforeResolve.
+type gate struct {
+	mu     sync.Mutex
+	closed bool
+	open   chan struct{}
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{})} }
+
+// stall makes the resolver wait before its next record.
+func (g *gate) stall() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
+		g.open = make(chan struct{})
+	}
+}
+
+// release lets the resolver go on.
+func (g *gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		g.closed = false
+		close(g.open)
+	}
+}
+
+func (g *gate) wait() {
+	g.mu.Lock()
+	open := g.open
+	closed := g.closed
+	g.mu.Unlock()
+	if closed {
+		<-open
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the pipeline, bounded by the deadline
+	}
+}
+
+// checkAll applies the conformance checker to every interval.
+func checkAll(t *testing.T, pds []pprofile.Profiles) {
+	t.Helper()
+	for i, pd := range pds {
+		if err := profile.Check(pd); err != nil {
+			t.Errorf("interval %d: %v", i, err)
+		}
+	}
+}
+
+// A resolver that falls several intervals behind: every interval it then
+// emits still holds only samples captured in its window, and the lag shows
+// how far behind it ran.
+func TestIntervalsByCaptureTime(t *testing.T) {
+	g := newGate()
+	p, sink := startProfiler(t, 99, func(o *Options) {
+		o.ReporterInterval = 200 * time.Millisecond
+		o.BeforeResolve = g.wait
+	})
+	t.Cleanup(g.release)
+	pid := testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChain)).Process.Pid
+	waitFor(t, "a sample of the workload", 30*time.Second, func() bool {
+		for _, pd := range sink.all() {
+			if pidsOf(pd)[int64(pid)] {
+				return true
+			}
+		}
+		return false
+	})
+
+	// Stall the resolver for many intervals' worth of samples: 2 s of
+	// them at least, by the tracer's count.
+	g.stall()
+	st := p.Stats()
+	sent0 := st.Kernel.SamplesSent
+	waitFor(t, "2 s of samples sent while the resolver is stalled", 60*time.Second, func() bool {
+		return p.Stats().Kernel.SamplesSent >= sent0+2*99
+	})
+	before := len(sink.all())
+	g.release()
+	waitFor(t, "the backlog resolved and emitted", 60*time.Second, func() bool {
+		s := p.Stats()
+		return s.Queued == 0 && len(sink.all()) >= before+5
+	})
+	all := sink.all()
+	checkAll(t, all)
+	s := p.Stats()
+	t.Logf("%d intervals, lag at the last %v, late samples %d, lost to the ring buffer %d",
+		len(all), s.Lag, s.Late, s.Kernel.SamplesLost)
+	// The windows follow each other.
+	var prevEnd uint64
+	for i, pd := range all {
+		rps := pd.ResourceProfiles()
+		if rps.Len() == 0 {
+			continue
+		}
+		prof := rps.At(0).ScopeProfiles().At(0).Profiles().At(0)
+		if start := uint64(prof.Time()); start < prevEnd {
+			t.Errorf("interval %d starts at %d, before the previous one ended (%d)", i, start, prevEnd)
+		}
+		prevEnd = uint64(prof.Time()) + prof.DurationNano()
+	}
+}
+
+// A process whose samples are resolved after it exited is one resource,
+// with its executable's path, in every interval.
+func TestExitedProcessIsOneResource(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	// Only the workload is profiled, at a low rate: the reader keeps
+	// reading while the resolver is stalled, until pendingRecords wait.
+	bin := filepath.Join(t.TempDir(), "burn-exiting")
+	copyFile(t, testutil.BuildWorkload(t, testutil.CChain), bin)
+	g := newGate()
+	p, sink := startProfiler(t, 29, func(o *Options) {
+		o.ReporterInterval = 200 * time.Millisecond
+		o.BeforeResolve = g.wait
+		o.Filters.IncludeExecutables = []string{"burn-exiting"}
+	})
+	t.Cleanup(g.release)
+	testutil.StartWorkload(t, bin) // a first one, so that intervals are emitted
+	// Warm up: the profiler is running and resolving.
+	waitFor(t, "a first interval", 60*time.Second, func() bool { return len(sink.all()) > 0 })
+
+	g.stall()
+	cmd := testutil.StartWorkload(t, bin)
+	pid := cmd.Process.Pid
+	st := p.Stats()
+	waitFor(t, "the workload read by the reader", 30*time.Second, func() bool {
+		// The reader reads a process on its first sample; enough samples
+		// were sent for the burner to have had some.
+		return p.procs.Cached(pid) && p.Stats().Kernel.SamplesSent >= st.Kernel.SamplesSent+10
+	})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pid %d still in /proc after it was reaped: %v", pid, err)
+	}
+	before := len(sink.all())
+	g.release()
+	waitFor(t, "the backlog resolved and emitted", 60*time.Second, func() bool {
+		return p.Stats().Queued == 0 && len(sink.all()) >= before+3
+	})
+	all := sink.all()
+	checkAll(t, all)
+	var resources []map[string]any
+	for _, pd := range all {
+		for _, rp := range pd.ResourceProfiles().All() {
+			attrs := rp.Resource().Attributes().AsRaw()
+			if attrs["process.pid"] == int64(pid) {
+				resources = append(resources, attrs)
+			}
+		}
+	}
+	if len(resources) == 0 {
+		t.Fatalf("no sample of pid %d: nothing was exercised", pid)
+	}
+	for i, r := range resources {
+		if r["process.executable.path"] != bin {
+			t.Errorf("resource %d of pid %d: %v, want process.executable.path %s", i, pid, r, bin)
+		}
+	}
+	t.Logf("pid %d: %d resources (one per interval), %v", pid, len(resources), resources[0])
+}
+
+// At the end of Run the last, partial interval is emitted: every sample
+// received is emitted, none is left behind uncounted.
+func TestRunFlushesLastInterval(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	pid := testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChain)).Process.Pid
+	opts := DefaultOptions()
+	opts.SamplesPerSecond = 99
+	opts.ReporterInterval = 10 * time.Minute // never reached: only the final flush emits
+	opts.Logger = zaptest.NewLogger(t)
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s := new(sink)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, s.emit) }()
+	waitFor(t, "200 samples received", 60*time.Second, func() bool { return p.Stats().Samples >= 200 })
+	if n := len(s.all()); n != 0 {
+		t.Fatalf("%d intervals emitted before the end of a 10-minute interval", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	all := s.all()
+	if len(all) != 1 {
+		t.Fatalf("%d intervals emitted at the end, want the last one", len(all))
+	}
+	checkAll(t, all)
+	if !pidsOf(all[0])[int64(pid)] {
+		t.Errorf("the last interval holds no sample of the workload %d", pid)
+	}
+	st := p.Stats()
+	t.Logf("samples %d, emitted %d, unread %d, unflushed %d, lost to the ring buffer %d",
+		st.Samples, st.EmittedSamples, st.Shutdown.Unread, st.Shutdown.Unflushed, st.Kernel.SamplesLost)
+	if st.EmittedSamples != st.Samples-st.IntervalFull {
+		t.Errorf("emitted %d samples of %d received (%d refused by a full interval)", st.EmittedSamples, st.Samples, st.IntervalFull)
+	}
+	if st.Shutdown.Unread != 0 || st.Shutdown.Unflushed != 0 {
+		t.Errorf("shutdown left %d samples unread and %d unflushed, want none", st.Shutdown.Unread, st.Shutdown.Unflushed)
+	}
+	// Every sample the kernel sent was read: received or filtered.
+	if read := st.Samples + st.FilteredInUser; read != st.Kernel.SamplesSent {
+		t.Errorf("%d samples received or filtered, the kernel sent %d", read, st.Kernel.SamplesSent)
+	}
+}
