@@ -85,8 +85,10 @@ func (b *Builder) writeResources(p pprofile.Profiles, start, end time.Time) {
 	rps.EnsureCapacity(len(b.resources))
 	for ri := range b.resources {
 		rp := rps.AppendEmpty()
+		rp.SetSchemaUrl(SchemaURL)
 		writeResource(rp.Resource().Attributes(), &b.resources[ri])
 		sp := rp.ScopeProfiles().AppendEmpty()
+		sp.SetSchemaUrl(SchemaURL)
 		sp.Scope().SetName(ScopeName)
 		sp.Scope().SetVersion(scopeVersion)
 		for k := Kind(0); k < numKinds; k++ {

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
 	"github.com/sonde-dev/sonde/internal/symbolize"
 )
 
@@ -161,6 +163,11 @@ type Stats struct {
 // Attribute keys and value types of the output contract.
 const (
 	ScopeName = "github.com/sonde-dev/sonde"
+
+	// SchemaURL is the semantic conventions version whose attribute names
+	// the output uses (a test checks each name against it), set on every
+	// ResourceProfiles and ScopeProfiles.
+	SchemaURL = semconv.SchemaURL
 
 	attrPID          = "process.pid"
 	attrExeName      = "process.executable.name"
