@@ -81,7 +81,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 // shutdownGrace bounds how long Shutdown waits for the profiler to resolve
 // what the ring buffer still holds and hand the last, partial interval to
 // the next consumer.
-const shutdownGrace = 5 * time.Second
+const shutdownGrace = 2 * time.Second
 
 // Shutdown stops sampling, lets the profiler hand over the last interval,
 // and releases everything. It is idempotent and safe to call without Start.

@@ -139,7 +139,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.SamplesPending, int64(s.Pending))
 	o.ObserveInt64(tb.SamplesLate, i64(s.Late))
 	o.ObserveInt64(tb.RecordsQueued, int64(s.Queued))
-	o.ObserveInt64(tb.SamplesLost, i64(s.Shutdown.Unread+s.Shutdown.Unflushed), lostShutdown)
+	o.ObserveInt64(tb.SamplesLost, i64(s.Shutdown.Unread+s.Shutdown.Unresolved+s.Shutdown.Unflushed), lostShutdown)
 	o.ObserveInt64(tb.SamplesReceived, i64(s.Samples))
 	o.ObserveInt64(tb.SamplesLost, i64(s.IntervalFull), lostIntervalFull)
 	o.ObserveInt64(tb.SamplesLost, i64(s.EmitDropped), lostExportFailed)

@@ -159,7 +159,9 @@ func TestFiltersExcludeBeforeAnyWork(t *testing.T) {
 		sink.waitFor(len(sink.all())+1, time.Until(deadline))
 	}
 	if counts[int64(in)] < 500 {
-		t.Fatalf("included process: %d samples, want at least 500", counts[int64(in)])
+		st := p.Stats()
+		t.Fatalf("included process: %d samples, want at least 500 (lag %v, %d records queued, %d samples resolved)",
+			counts[int64(in)], st.Lag, st.Queued, st.Samples)
 	}
 	if counts[int64(out)] != 0 {
 		t.Errorf("excluded process: %d samples, want none", counts[int64(out)])

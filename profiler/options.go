@@ -120,7 +120,7 @@ type Options struct {
 	SymbolCacheBytes int64
 
 	// ScopeVersion is the version written on every profile's scope; empty
-	// means this module's version as built into the binary.
+	// means Sonde's release version (internal/version).
 	ScopeVersion string
 
 	// BeforeResolve, when set, runs on the resolver goroutine before each

@@ -235,8 +235,9 @@ func TestRunFlushesLastInterval(t *testing.T) {
 	if st.EmittedSamples != st.Samples-st.IntervalFull {
 		t.Errorf("emitted %d samples of %d received (%d refused by a full interval)", st.EmittedSamples, st.Samples, st.IntervalFull)
 	}
-	if st.Shutdown.Unread != 0 || st.Shutdown.Unflushed != 0 {
-		t.Errorf("shutdown left %d samples unread and %d unflushed, want none", st.Shutdown.Unread, st.Shutdown.Unflushed)
+	if st.Shutdown.Unread != 0 || st.Shutdown.Unresolved != 0 || st.Shutdown.Unflushed != 0 {
+		t.Errorf("shutdown left samples unread (%d), unresolved (%d) or unflushed (%d), want none",
+			st.Shutdown.Unread, st.Shutdown.Unresolved, st.Shutdown.Unflushed)
 	}
 	// Every sample the kernel sent was read: received or filtered.
 	if read := st.Samples + st.FilteredInUser; read != st.Kernel.SamplesSent {

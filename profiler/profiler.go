@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/internal/symbolize"
+	sondeversion "github.com/sonde-dev/sonde/internal/version"
 	"github.com/sonde-dev/sonde/tracer"
 )
 
@@ -70,12 +70,13 @@ type Profiler struct {
 	late         uint64
 
 	wake        chan struct{} // the resolver opened an interval: older ones may be complete
-	inflight    atomic.Int64   // records read and not yet resolved
+	inflight    atomic.Int64  // records read and not yet resolved
 	samplesRead atomic.Uint64 // sample records read (decoded)
 	lag         atomic.Int64  // the newest sample's age when its interval was emitted
 	// What shutdown could not deliver: samples left in the ring buffer,
-	// and samples of intervals never emitted.
-	unread, unflushed atomic.Uint64
+	// read but left unresolved when Close came, and in intervals never
+	// emitted.
+	unread, unresolved, unflushed atomic.Uint64
 
 	records      atomic.Uint64
 	decodeErrors atomic.Uint64
@@ -96,17 +97,17 @@ type Profiler struct {
 	tracerClosed bool
 	kernel       tracer.Counters
 
-	ran      atomic.Bool
-	runMu    sync.Mutex
-	closed   bool               // stop began; under runMu
-	cancel   context.CancelFunc // of the running pipeline, nil before Run
+	ran    atomic.Bool
+	runMu  sync.Mutex
+	closed bool               // stop began; under runMu
+	cancel context.CancelFunc // of the running pipeline, nil before Run
 	// closing ends when Close begins: the final flush's emit stops then.
 	closing      context.Context
 	closingStart context.CancelFunc
-	wg       sync.WaitGroup     // goroutines that stop with cancel and may use the tracer's maps
-	readers  sync.WaitGroup     // the reader and resolver: they stop when the tracer closes
-	stopOnce sync.Once
-	stopErr  error
+	wg           sync.WaitGroup // goroutines that stop with cancel and may use the tracer's maps
+	readers      sync.WaitGroup // the reader and resolver: they stop when the tracer closes
+	stopOnce     sync.Once
+	stopErr      error
 }
 
 // New checks opts and the host, and loads and attaches the eBPF programs.
@@ -151,7 +152,7 @@ func New(opts Options) (*Profiler, error) {
 
 	version := opts.ScopeVersion
 	if version == "" {
-		version = moduleVersion()
+		version = sondeversion.Version
 	}
 	p.popts = profile.Options{SamplesPerSecond: opts.SamplesPerSecond, ScopeVersion: version}
 	p.procs = process.NewTable(opts.ProcFS, log, process.Options{
@@ -403,6 +404,16 @@ func (p *Profiler) resolve(records <-chan queued, free chan<- *tracer.Record) {
 	var sample profile.Sample
 	for q := range records {
 		rec := q.rec
+		if p.closing.Err() != nil {
+			// Close does not wait for the backlog: what is left is
+			// counted, and the pipeline stops promptly.
+			if rec.Type == tracer.RecordSample {
+				p.unresolved.Add(1)
+			}
+			p.inflight.Add(-1)
+			free <- rec
+			continue
+		}
 		if p.opts.BeforeResolve != nil {
 			p.opts.BeforeResolve()
 		}
@@ -669,25 +680,3 @@ func (p *Profiler) reportOffCPUDrops(c tracer.Counters) {
 // Prepared reports whether the unwinder holds pid's mappings: its stacks
 // are unwound with its files' tables from now on.
 func (p *Profiler) Prepared(pid int) bool { return p.preparer.loader.Prepared(pid) }
-
-// moduleVersion is the version of this module as built into the binary.
-func moduleVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	if bi.Main.Path == modulePath && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	for _, dep := range bi.Deps {
-		if dep.Path == modulePath {
-			if dep.Replace != nil && dep.Replace.Version != "" {
-				return dep.Replace.Version
-			}
-			return dep.Version
-		}
-	}
-	return "devel"
-}
-
-const modulePath = "github.com/sonde-dev/sonde"

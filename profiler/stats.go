@@ -39,8 +39,9 @@ type Stats struct {
 	// runs.
 	Lag time.Duration
 	// Shutdown counts the samples shutdown could not deliver: Unread were
-	// left in the ring buffer, Unflushed were in intervals never emitted.
-	Shutdown struct{ Unread, Unflushed uint64 }
+	// left in the ring buffer, Unresolved were read but not resolved when
+	// Close came, Unflushed were in intervals never emitted.
+	Shutdown struct{ Unread, Unresolved, Unflushed uint64 }
 	// FilteredInUser is how many samples of excluded processes were
 	// dropped in user space, sampled before the kernel knew the decision.
 	FilteredInUser uint64
@@ -165,6 +166,7 @@ func (p *Profiler) Stats() Stats {
 	s.Queued = int(max(p.inflight.Load(), 0))
 	s.Lag = time.Duration(p.lag.Load())
 	s.Shutdown.Unread = p.unread.Load()
+	s.Shutdown.Unresolved = p.unresolved.Load()
 	s.Shutdown.Unflushed = p.unflushed.Load()
 	s.Records = p.records.Load()
 	s.RecordsMalformed = p.decodeErrors.Load()

@@ -215,4 +215,3 @@ func CheckDeduplicated(p pprofile.Profiles) error {
 	}
 	return errors.Join(errs...)
 }
-
