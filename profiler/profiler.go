@@ -587,23 +587,25 @@ func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
 }
 
 // emitReady closes the open intervals that are complete, all of them if
-// all is set, and emits them in order.
+// all is set, and emits them in order. It takes them one at a time: one
+// not handed over yet stays open, and its samples pending.
 func (p *Profiler) emitReady(ctx context.Context, emit EmitFunc, all bool) {
-	now := time.Now()
-	idle := p.inflight.Load() == 0
-	var ready []*interval
-	p.mu.Lock()
-	for len(p.open) > 0 {
+	for {
+		now := time.Now()
+		idle := p.inflight.Load() == 0
+		p.mu.Lock()
+		if len(p.open) == 0 {
+			p.mu.Unlock()
+			return
+		}
 		iv := p.open[0]
 		if !all && p.newest.Sub(iv.end) < watermarkSkew && (!idle || now.Sub(iv.end) < idleDelay) {
-			break
+			p.mu.Unlock()
+			return
 		}
-		ready = append(ready, iv)
 		p.open = p.open[1:]
 		p.closedEnd = iv.end
-	}
-	p.mu.Unlock()
-	for _, iv := range ready {
+		p.mu.Unlock()
 		p.flush(ctx, emit, iv)
 	}
 }
