@@ -3,6 +3,9 @@ package pprofexporter
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,6 +28,9 @@ const (
 	DefaultDirectory = "./profiles"
 	DefaultSplitBy   = SplitNone
 	DefaultMaxFiles  = 100
+	// DefaultFileMode keeps profiles to the Collector's user: they can carry
+	// command lines and environment values.
+	DefaultFileMode FileMode = 0o600
 
 	// maxMaxFiles bounds max_files so one directory listing stays cheap.
 	maxMaxFiles = 1_000_000
@@ -50,6 +56,9 @@ type Config struct {
 	// LogTop logs, after each export, the top LogTop functions by flat and by
 	// cumulative samples. 0 turns the summary off.
 	LogTop int `mapstructure:"log_top"`
+	// FileMode is the permission of the files written, before the process's
+	// umask takes its bits away, as the kernel does for any new file.
+	FileMode FileMode `mapstructure:"file_mode"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -60,6 +69,7 @@ func createDefaultConfig() *Config {
 		Directory: DefaultDirectory,
 		SplitBy:   DefaultSplitBy,
 		MaxFiles:  DefaultMaxFiles,
+		FileMode:  DefaultFileMode,
 	}
 }
 
@@ -84,5 +94,37 @@ func (c *Config) Validate() error {
 	if c.LogTop < 0 || c.LogTop > maxLogTop {
 		errs = append(errs, fmt.Errorf("log_top: must be between 0 and %d, got %d", maxLogTop, c.LogTop))
 	}
+	if c.FileMode&^0o777 != 0 {
+		errs = append(errs, fmt.Errorf("file_mode: must be permission bits within 0777, got %#o (write it in octal, e.g. \"0640\")", uint32(c.FileMode)))
+	}
+	if c.FileMode&0o600 != 0o600 {
+		errs = append(errs, fmt.Errorf("file_mode: the owner must be able to read and write, got %#o", uint32(c.FileMode)))
+	}
 	return errors.Join(errs...)
+}
+
+// FileMode is a file's permission bits. In YAML it is an octal string
+// ("0640", "0o640") or a number, which YAML reads as octal when it starts
+// with 0 (0640).
+type FileMode uint32
+
+// UnmarshalText reads an octal mode.
+func (m *FileMode) UnmarshalText(text []byte) error {
+	s := strings.TrimPrefix(strings.TrimPrefix(string(text), "0o"), "0O")
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil {
+		return fmt.Errorf("file mode %q: want octal permission bits such as \"0600\"", text)
+	}
+	*m = FileMode(v)
+	return nil
+}
+
+// String prints the mode in octal, as chmod takes it.
+func (m FileMode) String() string { return fmt.Sprintf("%#o", uint32(m)) }
+
+// dirMode is the mode of a directory whose files have mode m: each class
+// that may read the files may also search the directory.
+func (m FileMode) dirMode() fs.FileMode {
+	d := fs.FileMode(m)
+	return d | (d&0o444)>>2
 }

@@ -40,7 +40,16 @@ func TestLoadConfig(t *testing.T) {
 				c.MaxAge = time.Hour
 				c.Folded = true
 				c.LogTop = 5
+				c.FileMode = 0o640
 			}),
+		},
+		{
+			id:   component.NewIDWithName(metadata.Type, "mode_number"),
+			want: withDefaults(func(c *Config) { c.FileMode = 0o644 }),
+		},
+		{
+			id:   component.NewIDWithName(metadata.Type, "mode_0o"),
+			want: withDefaults(func(c *Config) { c.FileMode = 0o660 }),
 		},
 		{
 			id:   component.NewIDWithName(metadata.Type, "executable"),
@@ -54,6 +63,7 @@ func TestLoadConfig(t *testing.T) {
 				c.MaxFiles = -1
 				c.MaxAge = -time.Second
 				c.LogTop = 5000
+				c.FileMode = 600
 			}),
 			wantInvalid: []string{
 				"directory: must not be empty",
@@ -61,8 +71,11 @@ func TestLoadConfig(t *testing.T) {
 				"max_files: must be between 0 and 1000000, got -1",
 				"max_age: must not be negative, got -1s",
 				"log_top: must be between 0 and 1000, got 5000",
+				`file_mode: must be permission bits within 0777, got 01130 (write it in octal, e.g. "0640")`,
+				"file_mode: the owner must be able to read and write, got 01130",
 			},
 		},
+		{id: component.NewIDWithName(metadata.Type, "mode_not_octal"), wantUnmarshalErr: `file mode "rw-r-----"`},
 		{id: component.NewIDWithName(metadata.Type, "unknown_key"), wantUnmarshalErr: "path"},
 	}
 	for _, tt := range tests {

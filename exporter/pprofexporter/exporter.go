@@ -6,9 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,10 +28,9 @@ const (
 	filePrefix    = "profile-"
 	pprofSuffix   = ".pb.gz"
 	foldedSuffix  = ".folded"
-	tempPattern   = ".tmp-profile-*"
+	tempPrefix    = ".tmp-profile-"
 	timeLayout    = "20060102T150405.000Z"
 	maxKeyLength  = 64
-	dirPermission = 0o755
 )
 
 // pprofExporter writes exports into cfg.Directory. Its methods are safe for
@@ -48,7 +50,7 @@ func newExporter(cfg *Config, logger *zap.Logger, now func() time.Time) *pprofEx
 }
 
 func (e *pprofExporter) start(context.Context, component.Host) error {
-	if err := os.MkdirAll(e.cfg.Directory, dirPermission); err != nil {
+	if err := os.MkdirAll(e.cfg.Directory, e.cfg.FileMode.dirMode()); err != nil {
 		return fmt.Errorf("pprof exporter: directory: %w", err)
 	}
 	return nil
@@ -83,7 +85,7 @@ func (e *pprofExporter) consumeProfiles(_ context.Context, pd pprofile.Profiles)
 			errs = append(errs, fmt.Errorf("encode %s: %w", name, err))
 			continue
 		}
-		if err := writeAtomic(e.cfg.Directory, name+pprofSuffix, buf.Bytes()); err != nil {
+		if err := writeAtomic(e.cfg.Directory, e.cfg.FileMode, name+pprofSuffix, buf.Bytes()); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -94,7 +96,7 @@ func (e *pprofExporter) consumeProfiles(_ context.Context, pd pprofile.Profiles)
 				errs = append(errs, fmt.Errorf("folded %s: %w", name, err))
 				continue
 			}
-			if err := writeAtomic(e.cfg.Directory, name+foldedSuffix, buf.Bytes()); err != nil {
+			if err := writeAtomic(e.cfg.Directory, e.cfg.FileMode, name+foldedSuffix, buf.Bytes()); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -132,12 +134,13 @@ func sanitizeKey(key string) string {
 }
 
 // writeAtomic writes data to dir/name through a temporary file in dir and a
-// rename, so readers see the whole file or none of it.
-func writeAtomic(dir, name string, data []byte) (err error) {
-	if err := os.MkdirAll(dir, dirPermission); err != nil {
+// rename, so readers see the whole file or none of it. The file is created
+// with mode, so the kernel applies the process's umask as for any new file.
+func writeAtomic(dir string, mode FileMode, name string, data []byte) (err error) {
+	if err := os.MkdirAll(dir, mode.dirMode()); err != nil {
 		return fmt.Errorf("directory: %w", err)
 	}
-	f, err := os.CreateTemp(dir, tempPattern)
+	f, err := createTemp(dir, fs.FileMode(mode))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
@@ -150,9 +153,6 @@ func writeAtomic(dir, name string, data []byte) (err error) {
 	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
@@ -160,6 +160,20 @@ func writeAtomic(dir, name string, data []byte) (err error) {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
+}
+
+// createTemp is os.CreateTemp with a mode: os.CreateTemp always asks for
+// 0600, and a chmod afterwards would ignore the umask.
+func createTemp(dir string, mode fs.FileMode) (*os.File, error) {
+	for range 100 {
+		path := filepath.Join(dir, tempPrefix+strconv.FormatUint(rand.Uint64(), 36))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("temporary file in %s: %w", dir, fs.ErrExist)
 }
 
 // rotate removes the oldest profiles beyond max_files and those older than

@@ -611,3 +611,67 @@ func TestGoToolPprof(t *testing.T) {
 		})
 	}
 }
+
+// TestFileModes checks the mode of every file written against file_mode and
+// the process's umask, as the kernel combines them for any new file. The
+// umask is process-wide, so this test does not run in parallel.
+func TestFileModes(t *testing.T) {
+	tests := []struct {
+		name     string
+		umask    int
+		mode     FileMode // 0: the default
+		wantFile os.FileMode
+		wantDir  os.FileMode
+	}{
+		{"default under umask 022", 0o022, 0, 0o600, 0o700},
+		{"default under umask 077", 0o077, 0, 0o600, 0o700},
+		{"0644 under umask 022", 0o022, 0o644, 0o644, 0o755},
+		{"0644 under umask 077", 0o077, 0o644, 0o600, 0o700},
+		{"0660 under umask 002", 0o002, 0o660, 0o660, 0o770},
+		{"0666 under umask 027", 0o027, 0o666, 0o640, 0o750},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := syscall.Umask(tt.umask)
+			t.Cleanup(func() { syscall.Umask(old) })
+			// A directory the exporter creates, below one the test owns.
+			dir := filepath.Join(t.TempDir(), "profiles")
+			e, _ := newTestExporter(t, func(c *Config) {
+				c.Directory = dir
+				c.Folded = true
+				if tt.mode != 0 {
+					c.FileMode = tt.mode
+				}
+			})
+			if err := e.consumeProfiles(t.Context(), build(fixture())); err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Mode().Perm(); got != tt.wantDir {
+				t.Errorf("directory mode = %#o, want %#o", got, tt.wantDir)
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var suffixes []string
+			for _, de := range entries {
+				info, err := de.Info()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := info.Mode().Perm(); got != tt.wantFile {
+					t.Errorf("%s mode = %#o, want %#o", de.Name(), got, tt.wantFile)
+				}
+				suffixes = append(suffixes, filepath.Ext(de.Name()))
+			}
+			slices.Sort(suffixes)
+			if diff := cmp.Diff([]string{".folded", ".gz"}, suffixes); diff != "" {
+				t.Errorf("files written (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
