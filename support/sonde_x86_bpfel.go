@@ -178,6 +178,15 @@ const (
 	SondeRecordTypeRECORD_OFFCPU_END   SondeRecordType = 6
 )
 
+type SondeRowBits uint32
+
+const (
+	SondeRowBitsROW_CFA_TYPE_MASK SondeRowBits = 15
+	SondeRowBitsROW_FP_RULE_SHIFT SondeRowBits = 4
+	SondeRowBitsROW_FP_RULE_MASK  SondeRowBits = 3
+	SondeRowBitsROW_CFA_SCALED    SondeRowBits = 64
+)
+
 type SondeSampleFlags uint32
 
 const (
@@ -215,10 +224,9 @@ type SondeTaskRecord struct {
 type SondeUnwindRow struct {
 	_         structs.HostLayout
 	Pc        uint32
-	CfaOffset int32
-	FpOffset  int16
-	CfaType   uint8
-	FpType    uint8
+	CfaOffset uint16
+	FpOffset8 int8
+	Rule      uint8
 }
 
 type SondeUstackState struct {
@@ -288,6 +296,7 @@ const (
 	SondeVarUnusedPidStats             = "unused_pid_stats"
 	SondeVarUnusedPythonProc           = "unused_python_proc"
 	SondeVarUnusedRecordType           = "unused_record_type"
+	SondeVarUnusedRowBits              = "unused_row_bits"
 	SondeVarUnusedSampleFlags          = "unused_sample_flags"
 	SondeVarUnusedTaskRecord           = "unused_task_record"
 	SondeVarUnusedUnwindRow            = "unused_unwind_row"
@@ -393,6 +402,7 @@ type SondeVariableSpecs struct {
 	UnusedPidStats        *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
 	UnusedPythonProc      *ebpf.VariableSpec `ebpf:"unused_python_proc"`
 	UnusedRecordType      *ebpf.VariableSpec `ebpf:"unused_record_type"`
+	UnusedRowBits         *ebpf.VariableSpec `ebpf:"unused_row_bits"`
 	UnusedSampleFlags     *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord      *ebpf.VariableSpec `ebpf:"unused_task_record"`
 	UnusedUnwindRow       *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
@@ -485,6 +495,7 @@ type SondeVariables struct {
 	UnusedPidStats        *ebpf.Variable `ebpf:"unused_pid_stats"`
 	UnusedPythonProc      *ebpf.Variable `ebpf:"unused_python_proc"`
 	UnusedRecordType      *ebpf.Variable `ebpf:"unused_record_type"`
+	UnusedRowBits         *ebpf.Variable `ebpf:"unused_row_bits"`
 	UnusedSampleFlags     *ebpf.Variable `ebpf:"unused_sample_flags"`
 	UnusedTaskRecord      *ebpf.Variable `ebpf:"unused_task_record"`
 	UnusedUnwindRow       *ebpf.Variable `ebpf:"unused_unwind_row"`

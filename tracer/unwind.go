@@ -31,6 +31,50 @@ const (
 	FPUnknown = uint8(support.SondeFpRuleFP_UNKNOWN)
 )
 
+// Layout of Row.Rule.
+const (
+	rowCFATypeMask = uint8(support.SondeRowBitsROW_CFA_TYPE_MASK)
+	rowFPRuleShift = uint8(support.SondeRowBitsROW_FP_RULE_SHIFT)
+	rowFPRuleMask  = uint8(support.SondeRowBitsROW_FP_RULE_MASK)
+	rowCFAScaled   = uint8(support.SondeRowBitsROW_CFA_SCALED)
+)
+
+// MakeRow packs a rule into a Row at pc: CFA = (SP, FP, ...) + cfaOffset,
+// and with FPOffset the caller's RBP at CFA + fpOffset. ok is false when
+// the offsets do not fit a row (a CFA offset beyond 512 KiB or not a
+// multiple of 8 beyond 64 KiB; an RBP slot not 8-aligned or beyond 1 KiB):
+// the caller then keeps a weaker rule.
+func MakeRow(pc uint32, cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset int32) (r Row, ok bool) {
+	r = Row{Pc: pc, Rule: cfaType&rowCFATypeMask | (fpRule&rowFPRuleMask)<<rowFPRuleShift}
+	switch {
+	case cfaOffset < 0:
+		return r, false
+	case cfaOffset <= 0xffff:
+		r.CfaOffset = uint16(cfaOffset)
+	case cfaOffset%8 == 0 && cfaOffset/8 <= 0xffff:
+		r.CfaOffset = uint16(cfaOffset / 8)
+		r.Rule |= rowCFAScaled
+	default:
+		return r, false
+	}
+	if fpRule == FPOffset {
+		if fpOffset%8 != 0 || fpOffset/8 < -128 || fpOffset/8 > 127 {
+			return r, false
+		}
+		r.FpOffset8 = int8(fpOffset / 8)
+	}
+	return r, true
+}
+
+// RowRule unpacks what MakeRow packed.
+func RowRule(r Row) (cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset int32) {
+	cfaOffset = int32(r.CfaOffset)
+	if r.Rule&rowCFAScaled != 0 {
+		cfaOffset *= 8
+	}
+	return r.Rule & rowCFATypeMask, cfaOffset, (r.Rule >> rowFPRuleShift) & rowFPRuleMask, int32(r.FpOffset8) * 8
+}
+
 // RowSize is the size of one row, the value size of a table's array (the
 // generated type's size; TestTableLimitsMatchSpec checks the object's).
 const RowSize = int(unsafe.Sizeof(Row{}))

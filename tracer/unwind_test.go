@@ -101,7 +101,20 @@ func TestMappingsLookupInKernel(t *testing.T) {
 
 func TestLoadTable(t *testing.T) {
 	tr := newTracer(t, Options{SamplesPerSecond: 1})
-	rows := []Row{{Pc: 0, CfaType: CFASP, CfaOffset: 8}, {Pc: 4, CfaType: CFASP, CfaOffset: 16}, {Pc: 40, CfaType: CFAFP, CfaOffset: 16, FpType: FPOffset, FpOffset: -16}}
+	var rows []Row
+	for _, r := range []struct {
+		pc     uint32
+		cfa    uint8
+		cfaOff int32
+		fp     uint8
+		fpOff  int32
+	}{{0, CFASP, 8, FPSame, 0}, {4, CFASP, 16, FPSame, 0}, {40, CFAFP, 16, FPOffset, -16}} {
+		row, ok := MakeRow(r.pc, r.cfa, r.cfaOff, r.fp, r.fpOff)
+		if !ok {
+			t.Fatalf("MakeRow%+v refused", r)
+		}
+		rows = append(rows, row)
+	}
 	if err := tr.LoadTable(1, rows); err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +160,51 @@ func TestProcessEntries(t *testing.T) {
 	delete(want, 4242)
 	if got, err = tr.ProcessEntries(); err != nil || !cmp.Equal(want, got) {
 		t.Errorf("after forgetting 4242: %v, %v; want %v", got, err, want)
+	}
+}
+
+// A row packs every rule real code has in 8 bytes, and refuses what it
+// cannot hold rather than keep a wrong offset.
+func TestMakeRow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfa    uint8
+		cfaOff int32
+		fp     uint8
+		fpOff  int32
+		ok     bool
+	}{
+		{"function entry", CFASP, 8, FPSame, 0, true},
+		{"frame pointer set", CFAFP, 16, FPOffset, -16, true},
+		{"odd offset in bytes", CFASP, 65535, FPSame, 0, true},
+		{"large frame in words", CFASP, 65536 + 8, FPOffset, -1024, true},
+		{"largest frame", CFASP, 8 * 65535, FPOffset, 1016, true},
+		{"frame too large", CFASP, 8 * 65536, FPSame, 0, false},
+		{"large odd frame", CFASP, 65537, FPSame, 0, false},
+		{"negative cfa offset", CFASP, -8, FPSame, 0, false},
+		{"rbp slot beyond reach", CFAFP, 16, FPOffset, -1032, false},
+		{"rbp slot unaligned", CFAFP, 16, FPOffset, -12, false},
+		{"signal frame", CFASignal, 0, FPUnknown, 0, true},
+		{"end", CFAEnd, 0, FPSame, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, ok := MakeRow(0x1234, tc.cfa, tc.cfaOff, tc.fp, tc.fpOff)
+			if ok != tc.ok {
+				t.Fatalf("MakeRow ok = %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			cfa, cfaOff, fp, fpOff := RowRule(r)
+			if tc.fp != FPOffset {
+				tc.fpOff = 0
+			}
+			if r.Pc != 0x1234 || cfa != tc.cfa || cfaOff != tc.cfaOff || fp != tc.fp || fpOff != tc.fpOff {
+				t.Errorf("RowRule(%+v) = %d %d %d %d, want %d %d %d %d", r, cfa, cfaOff, fp, fpOff, tc.cfa, tc.cfaOff, tc.fp, tc.fpOff)
+			}
+		})
+	}
+	if RowKernelBytes != 8 {
+		t.Errorf("a row takes %d bytes in the kernel, want 8", RowKernelBytes)
 	}
 }

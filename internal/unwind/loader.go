@@ -585,32 +585,36 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 		if r.PC-base > 0xffffffff {
 			return nil, 0, fmt.Errorf("unwind table spans more than 4 GiB")
 		}
-		kr := tracer.Row{Pc: uint32(r.PC - base), CfaOffset: r.CFAOffset}
+		var cfa uint8
 		switch r.CFA {
 		case CFASP:
-			kr.CfaType = tracer.CFASP
+			cfa = tracer.CFASP
 		case CFAFP:
-			kr.CfaType = tracer.CFAFP
+			cfa = tracer.CFAFP
 		case CFAPLT:
-			kr.CfaType = tracer.CFAPLT
+			cfa = tracer.CFAPLT
 		case CFASignal:
-			kr.CfaType = tracer.CFASignal
+			cfa = tracer.CFASignal
 		case CFAEnd:
-			kr.CfaType = tracer.CFAEnd
+			cfa = tracer.CFAEnd
 		default:
-			kr.CfaType = tracer.CFAUnknown
+			cfa = tracer.CFAUnknown
 		}
+		fp := tracer.FPUnknown
 		switch r.FP {
 		case FPSame:
-			kr.FpType = tracer.FPSame
+			fp = tracer.FPSame
 		case FPOffset:
-			if r.FPOffset < -1<<15 || r.FPOffset >= 1<<15 {
-				kr.FpType = tracer.FPUnknown
-				break
-			}
-			kr.FpType, kr.FpOffset = tracer.FPOffset, int16(r.FPOffset)
-		default:
-			kr.FpType = tracer.FPUnknown
+			fp = tracer.FPOffset
+		}
+		pc := uint32(r.PC - base)
+		kr, ok := tracer.MakeRow(pc, cfa, r.CFAOffset, fp, r.FPOffset)
+		if !ok && fp == tracer.FPOffset {
+			// The caller's RBP is out of the row's reach: unknown.
+			kr, ok = tracer.MakeRow(pc, cfa, r.CFAOffset, tracer.FPUnknown, 0)
+		}
+		if !ok {
+			kr, _ = tracer.MakeRow(pc, tracer.CFAUnknown, 0, tracer.FPUnknown, 0)
 		}
 		out[i] = kr
 	}

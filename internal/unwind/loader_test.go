@@ -375,12 +375,25 @@ func tableOfKernelRows(t *testing.T, rows []tracer.Row, base uint64) *Table {
 	fp := map[uint8]FPRule{tracer.FPSame: FPSame, tracer.FPOffset: FPOffset, tracer.FPUnknown: FPUnknown}
 	tab := &Table{}
 	for _, kr := range rows {
-		c, ok1 := cfa[kr.CfaType]
-		f, ok2 := fp[kr.FpType]
+		ct, cfaOff, ft, fpOff := tracer.RowRule(kr)
+		c, ok1 := cfa[ct]
+		f, ok2 := fp[ft]
 		if !ok1 || !ok2 {
 			t.Fatalf("kernel row %+v has an unknown rule", kr)
 		}
-		tab.Rows = append(tab.Rows, Row{PC: base + uint64(kr.Pc), CFA: c, CFAOffset: kr.CfaOffset, FP: f, FPOffset: int32(kr.FpOffset)})
+		r := Row{PC: base + uint64(kr.Pc), CFA: c, CFAOffset: cfaOff, FP: f}
+		if f == FPOffset {
+			r.FPOffset = fpOff
+		}
+		switch c {
+		case CFASP, CFAFP, CFAPLT:
+		default:
+			r.CFAOffset, r.FP = 0, FPSame // unused by such rules: zero as Row documents
+			if c == CFASignal {
+				r.FP = FPUnknown
+			}
+		}
+		tab.Rows = append(tab.Rows, r)
 	}
 	return tab
 }

@@ -247,13 +247,19 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	if (!row)
 		return fp_step(st, s);
 
+	__u8 rule = row->rule;
+	__u64 cfa_offset = row->cfa_offset;
+	if (rule & ROW_CFA_SCALED)
+		cfa_offset <<= 3;
+	__u8 fp_rule = (rule >> ROW_FP_RULE_SHIFT) & ROW_FP_RULE_MASK;
+	__s64 fp_offset = (__s64)row->fp_offset8 * 8;
 	__u64 cfa;
-	switch (row->cfa_type) {
+	switch (rule & ROW_CFA_TYPE_MASK) {
 	case CFA_SP:
-		cfa = st->sp + (__s64)row->cfa_offset;
+		cfa = st->sp + cfa_offset;
 		break;
 	case CFA_FP:
-		cfa = st->fp + (__s64)row->cfa_offset;
+		cfa = st->fp + cfa_offset;
 		break;
 	case CFA_PLT:
 		cfa = st->sp + 8 + ((pc & 15) >= 11 ? 8 : 0);
@@ -290,14 +296,13 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		count(COUNTER_UNWIND_READ_ERR);
 		return STEP_DONE;
 	}
-	if (row->fp_type == FP_OFFSET) {
-		if (bpf_probe_read_user(&st->fp, sizeof(st->fp),
-		                        (void *)(cfa + (__s64)row->fp_offset))) {
+	if (fp_rule == FP_OFFSET) {
+		if (bpf_probe_read_user(&st->fp, sizeof(st->fp), (void *)(cfa + fp_offset))) {
 			s->flags |= SAMPLE_USER_READ_ERR;
 			count(COUNTER_UNWIND_READ_ERR);
 			return STEP_DONE;
 		}
-	} else if (row->fp_type == FP_UNKNOWN) {
+	} else if (fp_rule == FP_UNKNOWN) {
 		st->fp = 0;
 	}
 	st->sp = cfa;

@@ -34,6 +34,7 @@ const struct task_record *unused_task_record __attribute__((unused));
 const struct mapping_key *unused_mapping_key __attribute__((unused));
 const struct mapping_info *unused_mapping_info __attribute__((unused));
 const struct unwind_row *unused_unwind_row __attribute__((unused));
+const enum row_bits *unused_row_bits __attribute__((unused));
 const enum cfa_type *unused_cfa_type __attribute__((unused));
 const enum fp_rule *unused_fp_rule __attribute__((unused));
 const struct pid_stats *unused_pid_stats __attribute__((unused));

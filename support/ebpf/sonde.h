@@ -70,14 +70,25 @@ enum fp_rule {
 	FP_UNKNOWN = 2,
 };
 
+// row_bits lay out unwind_row.rule: the cfa_type, the fp_rule, and whether
+// cfa_offset counts 8-byte words rather than bytes.
+enum row_bits {
+	ROW_CFA_TYPE_MASK = 0x0f,
+	ROW_FP_RULE_SHIFT = 4,
+	ROW_FP_RULE_MASK = 0x03,
+	ROW_CFA_SCALED = 0x40,
+};
+
 // unwind_row covers [pc, next row's pc) of one file's table; pc is relative
-// to the table's base (see mapping_info.bias).
+// to the table's base (see mapping_info.bias). It takes 8 bytes, the
+// smallest step of an array map's values: tables of big programs run to
+// millions of rows. CFA = register + cfa_offset (times 8 with
+// ROW_CFA_SCALED); the caller's RBP is at CFA + 8 * fp_offset8.
 struct unwind_row {
 	__u32 pc;
-	__s32 cfa_offset;
-	__s16 fp_offset;
-	__u8 cfa_type;
-	__u8 fp_type;
+	__u16 cfa_offset;
+	__s8 fp_offset8;
+	__u8 rule;
 };
 
 // mapping_key finds the executable mapping covering addr in process pid in
