@@ -12,7 +12,9 @@ RUN go mod download
 COPY . .
 # A static binary: the final image has no libc.
 ENV CGO_ENABLED=0
-RUN go tool builder --config builder-config.yaml
+# The Collector Builder of the release builder-config.yaml names.
+RUN go run go.opentelemetry.io/collector/cmd/builder@$(sed -n 's|.*collector/receiver/otlpreceiver \(v[0-9.]*\).*|\1|p' builder-config.yaml) \
+      --config builder-config.yaml
 
 FROM scratch
 ARG VERSION=0.1.0

@@ -4,6 +4,11 @@
 SHELL        := /bin/bash
 GO           ?= go
 DIST         := _build/otelcol-profiling
+# The Collector release of the distribution, read from builder-config.yaml; the
+# Collector Builder (OCB) of the same release builds it. Sonde's own go.mod
+# requires the oldest Collector it supports, so OCB is not a go.mod tool.
+COLLECTOR_VERSION := $(shell sed -n 's|.*collector/receiver/otlpreceiver \(v[0-9.]*\).*|\1|p' builder-config.yaml)
+OCB          := $(GO) run go.opentelemetry.io/collector/cmd/builder@$(COLLECTOR_VERSION)
 FEATURE_GATE := service.profilesSupport
 CONFIG       ?= config/local.yaml
 FUZZTIME     ?= 10s
@@ -14,6 +19,15 @@ FUZZTIME     ?= 10s
 CI_FUZZTIME  ?= 3000x
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 CLANG_FORMAT ?= clang-format-19
+
+# Debian 12 packages the tests and `make generate` use, in one place: clang and
+# llvm-strip for the eBPF objects, the C/C++ toolchains and binutils the test
+# workloads are built and checked with, perf and addr2line as oracles, the
+# kernel check's QEMU, linkers and BOLT for the workloads that need them.
+# `make deps` installs the missing ones (as root) or names them.
+DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
+                xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
+                mold clang-format-19 rustc
 
 .DEFAULT_GOAL := help
 
@@ -38,11 +52,15 @@ build: ## Build every package
 dist: $(DIST) ## Build the otelcol-profiling distribution with OCB into _build/
 
 $(DIST): builder-config.yaml go.mod $(shell git ls-files '*.go' 2>/dev/null)
-	$(GO) tool builder --config builder-config.yaml
+	$(OCB) --config builder-config.yaml
 
 .PHONY: run
 run: dist ## Profile this host with config/local.yaml (needs root or the capabilities in README)
 	$(DIST) --config $(CONFIG) --feature-gates=$(FEATURE_GATE)
+
+.PHONY: compat
+compat: ## Build and unit-test the receiver, profiler and exporter against the newest Collector the proxy serves
+	.ci/compat newest
 
 .PHONY: image
 image: dist ## Build an OCI image tarball of otelcol-profiling (no Docker engine needed)
@@ -69,9 +87,26 @@ fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s; Nx for N executi
 fuzz: ## Run every fuzz target for 2 minutes
 	$(MAKE) fuzz-short FUZZTIME=2m
 
+.PHONY: deps
+deps: ## Install the Debian packages in DEB_PACKAGES that are missing (as root; otherwise name them and fail)
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	missing=$$(echo $$missing); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "missing Debian packages: $$missing"; \
+	  echo "install them as root, then run make again:"; \
+	  echo "  apt-get update && apt-get install -y --no-install-recommends $$missing"; \
+	  exit 1; \
+	fi; \
+	echo "installing $$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -q && apt-get install -y -q --no-install-recommends $$missing
+
 .PHONY: test
-test: check-generated lint dist ## Everything CI runs: generated files, lint, all tests (root runs the eBPF ones), short fuzzing
+test: deps check-generated lint dist ## Everything CI runs: packages, generated files, lint, all tests (root runs the eBPF ones), newest Collector, short fuzzing
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test $(GOTEST_FLAGS) ./...
+	$(MAKE) compat
 	$(MAKE) fuzz-short FUZZTIME=$(CI_FUZZTIME)
 
 .PHONY: bench

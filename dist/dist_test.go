@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/semver"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
@@ -75,17 +76,34 @@ func readManifest(t *testing.T) (manifest, []byte) {
 	return m, raw
 }
 
+// collectorRelease returns the Collector release of the distribution: the
+// version of its OTLP receiver, a core component of every release.
+func collectorRelease(t *testing.T, m manifest) string {
+	t.Helper()
+	for _, c := range m.Receivers {
+		if path, version, _ := strings.Cut(c.GoMod, " "); path == "go.opentelemetry.io/collector/receiver/otlpreceiver" {
+			return version
+		}
+	}
+	t.Fatal("builder-config.yaml has no otlpreceiver to tell its Collector release")
+	return ""
+}
+
 // TestManifest checks builder-config.yaml without building it: the replace
-// of this module must land on the repository root from the generated module,
-// and every Collector module must be at the version this repository's go.mod
-// compiles and tests the receiver against, or the distribution would build
-// the receiver against a different Collector.
+// of this module must land on the repository root from the generated module;
+// every Collector module must be of one release (its beta v0.X.Y and the
+// stable v1 version of the same release for providers), which must be at or
+// above the oldest release this repository's go.mod supports; contrib modules
+// follow the beta version.
 func TestManifest(t *testing.T) {
 	root := repoRoot(t)
 	m, _ := readManifest(t)
 
 	if m.Dist.Name != "otelcol-profiling" {
 		t.Errorf("dist.name = %q, want otelcol-profiling", m.Dist.Name)
+	}
+	if !semver.IsValid("v" + m.Dist.Version) {
+		t.Errorf("dist.version = %q, want a semantic version (make release stamps it)", m.Dist.Version)
 	}
 
 	var targets []string
@@ -117,12 +135,22 @@ func TestManifest(t *testing.T) {
 	for _, r := range mf.Require {
 		required[r.Mod.Path] = r.Mod.Version
 	}
-	// component is a stable (v1) module and xreceiver a beta (v0) one; each
-	// Collector release pairs one stable and one beta version.
-	stable, beta := required["go.opentelemetry.io/collector/component"], required["go.opentelemetry.io/collector/receiver/xreceiver"]
-	if stable == "" || beta == "" {
-		t.Fatalf("go.mod requires component %q and xreceiver %q; want both", stable, beta)
+	// xreceiver is a beta (v0) module: the oldest release Sonde supports.
+	oldest := required["go.opentelemetry.io/collector/receiver/xreceiver"]
+	if oldest == "" {
+		t.Fatal("go.mod does not require go.opentelemetry.io/collector/receiver/xreceiver")
 	}
+	beta := collectorRelease(t, m)
+	if semver.Compare(beta, oldest) < 0 {
+		t.Errorf("the distribution's Collector %s is older than the %s go.mod requires", beta, oldest)
+	}
+	// A release v0.N.x pairs with the stable v1.(N-94).x: v0.159.0 with v1.65.0.
+	minor, err := strconv.Atoi(strings.Split(beta, ".")[1])
+	if err != nil {
+		t.Fatalf("release %s: %v", beta, err)
+	}
+	stable := fmt.Sprintf("v1.%d.%s", minor-94, strings.Split(beta, ".")[2])
+
 	all := slices.Concat(m.Receivers, m.Processors, m.Exporters, m.Extensions, m.Providers)
 	for _, c := range all {
 		path, version, _ := strings.Cut(c.GoMod, " ")
@@ -130,7 +158,7 @@ func TestManifest(t *testing.T) {
 		case path == sondeModule:
 		case strings.HasPrefix(path, "go.opentelemetry.io/collector/"):
 			if version != stable && version != beta {
-				t.Errorf("%s is at %s, want %s or %s as in go.mod", path, version, stable, beta)
+				t.Errorf("%s is at %s, want %s or %s (the release of otlpreceiver)", path, version, stable, beta)
 			}
 		case strings.HasPrefix(path, "github.com/open-telemetry/opentelemetry-collector-contrib/"):
 			if version != beta {
@@ -191,11 +219,12 @@ func otelcol(t *testing.T) string {
 	}
 
 	start := time.Now()
-	// go tool resolves the builder from the repository's go.mod.
-	cmd := exec.CommandContext(t.Context(), "go", "tool", "builder", "--config", cfgPath)
+	// The Builder of the distribution's own release, as make dist runs it.
+	m, _ := readManifest(t)
+	cmd := exec.CommandContext(t.Context(), "go", "run", "go.opentelemetry.io/collector/cmd/builder@"+collectorRelease(t, m), "--config", cfgPath)
 	cmd.Dir = root
 	if log, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go tool builder: %v\n%s", err, log)
+		t.Fatalf("builder: %v\n%s", err, log)
 	}
 	t.Logf("built otelcol-profiling in %v", time.Since(start).Round(time.Second))
 	return filepath.Join(out, "otelcol-profiling")

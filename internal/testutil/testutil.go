@@ -18,6 +18,12 @@ import (
 // missing privileges are failures.
 func InCI() bool { return os.Getenv("CI") == "true" }
 
+// unitOnly reports whether privileged tests are to be skipped even under CI:
+// make compat sets SONDE_TEST_UNIT_ONLY=1 to run only the unit tests against
+// another Collector release (the eBPF tests do not depend on it and run in
+// the main test run).
+func unitOnly() bool { return os.Getenv("SONDE_TEST_UNIT_ONLY") == "1" }
+
 // MissingCapabilities returns the names of the capabilities Sonde needs that
 // the calling thread does not have in its effective set.
 func MissingCapabilities() []string {
@@ -33,6 +39,9 @@ func MissingCapabilities() []string {
 // feature names what the test exercises, for the skip message.
 func RequirePrivileges(tb testing.TB, feature string) {
 	tb.Helper()
+	if unitOnly() {
+		tb.Skipf("%s: SONDE_TEST_UNIT_ONLY=1 runs unit tests only", feature)
+	}
 	missing := MissingCapabilities()
 	if len(missing) == 0 {
 		return
@@ -63,6 +72,9 @@ func RequireTool(tb testing.TB, name string) string {
 // the test exercises, for the skip message.
 func RequireRoot(tb testing.TB, feature string) {
 	tb.Helper()
+	if unitOnly() {
+		tb.Skipf("%s: SONDE_TEST_UNIT_ONLY=1 runs unit tests only", feature)
+	}
 	if os.Geteuid() == 0 {
 		return
 	}

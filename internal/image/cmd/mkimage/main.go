@@ -1,7 +1,7 @@
 // Command mkimage builds the otelcol-profiling container image as a tarball,
 // without a container engine:
 //
-//	go tool builder --config builder-config.yaml
+//	make dist                                      # OCB writes _build/otelcol-profiling
 //	go run ./internal/image/cmd/mkimage            # writes _build/otelcol-profiling-image.tar
 //	docker load -i _build/otelcol-profiling-image.tar   # or: crane push _build/... ghcr.io/...
 //
