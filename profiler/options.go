@@ -20,7 +20,12 @@ const (
 	defaultProcFS           = "/proc"
 	defaultRingBufferBytes  = 4 << 20 // 4 MiB: about 20k samples of deep stacks in flight
 	defaultMaxProcesses     = 65536
-	defaultUnwindTableBytes = 64 << 20 // 64 MiB of kernel memory for unwind tables
+	// defaultUnwindTableBytes bounds the kernel memory of unwind tables (8
+	// bytes a row). A node-like host needs about 80 MiB at once: five
+	// 100 MB Go binaries take 7-10 MiB each (0.9-1.3 M rows), an LLVM
+	// toolchain 21 MiB (libclang-cpp 1.35 M rows, libLLVM 1.17 M), GCC's
+	// cc1plus and cc1 8 MiB, node 3 MiB, libc and the rest 2 MiB.
+	defaultUnwindTableBytes = 128 << 20
 	// defaultSymbolCacheBytes bounds the heap symbolization holds. Symbol
 	// tables, pclntabs and DWARF are read in place from mapped files, so
 	// what is counted is indexes (16 bytes a function), inflated sections,

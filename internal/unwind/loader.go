@@ -33,7 +33,7 @@ type Identify func(path string) (elfx.FileID, error)
 type LoaderOptions struct {
 	// BudgetBytes bounds the kernel memory of loaded tables; tables no
 	// process maps any more are evicted, least recently used first, to make
-	// room. Default 64 MiB.
+	// room. Default DefaultBudgetBytes.
 	BudgetBytes int64
 	// DebugDirs are host directories searched for separate debug files
 	// (<dir>/.build-id/xx/yyyy.debug, and <dir>/<file's dir>/<debuglink>)
@@ -45,7 +45,7 @@ type LoaderOptions struct {
 }
 
 // DefaultBudgetBytes is the default bound on table memory in the kernel.
-const DefaultBudgetBytes = 64 << 20
+const DefaultBudgetBytes = 128 << 20
 
 // tableOverhead is what a table costs the kernel beyond its rows (the inner
 // map itself), counted against the budget.
