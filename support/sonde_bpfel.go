@@ -238,6 +238,8 @@ type SondeUstackState struct {
 	Adjust    uint32
 	HaveMi    uint32
 	Trust     uint32
+	FramesCfi uint32
+	FramesFp  uint32
 	Mi        SondeMappingInfo
 	PyFrame   uint64
 	PyActive  uint32
@@ -277,6 +279,7 @@ const (
 	SondeProgSampleCpu                 = "sample_cpu"
 	SondeProgUnwindUser                = "unwind_user"
 	SondeProgUnwindUserUnchecked       = "unwind_user_unchecked"
+	SondeVarCountCosts                 = "count_costs"
 	SondeVarFilterPendingNs            = "filter_pending_ns"
 	SondeVarIncludeIdle                = "include_idle"
 	SondeVarIncludeKernelThreads       = "include_kernel_threads"
@@ -383,6 +386,7 @@ type SondeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeVariableSpecs struct {
+	CountCosts            *ebpf.VariableSpec `ebpf:"count_costs"`
 	FilterPendingNs       *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle           *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads  *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
@@ -476,6 +480,7 @@ func (m *SondeMaps) Close() error {
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeVariables struct {
+	CountCosts            *ebpf.Variable `ebpf:"count_costs"`
 	FilterPendingNs       *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle           *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads  *ebpf.Variable `ebpf:"include_kernel_threads"`

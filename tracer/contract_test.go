@@ -67,4 +67,7 @@ func TestTableLimitsMatchSpec(t *testing.T) {
 	if RowKernelBytes%8 != 0 || RowKernelBytes < int64(RowSize) || RowKernelBytes >= int64(RowSize)+8 {
 		t.Errorf("RowKernelBytes = %d for rows of %d bytes, want the next multiple of 8", RowKernelBytes, RowSize)
 	}
+	if got := TableKernelBytes(1000); got != 1000*RowKernelBytes {
+		t.Errorf("TableKernelBytes(1000) = %d, want %d", got, 1000*RowKernelBytes)
+	}
 }

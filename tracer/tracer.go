@@ -75,6 +75,9 @@ type Options struct {
 	// OffCPUMinDuration: traced waits shorter than this are dropped (their
 	// end records carry OffCPUShort).
 	OffCPUMinDuration time.Duration
+	// CountCosts keeps, per process, what sampling it cost (Cost). It costs
+	// every sample a map update, so it is for tests and diagnostics only.
+	CountCosts bool
 }
 
 // DefaultPollInterval is the default Options.PollInterval.
@@ -211,6 +214,9 @@ func New(opts Options) (_ *Tracer, err error) {
 	}
 	if err := vars.OffcpuThreshold.Set(offCPUThreshold(opts.OffCPUThreshold)); err != nil {
 		return nil, fmt.Errorf("set offcpu_threshold: %w", err)
+	}
+	if err := vars.CountCosts.Set(opts.CountCosts); err != nil {
+		return nil, fmt.Errorf("set count_costs: %w", err)
 	}
 	if err := vars.OffcpuMinNs.Set(uint64(opts.OffCPUMinDuration.Nanoseconds())); err != nil {
 		return nil, fmt.Errorf("set offcpu_min_ns: %w", err)

@@ -83,6 +83,10 @@ const RowSize = int(unsafe.Sizeof(Row{}))
 // each value in 8-byte steps.
 const RowKernelBytes = int64(RowSize+7) &^ 7
 
+// TableKernelBytes is the kernel memory the array of a table of n rows
+// takes (not the map's fixed overhead).
+func TableKernelBytes(n int) int64 { return int64(n) * RowKernelBytes }
+
 // MaxTables bounds the table ids: 1..MaxTables-1 (the tables map's size).
 const MaxTables = uint32(support.SondeLimitsMAX_TABLES)
 
@@ -281,7 +285,8 @@ type Cost struct {
 }
 
 // Cost returns what sampling pid has cost so far; ok is false when pid was
-// not sampled (or has exited: its entry goes with it).
+// not sampled (or has exited: its entry goes with it), or when the tracer
+// does not count costs (Options.CountCosts).
 func (t *Tracer) Cost(pid uint32) (c Cost, ok bool, err error) {
 	var ps support.SondePidStats
 	if err := t.objs.PidCosts.Lookup(pid, &ps); err != nil {

@@ -52,6 +52,8 @@ struct ustack_state {
 	__u32 adjust;  // the current pc is a return address: look up pc - 1
 	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
 	__u32 trust;   // the process's mappings did not change since its entries were set
+	__u32 frames_cfi; // frames of this stack unwound by a table row, counted at its end
+	__u32 frames_fp;  // frames of this stack found by frame pointers, counted at its end
 	struct mapping_info mi;
 	// The Python walker's state (python.h).
 	__u64 py_frame;   // the next Python frame to report; 0: none
@@ -101,6 +103,11 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } pid_filter SEC(".maps");
+
+// What sampling cost each recently sampled process: kept only when the
+// loader sets count_costs (tests read it), as it costs every sample an LRU
+// lookup and three atomic adds.
+volatile const bool count_costs = false;
 
 // What sampling cost each recently sampled process.
 struct {
@@ -207,6 +214,13 @@ static __always_inline __u64 wakeup_flags(void)
 	if (wakeup_bytes == 0 || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void count_n(__u32 idx, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += n;
 }
 
 static __always_inline void count(__u32 idx)

@@ -61,6 +61,8 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->adjust = 0;
 	st->have_mi = 0;
 	st->trust = 0;
+	st->frames_cfi = 0;
+	st->frames_fp = 0;
 	__u64 *known = bpf_map_lookup_elem(&known_pids, &tgid);
 	if (!known) {
 		notify_unknown(tgid, NOTIFY_GAP_NS);
@@ -88,23 +90,26 @@ static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u3
 	__u32 lo = 0, hi = nrows;
 	if (nrows == 0)
 		return NULL;
-	struct unwind_row *row = bpf_map_lookup_elem(rows, &lo);
-	if (!row || row->pc > rel)
+	struct unwind_row *found = bpf_map_lookup_elem(rows, &lo);
+	if (!found || found->pc > rel)
 		return NULL;
-	// Invariant: rows[lo].pc <= rel < rows[hi].pc (hi == nrows: past the end).
+	// Invariant: rows[lo].pc <= rel < rows[hi].pc (hi == nrows: past the
+	// end), and found is rows[lo].
 	for (int i = 0; i < MAX_BSEARCH_STEPS; i++) {
 		if (hi - lo <= 1)
 			break;
 		__u32 mid = lo + (hi - lo) / 2;
-		row = bpf_map_lookup_elem(rows, &mid);
+		struct unwind_row *row = bpf_map_lookup_elem(rows, &mid);
 		if (!row)
 			return NULL;
-		if (row->pc <= rel)
+		if (row->pc <= rel) {
 			lo = mid;
-		else
+			found = row;
+		} else {
 			hi = mid;
+		}
 	}
-	return bpf_map_lookup_elem(rows, &lo);
+	return found;
 }
 
 // fp_step walks one frame-pointer link.
@@ -123,7 +128,7 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 	st->pc = link[1] | PC_FLAG_FRAME_POINTER;
 	st->adjust = 1; // a return address, like the ones CFI finds
 	s->flags |= SAMPLE_FRAME_POINTERS;
-	count(COUNTER_FRAMES_FP);
+	st->frames_fp++;
 	return STEP_CONTINUE;
 }
 
@@ -278,7 +283,7 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		st->sp = regs[1];
 		st->pc = regs[2] | PC_FLAG_NO_ADJUST;
 		st->adjust = 0;
-		count(COUNTER_FRAMES_CFI);
+		st->frames_cfi++;
 		return STEP_CONTINUE;
 	}
 	case CFA_END:
@@ -308,7 +313,7 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	st->sp = cfa;
 	st->pc = ra;
 	st->adjust = 1;
-	count(COUNTER_FRAMES_CFI);
+	st->frames_cfi++;
 	return STEP_CONTINUE;
 }
 
@@ -387,6 +392,11 @@ static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
 		}
 		s->flags |= SAMPLE_USER_TRUNCATED;
 	}
+	// Frames are counted once per stack, not per frame.
+	if (st->frames_cfi)
+		count_n(COUNTER_FRAMES_CFI, st->frames_cfi);
+	if (st->frames_fp)
+		count_n(COUNTER_FRAMES_FP, st->frames_fp);
 	if (offcpu)
 		send_offcpu_start(s);
 	else

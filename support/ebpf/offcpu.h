@@ -97,7 +97,7 @@ static __always_inline int off_cpu_run(void *ctx, bool preempt, struct task_stru
 	if (!s || !st)
 		return 0;
 	// prev is current here, so the current-task helpers read prev.
-	begin_sample(ctx, s, RECORD_OFFCPU_START, bpf_get_current_pid_tgid(), now);
+	begin_sample(ctx, s, RECORD_OFFCPU_START, bpf_get_current_pid_tgid(), now, true);
 	if (saved_user_regs(st) != 0) {
 		send_offcpu_start(s);
 		return 0;

@@ -11,6 +11,8 @@
 // add_cost adds to pid's cost counters.
 static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, __u64 frames)
 {
+	if (!count_costs)
+		return;
 	struct pid_stats *ps = bpf_map_lookup_elem(&pid_costs, &pid);
 	if (!ps) {
 		struct pid_stats init = {};
@@ -93,8 +95,10 @@ static __always_inline void notify_unknown(__u32 pid, __u64 gap)
 
 // begin_sample fills the header of s for the current task and takes its
 // kernel stack; the user stack is left to the unwinder.
+// in_kernel false says the sample interrupted user mode: there is no kernel
+// stack to take, and asking for it costs a helper call that finds none.
 static __always_inline void begin_sample(void *ctx, struct sample_record *s, __u32 type,
-                                         __u64 pid_tgid, __u64 now)
+                                         __u64 pid_tgid, __u64 now, bool in_kernel)
 {
 	s->type = type;
 	s->pid = pid_tgid >> 32;
@@ -105,8 +109,7 @@ static __always_inline void begin_sample(void *ctx, struct sample_record *s, __u
 	s->user_len = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 
-	// The kernel stack is empty when the sample interrupted user mode.
-	long n = bpf_get_stack(ctx, s->stack, MAX_KERNEL_FRAMES * sizeof(__u64), 0);
+	long n = in_kernel ? bpf_get_stack(ctx, s->stack, MAX_KERNEL_FRAMES * sizeof(__u64), 0) : 0;
 	__u32 klen = 0;
 	if (n > 0) {
 		klen = (__u64)n / sizeof(__u64);

@@ -64,7 +64,8 @@ static __always_inline int sample_cpu_run(struct bpf_perf_event_data *ctx)
 	if (!s || !st)
 		return 0;
 
-	begin_sample(ctx, s, RECORD_SAMPLE, pid_tgid, bpf_ktime_get_ns());
+	bool in_kernel = (((struct uapi_regs *)&ctx->regs)->cs & 3) != 3;
+	begin_sample(ctx, s, RECORD_SAMPLE, pid_tgid, bpf_ktime_get_ns(), in_kernel);
 	if (tgid == 0 || user_regs(ctx, st) != 0) {
 		send_sample(s);
 		return 0;

@@ -36,7 +36,8 @@ static __always_inline void task_exec(struct task_struct *task)
 	forget_task(task);
 	// Costs are per image: what the forked copy cost is not the new program's.
 	__u32 pid = BPF_CORE_READ(task, tgid);
-	bpf_map_delete_elem(&pid_costs, &pid);
+	if (count_costs)
+		bpf_map_delete_elem(&pid_costs, &pid);
 	if (filter_pending_ns) {
 		// Not sampled until user space has filtered the new image, so an
 		// excluded program costs nothing from its first instruction.
@@ -55,6 +56,7 @@ static __always_inline void task_exit(struct task_struct *task)
 		return;
 	forget_task(task);
 	__u32 tgid = BPF_CORE_READ(task, tgid);
-	bpf_map_delete_elem(&pid_costs, &tgid);
+	if (count_costs)
+		bpf_map_delete_elem(&pid_costs, &tgid);
 	task_event(RECORD_EXIT, task);
 }
