@@ -145,6 +145,7 @@ func TestFiltersExcludeBeforeAnyWork(t *testing.T) {
 
 	p, sink := startProfiler(t, 499, func(o *Options) {
 		o.Filters.ExcludeExecutables = []string{"burn-excl*"}
+		o.countCosts = true
 	})
 
 	in := testutil.StartWorkload(t, included).Process.Pid

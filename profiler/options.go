@@ -132,6 +132,10 @@ type Options struct {
 	// record: a test's way to slow the resolver down. Production leaves it
 	// nil.
 	BeforeResolve func()
+
+	// countCosts makes the tracer keep what sampling cost each process
+	// (tracer.Options.CountCosts): for the package's own tests only.
+	countCosts bool
 }
 
 // Filters choose the profiled processes. A process is profiled when it

@@ -142,6 +142,7 @@ func New(opts Options) (*Profiler, error) {
 		FilterPending:        pending,
 		OffCPUThreshold:      opts.OffCPUThreshold,
 		OffCPUMinDuration:    opts.OffCPUMinDuration,
+		CountCosts:           opts.countCosts,
 	})
 	if err != nil {
 		p.closingStart()

@@ -54,7 +54,7 @@ const tableOverhead = 512
 // tableBytes is the kernel memory a table of n rows is counted as.
 func tableBytes(n int) int64 {
 	// The kernel allocates a table's array in whole pages.
-	return (int64(n)*tracer.RowKernelBytes + tableOverhead + 4095) &^ 4095
+	return (tracer.TableKernelBytes(n) + tableOverhead + 4095) &^ 4095
 }
 
 // LoaderStats are the Loader's counters; they only grow, except the gauges.
