@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/Masterminds/semver/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
@@ -16,8 +17,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -35,10 +36,13 @@ const (
 // objects are the Kubernetes objects one rendering produced, by kind.
 type objects struct {
 	daemonSet      *appsv1.DaemonSet
-	configMap      *corev1.ConfigMap
+	configMap      *corev1.ConfigMap // nil with configMap.existingName
 	serviceAccount *corev1.ServiceAccount
 	clusterRole    *rbacv1.ClusterRole
 	binding        *rbacv1.ClusterRoleBinding
+	service        *corev1.Service
+	// The prometheus-operator kinds, as parsed YAML (no Go types here).
+	serviceMonitor, podMonitor map[string]any
 	// collector is the Collector configuration in the ConfigMap, as text
 	// and parsed.
 	collectorText string
@@ -54,23 +58,38 @@ func loadChart(t *testing.T) *chart.Chart {
 	return c
 }
 
-// render renders the chart as `helm install` would, with values merged over
-// values.yaml and checked against values.schema.json.
+// render renders the chart for Kubernetes 1.31, as `helm template
+// --kube-version 1.31` would.
 func render(t *testing.T, c *chart.Chart, vals map[string]any) (map[string]string, error) {
 	t.Helper()
-	caps := chartutil.DefaultCapabilities.Copy()
-	kv, err := chartutil.ParseKubeVersion("v1.31.0")
-	if err != nil {
-		t.Fatal(err)
+	return helmTemplate(t, c, vals, "v1.31.0")
+}
+
+// helmTemplate renders the chart as `helm template` does: a client-only
+// dry-run install, with values merged over values.yaml and checked against
+// values.schema.json, and the default capabilities unless kubeVersion is set.
+// It returns the manifest by template file.
+func helmTemplate(t *testing.T, c *chart.Chart, vals map[string]any, kubeVersion string) (map[string]string, error) {
+	t.Helper()
+	in := action.NewInstall(&action.Configuration{})
+	in.DryRun, in.ClientOnly, in.Replace = true, true, true
+	in.ReleaseName, in.Namespace = release, namespace
+	if kubeVersion != "" {
+		kv, err := chartutil.ParseKubeVersion(kubeVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.KubeVersion = kv
 	}
-	caps.KubeVersion = *kv
-	rv, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{
-		Name: release, Namespace: namespace, IsInstall: true, Revision: 1,
-	}, caps)
+	rel, err := in.RunWithContext(t.Context(), c, vals)
 	if err != nil {
 		return nil, err
 	}
-	return engine.Render(c, rv)
+	files := map[string]string{}
+	for name, doc := range releaseutil.SplitManifests(rel.Manifest) {
+		files[name] = doc
+	}
+	return files, nil
 }
 
 // decode parses every rendered manifest strictly into its k8s.io/api type:
@@ -84,9 +103,6 @@ func decode(t *testing.T, files map[string]string) objects {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if strings.HasSuffix(name, "NOTES.txt") {
-			continue
-		}
 		for _, doc := range releaseutil.SplitManifests(files[name]) {
 			var meta metav1.TypeMeta
 			if err := sigsyaml.Unmarshal([]byte(doc), &meta); err != nil {
@@ -112,6 +128,23 @@ func decode(t *testing.T, files map[string]string) objects {
 			case "ClusterRoleBinding":
 				o.binding = new(rbacv1.ClusterRoleBinding)
 				dst = o.binding
+			case "Service":
+				o.service = new(corev1.Service)
+				dst = o.service
+			case "ServiceMonitor", "PodMonitor":
+				if meta.APIVersion != "monitoring.coreos.com/v1" {
+					t.Fatalf("%s: %s has apiVersion %s, want monitoring.coreos.com/v1", name, meta.Kind, meta.APIVersion)
+				}
+				var m map[string]any
+				if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if meta.Kind == "ServiceMonitor" {
+					o.serviceMonitor = m
+				} else {
+					o.podMonitor = m
+				}
+				continue
 			default:
 				t.Fatalf("%s: unexpected kind %s", name, meta.Kind)
 			}
@@ -120,12 +153,14 @@ func decode(t *testing.T, files map[string]string) objects {
 			}
 		}
 	}
-	if o.daemonSet == nil || o.configMap == nil {
-		t.Fatalf("rendering lacks the DaemonSet or the ConfigMap: %v", names)
+	if o.daemonSet == nil {
+		t.Fatalf("rendering lacks the DaemonSet: %v", names)
 	}
-	o.collectorText = o.configMap.Data["config.yaml"]
-	if err := yaml.Unmarshal([]byte(o.collectorText), &o.collector); err != nil {
-		t.Fatalf("collector config: %v\n%s", err, o.collectorText)
+	if o.configMap != nil {
+		o.collectorText = o.configMap.Data["config.yaml"]
+		if err := yaml.Unmarshal([]byte(o.collectorText), &o.collector); err != nil {
+			t.Fatalf("collector config: %v\n%s", err, o.collectorText)
+		}
 	}
 	return o
 }
@@ -190,7 +225,8 @@ func TestRender(t *testing.T) {
 				},
 				"profiling": map[string]any{"samplesPerSecond": 99, "reporterInterval": "10s",
 					"offCPUThreshold": 0.05, "offCPUMinDuration": "1ms", "filterMinProcessAge": "30s",
-					"filters": map[string]any{"containers": "only", "exclude_executables": []any{"pause"}}},
+					"filters": map[string]any{"containers": "only", "excludeExecutables": []any{"pause"},
+						"includeCgroups": []any{"/kubepods"}, "includeKernelThreads": true}},
 				"kernel":               map[string]any{"before511": true},
 				"extraCapabilities":    []any{"SYSLOG"},
 				"kubernetesAttributes": map[string]any{"enabled": false},
@@ -208,7 +244,8 @@ func TestRender(t *testing.T) {
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:9.9.9",
 			wantSamples:    99,
 			wantOffCPU:     []any{0.05, "1ms"},
-			wantFilters:    map[string]any{"containers": "only", "exclude_executables": []any{"pause"}},
+			wantFilters: map[string]any{"containers": "only", "exclude_executables": []any{"pause"},
+				"include_cgroups": []any{"/kubepods"}, "include_kernel_threads": true},
 			wantMinAge:     "30s",
 		},
 		{
@@ -465,6 +502,14 @@ func TestRenderRejects(t *testing.T) {
 		{"off-CPU threshold above 1", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUThreshold": 2}}, "offCPUThreshold"},
 		{"off-CPU threshold not a number", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUThreshold": "all"}}, "offCPUThreshold"},
 		{"filters with an unknown container mode", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"filters": map[string]any{"containers": "sometimes"}}}, "containers"},
+		{"filters in the receiver's snake_case", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"filters": map[string]any{"exclude_executables": []any{"pause"}}}}, "exclude_executables"},
+		{"off-CPU threshold string above 1", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUThreshold": "1.5"}}, "offCPUThreshold"},
+		{"client certificate without its key", map[string]any{"otlp": map[string]any{"endpoint": "x:4317", "tls": map[string]any{"secretName": "otlp-tls", "certKey": "tls.crt"}}}, "otlp.tls.certKey needs otlp.tls.keyKey"},
+		{"client certificate without a Secret", map[string]any{"otlp": map[string]any{"endpoint": "x:4317", "tls": map[string]any{"certKey": "tls.crt", "keyKey": "tls.key"}}}, "otlp.tls.certKey needs otlp.tls.secretName"},
+		{"TLS files with plaintext", map[string]any{"otlp": map[string]any{"endpoint": "x:4317", "insecure": true, "tls": map[string]any{"secretName": "otlp-tls"}}}, "otlp.insecure=true"},
+		{"memory limit GOMEMLIMIT cannot read", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "resources": map[string]any{"limits": map[string]any{"memory": "half"}}}, "cannot read the memory limit"},
+		{"unknown log level", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "logLevel": "verbose"}, "logLevel"},
+		{"metrics port out of range", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "metrics": map[string]any{"port": 70000}}, "metrics"},
 		{"off-CPU minimum not a duration", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUMinDuration": "1 ms"}}, "offCPUMinDuration"},
 	}
 	for _, tt := range tests {
@@ -530,5 +575,445 @@ func validateWithDistribution(t *testing.T, config string, env []string) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("%s validate: %v\n%s\nconfig:\n%s", bin, err, out, config)
+	}
+}
+
+// endpoint is the one value every rendering needs.
+func endpoint() map[string]any {
+	return map[string]any{"endpoint": "collector.observability:4317"}
+}
+
+// container returns the agent's container of a rendering.
+func container(t *testing.T, o objects) corev1.Container {
+	t.Helper()
+	if n := len(o.daemonSet.Spec.Template.Spec.Containers); n != 1 {
+		t.Fatalf("%d containers, want 1", n)
+	}
+	return o.daemonSet.Spec.Template.Spec.Containers[0]
+}
+
+func envValue(ctr corev1.Container, name string) (string, bool) {
+	for _, e := range ctr.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// TestRenderOptions renders each option of the chart on its own and checks
+// the objects and the Collector configuration it produces; every
+// configuration is also validated by the built distribution.
+func TestRenderOptions(t *testing.T) {
+	c := loadChart(t)
+	tests := []struct {
+		name  string
+		vals  map[string]any
+		check func(t *testing.T, o objects)
+	}{
+		{
+			name: "metrics on by default, on every address of the pod",
+			vals: map[string]any{"otlp": endpoint()},
+			check: func(t *testing.T, o objects) {
+				ctr := container(t, o)
+				if !slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 8888 }) {
+					t.Errorf("ports %v lack metrics 8888", ctr.Ports)
+				}
+				want := []any{map[string]any{"pull": map[string]any{"exporter": map[string]any{
+					"prometheus": map[string]any{"host": "0.0.0.0", "port": 8888}}}}}
+				if diff := cmp.Diff(want, lookup(t, o.collector, "service", "telemetry", "metrics", "readers")); diff != "" {
+					t.Errorf("telemetry metrics readers (-want +got):\n%s", diff)
+				}
+				if o.service != nil || o.serviceMonitor != nil || o.podMonitor != nil {
+					t.Error("a Service, ServiceMonitor or PodMonitor rendered by default")
+				}
+			},
+		},
+		{
+			name: "metrics off",
+			vals: map[string]any{"otlp": endpoint(), "metrics": map[string]any{"enabled": false,
+				"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true}}},
+			check: func(t *testing.T, o objects) {
+				if got := lookup(t, o.collector, "service", "telemetry", "metrics", "level"); got != "none" {
+					t.Errorf("telemetry metrics level = %v, want none", got)
+				}
+				if slices.ContainsFunc(container(t, o).Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" }) {
+					t.Error("a metrics port with metrics disabled")
+				}
+				if o.service != nil || o.serviceMonitor != nil || o.podMonitor != nil {
+					t.Error("monitors rendered with metrics disabled")
+				}
+			},
+		},
+		{
+			name: "ServiceMonitor on another port",
+			vals: map[string]any{"otlp": endpoint(), "metrics": map[string]any{"port": 9464, "level": "detailed",
+				"serviceMonitor": map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "prom"},
+					"metricRelabelings": []any{map[string]any{"action": "drop", "regex": "otelcol_process_.*", "sourceLabels": []any{"__name__"}}}}}},
+			check: func(t *testing.T, o objects) {
+				if o.service == nil || o.serviceMonitor == nil {
+					t.Fatal("no Service or ServiceMonitor")
+				}
+				if o.service.Spec.ClusterIP != "None" || len(o.service.Spec.Ports) != 1 ||
+					o.service.Spec.Ports[0].Port != 9464 || o.service.Spec.Ports[0].TargetPort.String() != "metrics" {
+					t.Errorf("service spec = %+v, want headless, port 9464 to metrics", o.service.Spec)
+				}
+				if diff := cmp.Diff(o.daemonSet.Spec.Selector.MatchLabels, o.service.Spec.Selector); diff != "" {
+					t.Errorf("Service selector is not the pods' (-want +got):\n%s", diff)
+				}
+				sm := o.serviceMonitor
+				if got := lookup(t, sm, "metadata", "labels").(map[string]any)["release"]; got != "prom" {
+					t.Errorf("ServiceMonitor label release = %v, want prom", got)
+				}
+				sel := lookup(t, sm, "spec", "selector", "matchLabels").(map[string]any)
+				for k, v := range o.service.Labels {
+					if sv, ok := sel[k]; ok && sv != v {
+						t.Errorf("ServiceMonitor selects %s=%v, the Service has %s", k, sv, v)
+					}
+				}
+				if len(sel) == 0 {
+					t.Error("ServiceMonitor selects nothing")
+				}
+				eps := lookup(t, sm, "spec", "endpoints").([]any)
+				ep := eps[0].(map[string]any)
+				if ep["port"] != "metrics" || ep["interval"] != "15s" || ep["metricRelabelings"] == nil {
+					t.Errorf("ServiceMonitor endpoint = %v", ep)
+				}
+				if got := lookup(t, o.collector, "service", "telemetry", "metrics", "level"); got != "detailed" {
+					t.Errorf("telemetry metrics level = %v, want detailed", got)
+				}
+				readers := lookup(t, o.collector, "service", "telemetry", "metrics", "readers").([]any)
+				prom := readers[0].(map[string]any)["pull"].(map[string]any)["exporter"].(map[string]any)["prometheus"].(map[string]any)
+				if prom["port"] != 9464 {
+					t.Errorf("prometheus reader port = %v, want 9464", prom["port"])
+				}
+				if !slices.ContainsFunc(container(t, o).Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9464 }) {
+					t.Error("no container port metrics 9464")
+				}
+			},
+		},
+		{
+			name: "PodMonitor",
+			vals: map[string]any{"otlp": endpoint(), "metrics": map[string]any{"podMonitor": map[string]any{"enabled": true, "scrapeTimeout": "10s"}}},
+			check: func(t *testing.T, o objects) {
+				if o.podMonitor == nil || o.serviceMonitor != nil || o.service != nil {
+					t.Fatalf("podMonitor %v, serviceMonitor %v, service %v: want only the PodMonitor", o.podMonitor != nil, o.serviceMonitor != nil, o.service != nil)
+				}
+				sel := lookup(t, o.podMonitor, "spec", "selector", "matchLabels").(map[string]any)
+				for k, v := range sel {
+					if o.daemonSet.Spec.Template.Labels[k] != v {
+						t.Errorf("PodMonitor selects %s=%v, pods have %q", k, v, o.daemonSet.Spec.Template.Labels[k])
+					}
+				}
+				ep := lookup(t, o.podMonitor, "spec", "podMetricsEndpoints").([]any)[0].(map[string]any)
+				if ep["port"] != "metrics" || ep["scrapeTimeout"] != "10s" {
+					t.Errorf("PodMonitor endpoint = %v", ep)
+				}
+				if got := lookup(t, o.podMonitor, "spec", "namespaceSelector", "matchNames"); !cmp.Equal(got, []any{namespace}) {
+					t.Errorf("PodMonitor namespaces = %v", got)
+				}
+			},
+		},
+		{
+			name: "config override merges",
+			vals: map[string]any{"otlp": endpoint(), "config": map[string]any{
+				"receivers": map[string]any{"sonde": map[string]any{"include_env_vars": []any{"APP_VERSION"}}},
+				"exporters": map[string]any{"debug": map[string]any{"verbosity": "basic"}},
+				"service": map[string]any{"pipelines": map[string]any{
+					"profiles/debug": map[string]any{"receivers": []any{"sonde"}, "exporters": []any{"debug"}}}},
+			}},
+			check: func(t *testing.T, o objects) {
+				if got := lookup(t, o.collector, "receivers", "sonde", "include_env_vars"); !cmp.Equal(got, []any{"APP_VERSION"}) {
+					t.Errorf("include_env_vars = %v", got)
+				}
+				// The rendered keys next to the override stay.
+				if got := lookup(t, o.collector, "receivers", "sonde", "samples_per_second"); got != 19 {
+					t.Errorf("samples_per_second = %v, want 19 kept", got)
+				}
+				lookup(t, o.collector, "exporters", "otlp_grpc")
+				lookup(t, o.collector, "service", "pipelines", "profiles", "exporters")
+				lookup(t, o.collector, "service", "pipelines", "profiles/debug", "exporters")
+			},
+		},
+		{
+			name: "existing ConfigMap",
+			vals: map[string]any{"otlp": endpoint(), "configMap": map[string]any{"existingName": "my-otelcol"}},
+			check: func(t *testing.T, o objects) {
+				if o.configMap != nil {
+					t.Error("a ConfigMap rendered next to configMap.existingName")
+				}
+				pod := o.daemonSet.Spec.Template.Spec
+				if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+					return v.Name == "config" && v.ConfigMap != nil && v.ConfigMap.Name == "my-otelcol"
+				}) {
+					t.Errorf("volumes %v do not mount ConfigMap my-otelcol", pod.Volumes)
+				}
+				if _, ok := o.daemonSet.Spec.Template.Annotations["checksum/config"]; ok {
+					t.Error("checksum/config of a configuration the chart does not render")
+				}
+			},
+		},
+		{
+			name: "TLS with a client certificate from a Secret",
+			vals: map[string]any{"otlp": map[string]any{"endpoint": "collector.example:4317", "tls": map[string]any{
+				"secretName": "otlp-client", "caKey": "ca.pem", "certKey": "client.pem", "keyKey": "client-key.pem", "serverName": "collector.internal"}}},
+			check: func(t *testing.T, o objects) {
+				want := map[string]any{"insecure": false, "ca_file": "/etc/otelcol/tls/ca.pem", "cert_file": "/etc/otelcol/tls/client.pem",
+					"key_file": "/etc/otelcol/tls/client-key.pem", "server_name_override": "collector.internal"}
+				if diff := cmp.Diff(want, lookup(t, o.collector, "exporters", "otlp_grpc", "tls")); diff != "" {
+					t.Errorf("exporter tls (-want +got):\n%s", diff)
+				}
+				pod := o.daemonSet.Spec.Template.Spec
+				if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+					return v.Name == "otlp-tls" && v.Secret != nil && v.Secret.SecretName == "otlp-client"
+				}) {
+					t.Errorf("volumes %v lack Secret otlp-client", pod.Volumes)
+				}
+				if !slices.ContainsFunc(container(t, o).VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == "otlp-tls" && m.MountPath == "/etc/otelcol/tls" && m.ReadOnly
+				}) {
+					t.Errorf("mounts %v lack otlp-tls at /etc/otelcol/tls", container(t, o).VolumeMounts)
+				}
+			},
+		},
+		{
+			name: "TLS CA only",
+			vals: map[string]any{"otlp": map[string]any{"endpoint": "collector.example:4317", "tls": map[string]any{"secretName": "otlp-ca"}}},
+			check: func(t *testing.T, o objects) {
+				want := map[string]any{"insecure": false, "ca_file": "/etc/otelcol/tls/ca.crt"}
+				if diff := cmp.Diff(want, lookup(t, o.collector, "exporters", "otlp_grpc", "tls")); diff != "" {
+					t.Errorf("exporter tls (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "envFrom, extra args, volumes and mounts",
+			vals: map[string]any{"otlp": endpoint(),
+				"envFrom":           []any{map[string]any{"secretRef": map[string]any{"name": "otlp-auth"}}},
+				"extraArgs":         []any{"--set=service.telemetry.logs.encoding=json"},
+				"extraVolumes":      []any{map[string]any{"name": "debug", "hostPath": map[string]any{"path": "/usr/lib/debug"}}},
+				"extraVolumeMounts": []any{map[string]any{"name": "debug", "mountPath": "/usr/lib/debug", "readOnly": true}},
+			},
+			check: func(t *testing.T, o objects) {
+				ctr := container(t, o)
+				if len(ctr.EnvFrom) != 1 || ctr.EnvFrom[0].SecretRef == nil || ctr.EnvFrom[0].SecretRef.Name != "otlp-auth" {
+					t.Errorf("envFrom = %+v", ctr.EnvFrom)
+				}
+				wantArgs := []string{"--config=/etc/otelcol/config.yaml", "--feature-gates=service.profilesSupport", "--set=service.telemetry.logs.encoding=json"}
+				if diff := cmp.Diff(wantArgs, ctr.Args); diff != "" {
+					t.Errorf("args (-want +got):\n%s", diff)
+				}
+				pod := o.daemonSet.Spec.Template.Spec
+				if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "debug" && v.HostPath != nil }) {
+					t.Errorf("volumes %v lack debug", pod.Volumes)
+				}
+				if !slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "debug" && m.MountPath == "/usr/lib/debug" }) {
+					t.Errorf("mounts %v lack debug", ctr.VolumeMounts)
+				}
+			},
+		},
+		{
+			name: "GOMEMLIMIT from the default limit",
+			vals: map[string]any{"otlp": endpoint()},
+			check: func(t *testing.T, o objects) {
+				// 80 % of 512Mi is 409.6 MiB.
+				if got, ok := envValue(container(t, o), "GOMEMLIMIT"); got != "409MiB" {
+					t.Errorf("GOMEMLIMIT = %q (set %v), want 409MiB", got, ok)
+				}
+			},
+		},
+		{
+			name: "GOMEMLIMIT from a limit in G at 90 percent",
+			vals: map[string]any{"otlp": endpoint(), "goMemLimit": map[string]any{"percentOfLimit": 90},
+				"resources": map[string]any{"limits": map[string]any{"memory": "1G"}}},
+			check: func(t *testing.T, o objects) {
+				// 0.9 × 10^9 bytes = 858.3 MiB.
+				if got, _ := envValue(container(t, o), "GOMEMLIMIT"); got != "858MiB" {
+					t.Errorf("GOMEMLIMIT = %q, want 858MiB", got)
+				}
+			},
+		},
+		{
+			name: "no GOMEMLIMIT without a memory limit",
+			vals: map[string]any{"otlp": endpoint(), "resources": map[string]any{"limits": nil}},
+			check: func(t *testing.T, o objects) {
+				if got, ok := envValue(container(t, o), "GOMEMLIMIT"); ok {
+					t.Errorf("GOMEMLIMIT = %q without a memory limit", got)
+				}
+			},
+		},
+		{
+			name: "log level",
+			vals: map[string]any{"otlp": endpoint(), "logLevel": "debug"},
+			check: func(t *testing.T, o objects) {
+				if got := lookup(t, o.collector, "service", "telemetry", "logs", "level"); got != "debug" {
+					t.Errorf("logs level = %v, want debug", got)
+				}
+			},
+		},
+		{
+			name: "resource, attributes, transform and batch processors",
+			vals: map[string]any{"otlp": endpoint(), "extraProcessors": []any{
+				map[string]any{"name": "resource", "config": map[string]any{"attributes": []any{
+					map[string]any{"key": "k8s.cluster.name", "value": "prod-1", "action": "upsert"}}}},
+				map[string]any{"name": "attributes", "config": map[string]any{"actions": []any{
+					map[string]any{"key": "thread.name", "action": "delete"}}}},
+				map[string]any{"name": "transform", "config": map[string]any{"error_mode": "ignore"}},
+				map[string]any{"name": "batch", "config": map[string]any{"timeout": "10s"}},
+			}},
+			check: func(t *testing.T, o objects) {
+				want := []any{"memory_limiter", "k8s_attributes", "resource_detection", "resource", "attributes", "transform", "batch"}
+				if diff := cmp.Diff(want, lookup(t, o.collector, "service", "pipelines", "profiles", "processors")); diff != "" {
+					t.Errorf("processors (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name: "image by digest from a global registry",
+			vals: map[string]any{"otlp": endpoint(),
+				"global": map[string]any{"image": map[string]any{"registry": "mirror.example:5000", "pullSecrets": []any{map[string]any{"name": "mirror"}}}},
+				"image":  map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)},
+				"imagePullSecrets": []any{map[string]any{"name": "own"}}},
+			check: func(t *testing.T, o objects) {
+				want := "mirror.example:5000/ghcr.io/sonde-dev/otelcol-profiling@sha256:" + strings.Repeat("ab", 32)
+				if got := container(t, o).Image; got != want {
+					t.Errorf("image = %q, want %q", got, want)
+				}
+				wantSecrets := []corev1.LocalObjectReference{{Name: "own"}, {Name: "mirror"}}
+				if diff := cmp.Diff(wantSecrets, o.daemonSet.Spec.Template.Spec.ImagePullSecrets); diff != "" {
+					t.Errorf("imagePullSecrets (-want +got):\n%s", diff)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files, err := render(t, c, tt.vals)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			o := decode(t, files)
+			tt.check(t, o)
+			if o.configMap != nil {
+				validateWithDistribution(t, o.collectorText, []string{"K8S_NODE_NAME=node-1"})
+			}
+		})
+	}
+}
+
+// TestSetFlags renders values given as `helm --set` gives them: strvals
+// turns numbers it cannot read as integers (0.01) into strings.
+func TestSetFlags(t *testing.T) {
+	c := loadChart(t)
+	vals := map[string]any{}
+	for _, s := range []string{
+		"otlp.endpoint=collector:4317",
+		"profiling.offCPUThreshold=0.01",
+		"profiling.samplesPerSecond=99",
+		"memoryLimiter.limitMiB=300",
+		"otlp.queueSize=500",
+		"metrics.port=9090",
+		"goMemLimit.percentOfLimit=75",
+		"profiling.filters.includeKernelThreads=true",
+	} {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			t.Fatalf("--set %s: %v", s, err)
+		}
+	}
+	if _, ok := vals["profiling"].(map[string]any)["offCPUThreshold"].(string); !ok {
+		t.Fatalf("strvals gave offCPUThreshold as %T; this test expects the string --set passes", vals["profiling"].(map[string]any)["offCPUThreshold"])
+	}
+	files, err := render(t, c, vals)
+	if err != nil {
+		t.Fatalf("render with --set values: %v", err)
+	}
+	o := decode(t, files)
+	for _, tc := range []struct {
+		path []string
+		want any
+	}{
+		{[]string{"receivers", "sonde", "off_cpu_threshold"}, 0.01},
+		{[]string{"receivers", "sonde", "samples_per_second"}, 99},
+		{[]string{"receivers", "sonde", "filters", "include_kernel_threads"}, true},
+		{[]string{"processors", "memory_limiter", "limit_mib"}, 300},
+		{[]string{"exporters", "otlp_grpc", "sending_queue", "queue_size"}, 500},
+	} {
+		if got := lookup(t, o.collector, tc.path...); got != tc.want {
+			t.Errorf("%s = %v (%T), want %v", strings.Join(tc.path, "."), got, got, tc.want)
+		}
+	}
+	// 75 % of 512Mi.
+	if got, _ := envValue(container(t, o), "GOMEMLIMIT"); got != "384MiB" {
+		t.Errorf("GOMEMLIMIT = %q, want 384MiB", got)
+	}
+	validateWithDistribution(t, o.collectorText, []string{"K8S_NODE_NAME=node-1"})
+}
+
+// TestKubeVersions renders as `helm template` does without --kube-version,
+// and for clusters before and after AppArmor became a securityContext field
+// (1.30): the chart declares no kubeVersion and sets AppArmor the way the
+// cluster understands.
+func TestKubeVersions(t *testing.T) {
+	c := loadChart(t)
+	if c.Metadata.KubeVersion != "" {
+		t.Errorf("Chart.yaml kubeVersion = %q: helm template without --kube-version would refuse older defaults", c.Metadata.KubeVersion)
+	}
+	const annotation = "container.apparmor.security.beta.kubernetes.io/otelcol-profiling"
+	for _, tc := range []struct {
+		name, kube string
+		wantField  bool
+	}{
+		{"helm template default", "", semver.MustParse(chartutil.DefaultCapabilities.KubeVersion.Version).Minor() >= 30},
+		{"1.29", "v1.29.4", false},
+		{"1.30", "v1.30.0", true},
+		{"1.33", "v1.33.1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := helmTemplate(t, c, map[string]any{"otlp": endpoint()}, tc.kube)
+			if err != nil {
+				t.Fatalf("helm template: %v", err)
+			}
+			o := decode(t, files)
+			sc := container(t, o).SecurityContext
+			gotField := sc != nil && sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined
+			gotAnnotation := o.daemonSet.Spec.Template.Annotations[annotation]
+			if tc.wantField {
+				if !gotField || gotAnnotation != "" {
+					t.Errorf("appArmorProfile field %v, annotation %q: want the field only", gotField, gotAnnotation)
+				}
+			} else if gotField || gotAnnotation != "unconfined" {
+				t.Errorf("appArmorProfile field %v, annotation %q: want the annotation unconfined only", gotField, gotAnnotation)
+			}
+		})
+	}
+}
+
+// TestSubchart renders the chart as a dependency of a parent chart whose
+// values carry global: keys, as an umbrella chart does.
+func TestSubchart(t *testing.T) {
+	sub := loadChart(t)
+	parent := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "platform", Version: "1.0.0",
+			Dependencies: []*chart.Dependency{{Name: "sonde", Version: sub.Metadata.Version}}},
+		Values: map[string]any{
+			"global": map[string]any{"clusterName": "prod-1", "storageClass": "fast",
+				"image": map[string]any{"registry": "mirror.example"}},
+		},
+	}
+	parent.AddDependency(sub)
+	vals := map[string]any{"sonde": map[string]any{"otlp": endpoint(), "profiling": map[string]any{"samplesPerSecond": 49}}}
+	files, err := helmTemplate(t, parent, vals, "")
+	if err != nil {
+		t.Fatalf("helm template of a parent chart with global values: %v", err)
+	}
+	o := decode(t, files)
+	if got := lookup(t, o.collector, "receivers", "sonde", "samples_per_second"); got != 49 {
+		t.Errorf("samples_per_second = %v, want the parent's 49", got)
+	}
+	if got, want := container(t, o).Image, "mirror.example/ghcr.io/sonde-dev/otelcol-profiling:"+sub.Metadata.AppVersion; got != want {
+		t.Errorf("image = %q, want %q from global.image.registry", got, want)
+	}
+	if !strings.HasPrefix(o.daemonSet.Name, release) {
+		t.Errorf("DaemonSet %q is not named after the release", o.daemonSet.Name)
 	}
 }

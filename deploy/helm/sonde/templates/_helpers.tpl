@@ -40,6 +40,56 @@ app.kubernetes.io/component: node-agent
 {{- end }}
 {{- end }}
 
+{{/* The image reference: [registry/]repository(@digest|:tag). */}}
+{{- define "sonde.image" -}}
+{{- $registry := .Values.image.registry }}
+{{- with .Values.global }}{{ with .image }}{{ with .registry }}{{ $registry = . }}{{ end }}{{ end }}{{ end }}
+{{- $repo := .Values.image.repository }}
+{{- if $registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" $registry) $repo }}{{ end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* imagePullSecrets of the chart and of global.image.pullSecrets, as a list. */}}
+{{- define "sonde.pullSecrets" -}}
+{{- $s := .Values.imagePullSecrets | default list }}
+{{- with .Values.global }}{{ with .image }}{{ with .pullSecrets }}{{ $s = concat $s . }}{{ end }}{{ end }}{{ end }}
+{{- toJson $s }}
+{{- end }}
+
+{{/* Name of the ConfigMap the pods read. */}}
+{{- define "sonde.configMapName" -}}
+{{- .Values.configMap.existingName | default (include "sonde.fullname" .) }}
+{{- end }}
+
+{{/*
+GOMEMLIMIT for a memory quantity (the container's limit): percentOfLimit of
+it, in MiB, rounded down. Quantities with the suffixes Ki, Mi, Gi, Ti, k, M,
+G, T or none are understood; anything else fails the rendering.
+*/}}
+{{- define "sonde.goMemLimit" -}}
+{{- $q := toString .quantity }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $q }}
+{{- $unit := trimPrefix $num $q }}
+{{- $scale := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 }}
+{{- if or (not $num) (not (hasKey $scale $unit)) }}
+{{- fail (printf "goMemLimit: cannot read the memory limit %q; write it as a number with Ki, Mi, Gi, k, M or G" $q) }}
+{{- end }}
+{{- $bytes := mulf (float64 $num) (get $scale $unit) }}
+{{- printf "%dMiB" (int64 (divf (mulf $bytes (float64 .percent)) 104857600)) }}
+{{- end }}
+
+{{/* The receiver's filters from the chart's camelCase keys. */}}
+{{- define "sonde.filters" -}}
+{{- $keys := dict "includeExecutables" "include_executables" "excludeExecutables" "exclude_executables" "containers" "containers" "includeCgroups" "include_cgroups" "excludeCgroups" "exclude_cgroups" "includeIdle" "include_idle" "includeKernelThreads" "include_kernel_threads" }}
+{{- $out := dict }}
+{{- range $k, $v := . }}{{ $_ := set $out (get $keys $k) $v }}{{ end }}
+{{- toYaml $out }}
+{{- end }}
+
 {{/* Processors of the profiles pipeline, in order, as a list. */}}
 {{- define "sonde.processors" -}}
 {{- $p := list "memory_limiter" }}
@@ -49,8 +99,16 @@ app.kubernetes.io/component: node-agent
 {{- toJson $p }}
 {{- end }}
 
-{{/* The Collector configuration the agent runs. */}}
+{{/* The Collector configuration the agent runs: the rendered one with
+.Values.config merged over it. */}}
 {{- define "sonde.config" -}}
+{{- $base := include "sonde.baseConfig" . | fromYaml }}
+{{- if hasKey $base "Error" }}{{ fail (printf "rendered Collector configuration: %s" $base.Error) }}{{ end }}
+{{- toYaml (mustMergeOverwrite $base (deepCopy (.Values.config | default dict))) }}
+{{- end }}
+
+{{/* The Collector configuration rendered from the values. */}}
+{{- define "sonde.baseConfig" -}}
 extensions:
   health_check:
     endpoint: 0.0.0.0:{{ .Values.healthCheckPort }}
@@ -63,7 +121,7 @@ receivers:
     filter_min_process_age: {{ .Values.profiling.filterMinProcessAge }}
     {{- with .Values.profiling.filters }}
     filters:
-      {{- toYaml . | nindent 6 }}
+      {{- include "sonde.filters" . | nindent 6 }}
     {{- end }}
     # hostPID: the container's /proc lists every process on the node.
     procfs: /proc
@@ -113,6 +171,23 @@ exporters:
     timeout: {{ .Values.otlp.timeout }}
     tls:
       insecure: {{ .Values.otlp.insecure }}
+      {{- with .Values.otlp.tls }}
+      {{- if .secretName }}
+      {{- if .caKey }}
+      ca_file: /etc/otelcol/tls/{{ .caKey }}
+      {{- end }}
+      {{- if .certKey }}
+      cert_file: /etc/otelcol/tls/{{ .certKey }}
+      key_file: /etc/otelcol/tls/{{ .keyKey }}
+      {{- end }}
+      {{- end }}
+      {{- with .serverName }}
+      server_name_override: {{ . | quote }}
+      {{- end }}
+      {{- if .insecureSkipVerify }}
+      insecure_skip_verify: true
+      {{- end }}
+      {{- end }}
     {{- with .Values.otlp.headers }}
     headers:
       {{- toYaml . | nindent 6 }}
@@ -127,10 +202,34 @@ exporters:
       num_consumers: 2
       queue_size: {{ .Values.otlp.queueSize }}
 service:
+  telemetry:
+    logs:
+      level: {{ .Values.logLevel }}
+    metrics:
+      {{- if .Values.metrics.enabled }}
+      level: {{ .Values.metrics.level }}
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                # The pod's own network: Prometheus scrapes the pod IP.
+                host: 0.0.0.0
+                port: {{ .Values.metrics.port }}
+      {{- else }}
+      level: none
+      {{- end }}
   extensions: [health_check]
   pipelines:
     profiles:
       receivers: [sonde]
       processors: {{ include "sonde.processors" . }}
       exporters: [otlp_grpc]
+{{- end }}
+
+{{/* The pre-1.30 AppArmor annotation value of an appArmorProfile. */}}
+{{- define "sonde.appArmorAnnotation" -}}
+{{- if eq .type "Unconfined" }}unconfined
+{{- else if eq .type "RuntimeDefault" }}runtime/default
+{{- else }}localhost/{{ required "appArmorProfile.localhostProfile is required with type Localhost" .localhostProfile }}
+{{- end }}
 {{- end }}
