@@ -58,6 +58,33 @@ $(DIST): builder-config.yaml go.mod $(shell git ls-files '*.go' 2>/dev/null)
 run: dist ## Profile this host with config/local.yaml (needs root or the capabilities in README)
 	$(DIST) --config $(CONFIG) --feature-gates=$(FEATURE_GATE)
 
+# A release: `make release VERSION=x.y.z` (see README). The distribution is
+# rebuilt with dist.version set to VERSION, so `otelcol-profiling --version`
+# prints it; VERSION_VAR names the Go variable the receiver reports as its
+# scope version.
+VERSION      ?=
+VERSION_VAR  := github.com/sonde-dev/sonde/internal/version.Version
+RELEASE_DIR  ?= _build/release/$(VERSION)
+RELEASE_BUILD := _build/release-build
+
+.PHONY: release
+release: ## Versioned artifacts in _build/release/VERSION: static binary tarball, SBOM, OCI image, Helm chart, SHA256SUMS
+	@[[ "$(VERSION)" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || \
+	  { echo "usage: make release VERSION=x.y.z (a semantic version without the v)"; exit 2; }
+	rm -rf $(RELEASE_DIR) $(RELEASE_BUILD) && mkdir -p $(RELEASE_DIR) $(RELEASE_BUILD)
+	sed -e 's|^  version: .*|  version: $(VERSION)|' \
+	    -e 's|^  output_path: .*|  output_path: $(abspath $(RELEASE_BUILD))|' \
+	    -e 's|^  - github.com/sonde-dev/sonde => .*|  - github.com/sonde-dev/sonde => $(CURDIR)|' \
+	    builder-config.yaml > $(RELEASE_BUILD)/builder-config.yaml
+	CGO_ENABLED=0 $(OCB) --config $(RELEASE_BUILD)/builder-config.yaml \
+	  --ldflags='-s -w -X $(VERSION_VAR)=$(VERSION)'
+	$(GO) run ./internal/image/cmd/mkimage -binary $(RELEASE_BUILD)/otelcol-profiling -version $(VERSION) \
+	  -out $(RELEASE_DIR)/otelcol-profiling_$(VERSION)_linux_$$($(GO) env GOARCH).image.tar
+	$(GO) run ./internal/release/cmd/release -version $(VERSION) -binary $(RELEASE_BUILD)/otelcol-profiling \
+	  -out $(RELEASE_DIR)
+	SONDE_RELEASE_DIR=$(abspath $(RELEASE_DIR)) SONDE_RELEASE_VERSION=$(VERSION) \
+	  $(GO) test -count=1 -run TestReleaseDirectory ./internal/release
+
 .PHONY: compat
 compat: ## Build and unit-test the receiver, profiler and exporter against the newest Collector the proxy serves
 	.ci/compat newest
