@@ -246,7 +246,7 @@ func TestRender(t *testing.T) {
 			wantOffCPU:     []any{0.05, "1ms"},
 			wantFilters: map[string]any{"containers": "only", "exclude_executables": []any{"pause"},
 				"include_cgroups": []any{"/kubepods"}, "include_kernel_threads": true},
-			wantMinAge:     "30s",
+			wantMinAge: "30s",
 		},
 		{
 			name: "privileged",
@@ -852,27 +852,10 @@ func TestRenderOptions(t *testing.T) {
 			},
 		},
 		{
-			name: "resource, attributes, transform and batch processors",
-			vals: map[string]any{"otlp": endpoint(), "extraProcessors": []any{
-				map[string]any{"name": "resource", "config": map[string]any{"attributes": []any{
-					map[string]any{"key": "k8s.cluster.name", "value": "prod-1", "action": "upsert"}}}},
-				map[string]any{"name": "attributes", "config": map[string]any{"actions": []any{
-					map[string]any{"key": "thread.name", "action": "delete"}}}},
-				map[string]any{"name": "transform", "config": map[string]any{"error_mode": "ignore"}},
-				map[string]any{"name": "batch", "config": map[string]any{"timeout": "10s"}},
-			}},
-			check: func(t *testing.T, o objects) {
-				want := []any{"memory_limiter", "k8s_attributes", "resource_detection", "resource", "attributes", "transform", "batch"}
-				if diff := cmp.Diff(want, lookup(t, o.collector, "service", "pipelines", "profiles", "processors")); diff != "" {
-					t.Errorf("processors (-want +got):\n%s", diff)
-				}
-			},
-		},
-		{
 			name: "image by digest from a global registry",
 			vals: map[string]any{"otlp": endpoint(),
-				"global": map[string]any{"image": map[string]any{"registry": "mirror.example:5000", "pullSecrets": []any{map[string]any{"name": "mirror"}}}},
-				"image":  map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)},
+				"global":           map[string]any{"image": map[string]any{"registry": "mirror.example:5000", "pullSecrets": []any{map[string]any{"name": "mirror"}}}},
+				"image":            map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)},
 				"imagePullSecrets": []any{map[string]any{"name": "own"}}},
 			check: func(t *testing.T, o objects) {
 				want := "mirror.example:5000/ghcr.io/sonde-dev/otelcol-profiling@sha256:" + strings.Repeat("ab", 32)
