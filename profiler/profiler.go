@@ -13,6 +13,7 @@ import (
 
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
+	"github.com/sonde-dev/sonde/internal/python"
 	"github.com/sonde-dev/sonde/internal/symbolize"
 	sondeversion "github.com/sonde-dev/sonde/internal/version"
 	"github.com/sonde-dev/sonde/tracer"
@@ -168,6 +169,8 @@ func New(opts Options) (*Profiler, error) {
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
 	p.resolver = newResolver(log, p.procs, p.syms, opts.NativeSymbols, p.preparer.loader)
 	p.resolver.holds = p.preparer.holds
+	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, python.DefaultCacheBytes)
+	p.resolver.python = p.preparer.python
 	p.preparer.holds.procfs = opts.ProcFS
 	p.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(opts.ReporterInterval))
 	return p, nil

@@ -35,6 +35,8 @@ type resolver struct {
 	// holds are the files the preparer keeps open per process; the
 	// resolver lets them go once it has processed the process's exit.
 	holds *fileHolds
+	// python names the Python frames of the processes it set up.
+	python *pythonProcs
 
 	procsByPID map[int]*procEntry
 	kernelPCs  map[uint64]kernelEntry
@@ -182,6 +184,10 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		// named by what the kernel told us of its first one.
 		s.Resource = r.goneResource(pid, rec.Comm)
 		for i, pc := range rec.User {
+			if rec.UserFlags[i]&tracer.FramePython != 0 {
+				r.frames = append(r.frames, r.pythonFrame(pid, pc, fileRef(rec, i).Offset))
+				continue
+			}
 			// The unwinder saw each frame's file: that still names it.
 			f := profile.Frame{Type: profile.FrameNative, Address: pc}
 			if he := r.handle(fileRef(rec, i).File); he != nil {
@@ -199,6 +205,10 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 
 	refreshed := false
 	for i, pc := range rec.User {
+		if rec.UserFlags[i]&tracer.FramePython != 0 {
+			r.frames = append(r.frames, r.pythonFrame(pid, pc, fileRef(rec, i).Offset))
+			continue
+		}
 		// A caller frame is named at its return address minus one: the call
 		// instruction, not the statement after it. Interrupted PCs (the leaf,
 		// or code a signal interrupted) are named as they are.
@@ -512,6 +522,9 @@ func (r *resolver) exec(pid int) {
 // exit forgets pid once every sample queued before its exit is resolved.
 func (r *resolver) exit(pid int) {
 	r.procs.Exit(pid)
+	if r.python != nil {
+		r.python.namer.Forget(pid)
+	}
 	r.forget(pid)
 	r.holds.release(pid)
 }
@@ -545,4 +558,13 @@ func (r *resolver) logOnce(msg string, fields ...zap.Field) {
 func (r *resolver) endInterval() {
 	r.loggedErr.Store(false)
 	r.holds.tick()
+}
+
+// pythonFrame is the Python frame the eBPF walker reported as its code
+// object and instruction.
+func (r *resolver) pythonFrame(pid int, code, instr uint64) profile.Frame {
+	if r.python == nil {
+		return profile.Frame{Type: profile.FrameCPython, Address: code}
+	}
+	return r.python.frame(pid, code, instr)
 }

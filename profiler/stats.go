@@ -63,6 +63,9 @@ type Stats struct {
 	Unwind UnwindStats
 	// Symbols is the symbolizer.
 	Symbols SymbolStats
+	// Python is the finding of CPython processes and the naming of their
+	// frames.
+	Python PythonStats
 	// OffCPU is the off-CPU join; OffCPUEnabled says whether waits are
 	// traced at all.
 	OffCPU        OffCPUStats
@@ -101,6 +104,16 @@ type ResolverStats struct {
 	SymbolizeErrors uint64
 	KernelUnnamed   uint64
 	CacheResets     uint64
+}
+
+// PythonStats count CPython processes and their frames.
+type PythonStats struct {
+	Processes   uint64 // processes set up for the eBPF Python walker
+	Unsupported uint64 // CPython processes of a version without a layout: native stacks only
+	Unnamed     uint64 // Python frames whose code object could not be read
+	Named       uint64 // Python frames named
+	CacheResets uint64 // times the code object cache was emptied to stay in its bound
+	CacheBytes  int64  // (gauge) bytes of code objects cached
 }
 
 // OffCPUStats count what became of traced off-CPU waits in user space.
@@ -190,6 +203,11 @@ func (p *Profiler) Stats() Stats {
 	}
 	s.Unwind = pr.loader.Stats()
 	s.Symbols = p.syms.Stats()
+	if py := p.preparer.python; py != nil {
+		ns := py.namer.Stats()
+		s.Python = PythonStats{Processes: py.found.Load(), Unsupported: py.unsupported.Load(),
+			Unnamed: py.unnamed.Load(), Named: ns.Named, CacheResets: ns.Resets, CacheBytes: ns.Bytes}
+	}
 	j := &p.offCPU.stats
 	s.OffCPU = OffCPUStats{
 		Samples: j.samples.Load(), Short: j.short.Load(), Expired: j.expired.Load(),

@@ -29,6 +29,9 @@ type preparer struct {
 	// filter decides which processes are profiled; kernel enforces it.
 	filter *procFilter
 	kernel preparerKernel
+	// python sets the eBPF Python walker up for the CPython processes
+	// among those prepared; nil: none is.
+	python *pythonProcs
 
 	queued   atomic.Uint64 // requests accepted
 	handled  atomic.Uint64 // requests handled; queued - handled are waiting
@@ -143,12 +146,18 @@ func (p *preparer) handle(w prepareWork) {
 	switch w.kind {
 	case prepareExit:
 		p.filter.forget(w.pid)
+		if p.python != nil {
+			p.python.forgetImage(w.pid)
+		}
 		_ = p.loader.Forget(w.pid)
 		p.holds.exited(w.pid)
 		return
 	case prepareExec:
 		// The reader marked the old image stale in the process table.
 		p.filter.forget(w.pid)
+		if p.python != nil {
+			p.python.forgetImage(w.pid)
+		}
 	}
 	proc, err := p.procs.Get(w.pid)
 	if err == nil && w.kind == prepareUnknown && p.loader.Prepared(w.pid) {
@@ -192,7 +201,11 @@ func (p *preparer) handle(w prepareWork) {
 	}
 	// A Process from the table's cache may have exited since: Prepare then
 	// sets nothing and forgets the pid.
-	switch err := p.loader.Prepare(proc); {
+	err = p.loader.Prepare(proc)
+	if err == nil && p.python != nil {
+		p.python.prepare(proc)
+	}
+	switch {
 	case errors.Is(err, process.ErrGone):
 		p.gone.Add(1)
 	case err != nil:

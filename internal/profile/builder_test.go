@@ -43,6 +43,7 @@ func TestString(t *testing.T) {
 		{"native", FrameNative.String(), "native"},
 		{"go", FrameGo.String(), "go"},
 		{"rust", FrameRust.String(), "rust"},
+		{"cpython", FrameCPython.String(), "cpython"},
 		{"unknown frame", FrameUnknown.String(), ""},
 		{"frame out of range", FrameType(99).String(), ""},
 		{"on-CPU", OnCPU.String(), "on_cpu"},

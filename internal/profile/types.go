@@ -26,10 +26,13 @@ const (
 	// FrameRust is a user-space frame of Rust code (named from a symbol
 	// mangled as Rust mangles).
 	FrameRust
+	// FrameCPython is a Python function run by CPython; its address is
+	// its code object's.
+	FrameCPython
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go", "rust"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust", "cpython"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -40,6 +43,8 @@ func (t FrameType) String() string {
 		return "go"
 	case FrameRust:
 		return "rust"
+	case FrameCPython:
+		return "cpython"
 	}
 	return ""
 }

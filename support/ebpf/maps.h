@@ -229,3 +229,21 @@ static __always_inline void count(__u32 idx)
 	if (v)
 		*v += 1;
 }
+
+// Python processes and how to walk them. Filled by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct python_proc);
+} python_procs SEC(".maps");
+
+// The thread state last found for a thread (host tid). Checked against
+// the thread pointer on every use: a thread that exited and whose state
+// was freed is looked up again.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} python_threads SEC(".maps");

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 // The CPython unwinder. User space tells it which processes run CPython
-// and how that version lays out its state (python_procs, filled when a
-// process is prepared). At the start of a user stack, py_begin finds the
-// sampled thread's thread state in the interpreter's thread list by its
-// thread pointer (fsbase, which pthread_self() returns and PyThreadState
+// and how that version lays out its state (python_procs in maps.h, filled
+// when a process is prepared, cleared at exec and exit). At the start of a
+// user stack, py_begin finds the sampled thread's thread state in the
+// interpreter's thread list by its thread pointer (fsbase, which pthread_self() returns and PyThreadState
 // keeps as thread_id) and takes its innermost frame. Then, as the native
-// unwinder meets each frame of _PyEval_EvalFrameDefault, py_frames
+// unwinder meets each frame of _PyEval_EvalFrameDefault, py_frame
 // replaces it with the Python frames that run of the eval loop executes:
 // one on 3.6–3.10, every frame up to the run's entry on 3.11 and later.
 // A Python frame leaves as (code object | PC_FLAG_PYTHON, instruction);
@@ -16,24 +16,6 @@
 
 // Threads of one interpreter searched for the sampled thread's state.
 #define PY_MAX_THREADS 32
-
-// Python processes and how to walk them. Filled by user space.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct python_proc);
-} python_procs SEC(".maps");
-
-// The thread state last found for a thread (host tid). Checked against
-// the thread pointer on every use: a thread that exited and whose state
-// was freed is looked up again.
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} python_threads SEC(".maps");
 
 static __always_inline long py_read(void *dst, __u32 size, __u64 addr)
 {

@@ -28,6 +28,7 @@ static __always_inline void forget_task(struct task_struct *task)
 	__u32 tgid = BPF_CORE_READ(task, tgid);
 	bpf_map_delete_elem(&known_pids, &tgid);
 	bpf_map_delete_elem(&pid_filter, &tgid);
+	bpf_map_delete_elem(&python_procs, &tgid);
 }
 
 // task_exec runs when task's process has exec'd a new image.

@@ -1,11 +1,12 @@
 # A workload with a known Python chain: <module> -> alpha -> Beta.method ->
 # a leaf chosen by argv[1]. Tests find lines by the MARK comments.
 import asyncio
-import hashlib
+import re
 import sys
 import threading
 
-DATA = b"sonde" * 1024
+TEXT = "sonde profiles python " * 200
+PATTERN = re.compile(r"(\w+)\s+(?=p)(\w*o\w*)")
 
 
 def gamma_burn():
@@ -15,8 +16,8 @@ def gamma_burn():
     return total
 
 
-def gamma_hash():
-    return hashlib.sha256(DATA).digest()  # MARK hash
+def gamma_regex():
+    return PATTERN.findall(TEXT)  # MARK regex
 
 
 def gamma_wait():
@@ -41,7 +42,7 @@ async def alpha_async():
         await asyncio.sleep(0)
 
 
-LEAVES = {"burn": gamma_burn, "hash": gamma_hash, "wait": gamma_wait}
+LEAVES = {"burn": gamma_burn, "regex": gamma_regex, "wait": gamma_wait}
 
 if __name__ == "__main__":
     mode = sys.argv[1]
@@ -52,7 +53,8 @@ if __name__ == "__main__":
         sys.stdin.read()  # MARK join
     elif mode == "async":
         print("ready", flush=True)
-        asyncio.run(alpha_async())  # MARK call-async
+        # asyncio.run is 3.7+; a new loop runs the task on every version.
+        asyncio.new_event_loop().run_until_complete(alpha_async())  # MARK call-async
     else:
         if mode != "wait":
             print("ready", flush=True)

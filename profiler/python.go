@@ -1,0 +1,169 @@
+package profiler
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/sonde-dev/sonde/internal/process"
+	"github.com/sonde-dev/sonde/internal/profile"
+	"github.com/sonde-dev/sonde/internal/python"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// pythonKernel is what the eBPF Python walker is told; the tracer is one.
+type pythonKernel interface {
+	SetPython(pid uint32, p tracer.PythonProc) error
+}
+
+// pythonProcs finds CPython in the processes the preparer prepares, sets
+// the eBPF walker up for them, and names their Python frames for the
+// resolver. Its methods are safe for concurrent use.
+type pythonProcs struct {
+	log    *zap.Logger
+	kernel pythonKernel
+	procfs string
+	namer  *python.Namer
+
+	mu     sync.Mutex
+	seen   map[int]uint64  // pid -> start time of the image already examined
+	logged map[string]bool // unsupported versions and errors already logged
+
+	found       atomic.Uint64 // processes set up for the Python walker
+	unsupported atomic.Uint64 // CPython processes of a version without a layout
+	unnamed     atomic.Uint64 // Python frames whose code object could not be read
+}
+
+func newPythonProcs(log *zap.Logger, k pythonKernel, procfs string, cacheBytes int64) *pythonProcs {
+	return &pythonProcs{log: log, kernel: k, procfs: procfs, namer: python.NewNamer(procfs, cacheBytes),
+		seen: map[int]uint64{}, logged: map[string]bool{}}
+}
+
+// prepare examines proc once per image: if it runs a supported CPython,
+// the walker gets its layout and the namer its memory.
+func (pp *pythonProcs) prepare(proc *process.Process) {
+	pp.mu.Lock()
+	if st, ok := pp.seen[proc.PID]; ok && st == proc.StartTime {
+		pp.mu.Unlock()
+		return
+	}
+	pp.seen[proc.PID] = proc.StartTime
+	pp.mu.Unlock()
+
+	mem, err := python.OpenMem(pp.procfs, proc.PID)
+	if err != nil {
+		return // gone, or not readable: stays native
+	}
+	in, err := python.Find(proc, mem)
+	mem.Close()
+	switch {
+	case errors.Is(err, python.ErrNotPython):
+		return
+	case errors.Is(err, python.ErrUnknownVersion):
+		pp.unsupported.Add(1)
+		pp.logOnce(err.Error(), "python version not supported: its processes keep native stacks",
+			zap.Int("pid", proc.PID), zap.Error(err))
+		return
+	case err != nil:
+		pp.logOnce(err.Error(), "cannot read the python interpreter: its process keeps native stacks",
+			zap.Int("pid", proc.PID), zap.Error(err))
+		return
+	}
+	kp, err := kernelPython(in)
+	if err == nil {
+		err = pp.namer.Add(proc.PID, in)
+	}
+	if err == nil {
+		err = pp.kernel.SetPython(uint32(proc.PID), kp)
+	}
+	if err != nil {
+		pp.log.Debug("cannot set up python unwinding", zap.Int("pid", proc.PID), zap.Error(err))
+		return
+	}
+	pp.found.Add(1)
+	if in.Layout.Untested {
+		pp.logOnce(fmt.Sprintf("untested 3.%d", in.Minor), "python version supported from its published sources, untested",
+			zap.Int("minor", in.Minor))
+	}
+}
+
+// forgetImage lets the next prepare of pid examine it again (exec, exit);
+// the kernel drops its walker entry itself.
+func (pp *pythonProcs) forgetImage(pid int) {
+	pp.mu.Lock()
+	delete(pp.seen, pid)
+	pp.mu.Unlock()
+}
+
+// frame names the Python frame (code, instr) of pid.
+func (pp *pythonProcs) frame(pid int, code, instr uint64) profile.Frame {
+	f := profile.Frame{Type: profile.FrameCPython, Address: code}
+	name, file, line, err := pp.namer.Name(pid, code, instr)
+	if err != nil {
+		pp.unnamed.Add(1)
+		return f
+	}
+	f.Lines = []profile.Line{{Function: name, File: file, Line: line}}
+	return f
+}
+
+func (pp *pythonProcs) logOnce(key, msg string, fields ...zap.Field) {
+	pp.mu.Lock()
+	done := pp.logged[key]
+	if !done && len(pp.logged) < 256 {
+		pp.logged[key] = true
+	}
+	pp.mu.Unlock()
+	if !done {
+		pp.log.Warn(msg, fields...)
+	}
+}
+
+// kernelPython is the walker's view of in.
+func kernelPython(in *python.Interp) (tracer.PythonProc, error) {
+	l := in.Layout
+	var bad error
+	u16 := func(v int64) uint16 {
+		switch {
+		case v < 0:
+			return tracer.PythonNone
+		case v >= tracer.PythonNone:
+			bad = fmt.Errorf("python 3.%d: offset %d out of range", in.Minor, v)
+		}
+		return uint16(v)
+	}
+	p := tracer.PythonProc{
+		InterpHead:        in.InterpHead,
+		EvalStart:         in.Eval[0].Start,
+		EvalEnd:           in.Eval[0].End,
+		ColdStart:         in.Eval[1].Start,
+		ColdEnd:           in.Eval[1].End,
+		InterpThreadsHead: u16(l.InterpThreadsHead),
+		ThreadNext:        u16(l.ThreadNext),
+		ThreadId:          u16(l.ThreadID),
+		ThreadFrame:       u16(l.ThreadFrame),
+		CframeCurrent:     u16(l.CFrameCurrent),
+		FrameBack:         u16(l.FrameBack),
+		FrameCode:         u16(l.FrameCode),
+		FrameInstr:        u16(l.FrameInstr),
+		FrameOwner:        u16(l.FrameOwner),
+		FrameIsEntry:      u16(l.FrameIsEntry),
+		OwnerShimFrom:     0xff,
+		ExecutableMask:    uint8(l.ExecutableMask),
+	}
+	if l.OwnerShimFrom >= 0 {
+		p.OwnerShimFrom = uint8(l.OwnerShimFrom)
+	}
+	if !l.InstrIsPointer() {
+		p.InstrIsInt = 1
+	}
+	for _, v := range []uint16{p.InterpThreadsHead, p.ThreadNext, p.ThreadId, p.ThreadFrame, p.FrameBack, p.FrameCode, p.FrameInstr} {
+		if v == tracer.PythonNone {
+			bad = fmt.Errorf("python 3.%d: layout incomplete", in.Minor)
+		}
+	}
+	return p, bad
+}
