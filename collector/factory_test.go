@@ -3,10 +3,12 @@ package collector
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pipeline"
 	"go.opentelemetry.io/collector/receiver/receivertest"
@@ -77,5 +79,22 @@ func TestCreateProfiles(t *testing.T) {
 	}
 	if r != nil {
 		t.Errorf("CreateProfiles with a foreign config type returned receiver %T, want nil", r)
+	}
+}
+
+// Start refuses a procfs that is not one, with a clear error.
+func TestStartRefusesNotAProcFS(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.ProcFS = "/nonexistent/proc"
+	r, err := createProfiles(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Start(context.Background(), componenttest.NewNopHost())
+	if err == nil || !strings.Contains(err.Error(), "procfs /nonexistent/proc is not a mounted procfs") {
+		t.Errorf("Start with procfs /nonexistent/proc: %v, want it refused as not a procfs", err)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown after a failed Start: %v", err)
 	}
 }

@@ -44,3 +44,20 @@ func TestValidateJoinsEveryProblem(t *testing.T) {
 		t.Errorf("ValidateNamed(strings.ToLower) = %q, want the duplicate named in lower case twice", named)
 	}
 }
+
+// New refuses a procfs that is not one, before it loads anything: no
+// privileges needed.
+func TestNewRefusesNotAProcFS(t *testing.T) {
+	for _, root := range []string{"/nonexistent/proc", t.TempDir()} {
+		o := DefaultOptions()
+		o.ProcFS = root
+		p, err := New(o)
+		if err == nil {
+			p.Close()
+			t.Fatalf("New with procfs %s: no error", root)
+		}
+		if !strings.Contains(err.Error(), "procfs "+root+" is not a mounted procfs") {
+			t.Errorf("New with procfs %s: %v, want it named as not a procfs", root, err)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,6 +127,9 @@ func New(opts Options) (*Profiler, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	if err := checkProcFS(opts.ProcFS); err != nil {
+		return nil, err
+	}
 	// Before anything is sampled: no record is captured before t0.
 	p := &Profiler{opts: opts, log: log, t0: time.Now(), wake: make(chan struct{}, 1)}
 	p.closedEnd = p.t0
@@ -174,6 +179,18 @@ func New(opts Options) (*Profiler, error) {
 	p.preparer.holds.procfs = opts.ProcFS
 	p.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(opts.ReporterInterval))
 	return p, nil
+}
+
+// checkProcFS refuses a procfs root that does not look like a mounted
+// procfs: without it every process would be unknown and every user frame
+// unnamed.
+func checkProcFS(root string) error {
+	for _, f := range []string{"self/stat", "self/maps"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			return fmt.Errorf("procfs %s is not a mounted procfs (%s: %w): mount the host's /proc there, or set procfs to where it is mounted", root, f, err)
+		}
+	}
+	return nil
 }
 
 // CPUs is how many CPUs are sampled.
