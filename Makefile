@@ -98,10 +98,15 @@ chart-test: dist ## Render and check the Helm chart, validating its Collector co
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -count=1 ./deploy/...
 
 .PHONY: lint
-lint: ## gofmt, go vet, and clang-format of the eBPF C (support/ebpf/.clang-format)
+lint: cross ## gofmt, go vet, clang-format of the eBPF C (support/ebpf/.clang-format), and the cross builds
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(CLANG_FORMAT) --dry-run -Werror $$(git ls-files 'support/ebpf/*.[ch]' | grep -v '/vmlinux\.h$$')
+
+.PHONY: cross
+cross: ## Build the public packages for other systems: a distribution that includes the receiver builds there (Start says Linux only)
+	GOOS=darwin $(GO) build ./collector/... ./profiler/...
+	GOOS=windows $(GO) build ./collector/... ./profiler/...
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s; Nx for N executions)

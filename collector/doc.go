@@ -10,6 +10,10 @@
 // profiler.Options, each interval the profiler emits goes to the next
 // consumer, and the receiver's telemetry reads profiler.Stats.
 //
+// The receiver runs on Linux only. On other systems the package builds, so a
+// distribution that includes it builds there too, and Start returns an
+// error that says so.
+//
 // The factory is stateless and safe for concurrent use. Each CreateProfiles
 // call returns an independent receiver; nothing is shared through package state.
 //

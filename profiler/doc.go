@@ -12,7 +12,8 @@
 // and calls emit from its own goroutine with each interval that holds
 // samples; Stats returns a snapshot of every counter and gauge; Close
 // releases the kernel objects. The Collector receiver in package collector
-// is a thin adapter over this package.
+// is a thin adapter over this package. The profiler runs on Linux only; on
+// other systems only Options and their validation build.
 //
 // # Glossary
 //
