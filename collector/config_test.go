@@ -474,7 +474,7 @@ func TestConfigOptions(t *testing.T) {
 		UnwindTableBytes: 2 << 20,
 		SymbolCacheBytes: 3 << 20,
 	}
-	if diff := cmp.Diff(want, cfg.options(), cmpopts.IgnoreFields(profiler.Options{}, "Logger", "BeforeResolve")); diff != "" {
+	if diff := cmp.Diff(want, cfg.options(), cmpopts.IgnoreFields(profiler.Options{}, "Logger", "BeforeResolve"), cmpopts.IgnoreUnexported(profiler.Options{})); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)
 	}
 	if err := cfg.Validate(); err != nil {
