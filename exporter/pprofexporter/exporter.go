@@ -25,12 +25,12 @@ import (
 // name with .folded for folded stacks. The time and sequence make names sort
 // in the order they were written.
 const (
-	filePrefix    = "profile-"
-	pprofSuffix   = ".pb.gz"
-	foldedSuffix  = ".folded"
-	tempPrefix    = ".tmp-profile-"
-	timeLayout    = "20060102T150405.000Z"
-	maxKeyLength  = 64
+	filePrefix   = "profile-"
+	pprofSuffix  = ".pb.gz"
+	foldedSuffix = ".folded"
+	tempPrefix   = ".tmp-profile-"
+	timeLayout   = "20060102T150405.000Z"
+	maxKeyLength = 64
 )
 
 // pprofExporter writes exports into cfg.Directory. Its methods are safe for

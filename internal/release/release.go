@@ -12,8 +12,8 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"crypto/sha256"
-	"encoding/base64"
 	"debug/buildinfo"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -334,4 +334,3 @@ func WriteSBOM(path string, bom *BOM) error {
 	}
 	return nil
 }
-
