@@ -141,8 +141,16 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 	$(MAKE) compat
 	$(MAKE) fuzz-short FUZZTIME=$(CI_FUZZTIME)
 
+# make bench runs these scenarios of BenchmarkDist (a regular expression:
+# BENCH_SCENARIOS='burners|node'); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
+BENCH_SCENARIOS ?= .
+
 .PHONY: bench
-bench: ## Benchmarks: per-operation costs and the receiver's overhead (needs root)
+bench: dist ## The distribution profiling this host: idle, four burners, node-like host, Python; tables + JSON in _build/bench/ (root; ~11 min, +3 with REF_BIN)
+	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -run '^$$' -bench '^BenchmarkDist$$/^($(BENCH_SCENARIOS))$$' -benchtime 1x -timeout 40m ./internal/bench
+
+.PHONY: bench-micro
+bench-micro: ## Per-operation benchmarks of packages, and the receiver's overhead in a test binary (root; ~8 min)
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v internal/bench)
 	$(GO) test -run '^$$' -bench 'ReceiverOverhead|OffCPUOverhead' -benchtime 1x ./internal/bench
 
