@@ -25,6 +25,7 @@ func TestResolveResource(t *testing.T) {
 	cmd.Env = []string{"OTEL_RESOURCE_ATTRIBUTES=service.name=cart%2Fv2", "DEPLOY=blue", "OTHER=x"}
 	testutil.StartCmd(t, cmd)
 	pid := cmd.Process.Pid
+	testutil.WaitExec(t, pid, cmd.Args)
 
 	procs := process.NewTable("/proc", nil, process.Options{EnvVars: []string{"DEPLOY", "UNSET"}, CommandLine: true})
 	p, err := procs.Get(pid)

@@ -1,12 +1,15 @@
 package testutil
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // workloadDir is the directory of the workload sources, found from this
@@ -151,4 +154,24 @@ func StartCmd(tb testing.TB, cmd *exec.Cmd) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+}
+
+// WaitExec waits until process pid shows the command line args, so a test
+// reads the new image only after execve finished setting it up: Go's Start
+// returns once the child's descriptors close, which is before the kernel has
+// set the new image's arguments and environment.
+func WaitExec(tb testing.TB, pid int, args []string) {
+	tb.Helper()
+	want := strings.Join(args, "\x00") + "\x00"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && string(b) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("process %d: command line %q, want %q (err %v)", pid, b, want, err)
+		}
+		time.Sleep(time.Millisecond) // poll interval of the condition above
+	}
 }
