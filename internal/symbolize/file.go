@@ -18,7 +18,7 @@ type fileSyms struct {
 	goTab  *goTable
 	native *nativeTable
 	lines  *lineTable
-	images []*image // the mappings the tables read; unmapped by unmap
+	images []*elfx.Image // the mappings the tables read; unmapped by unmap
 	// refused is set when a compressed section was refused by the
 	// per-file inflation cap: the file is named without it.
 	refused error
@@ -112,7 +112,7 @@ func (fs *fileSyms) memSize() int64 {
 // unmap releases the mappings; fs must not be used afterwards.
 func (fs *fileSyms) unmap() {
 	for _, m := range fs.images {
-		m.unmap()
+		m.Unmap()
 	}
 	fs.images = nil
 }

@@ -12,6 +12,8 @@ import (
 	"path"
 	"slices"
 	"sync"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
 )
 
 const (
@@ -109,7 +111,7 @@ func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflat
 			return nil, 0, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, s.Size)
 		}
 		if s.Flags&elf.SHF_COMPRESSED == 0 && img != nil {
-			b, err := sectionBytes(img, s)
+			b, err := elfx.SectionBytes(img, s)
 			return b, 0, err
 		}
 		if s.Flags&elf.SHF_COMPRESSED != 0 {

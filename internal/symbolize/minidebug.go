@@ -10,6 +10,8 @@ import (
 	"io"
 
 	"github.com/ulikunitz/xz/lzma"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
 )
 
 const (
@@ -40,7 +42,7 @@ func loadMiniDebug(f *elf.File, img []byte, limit int) (*nativeTable, error) {
 	if s.Flags&elf.SHF_COMPRESSED != 0 {
 		img = nil
 	}
-	data, err := sectionBytes(img, s)
+	data, err := elfx.SectionBytes(img, s)
 	if err != nil {
 		return nil, fmt.Errorf(".gnu_debugdata: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
 )
 
 const (
@@ -121,11 +123,11 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 	if img != nil && (s.Flags|strSect.Flags)&elf.SHF_COMPRESSED != 0 {
 		img = nil // rare: read (and inflate) into the heap, within the limits above
 	}
-	symData, err := sectionBytes(img, s)
+	symData, err := elfx.SectionBytes(img, s)
 	if err != nil {
 		return nil, fmt.Errorf("read symbols: %w", err)
 	}
-	strData, err := sectionBytes(img, strSect)
+	strData, err := elfx.SectionBytes(img, strSect)
 	if err != nil {
 		return nil, fmt.Errorf("read symbol names: %w", err)
 	}

@@ -709,27 +709,27 @@ func (s *Symbolizer) loadFile(f *os.File, k *knownFile, lim loadLimits) (*fileSy
 	if got, err := elfx.ComputeFileID(f, k.size); err != nil || got != k.info.ID {
 		return nil, errors.Join(fmt.Errorf("%s changed since it was opened", f.Name()), err)
 	}
-	img, err := mapImage(f, k.size)
+	img, err := elfx.MapImage(f, k.size)
 	if err != nil {
 		return nil, err
 	}
-	ef, err := elf.NewFile(bytes.NewReader(img.data))
+	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
 	if err != nil {
-		img.unmap()
+		img.Unmap()
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	var debug *elf.File
-	var debugImg *image
+	var debugImg *elfx.Image
 	df, err := elfx.FindDebugFile(ef, k.view, s.opts.DebugDirs)
 	if err != nil {
 		s.logger.Debug("debug file lookup", zap.String("file", k.info.Name), zap.Error(err))
 	}
 	if df != nil {
 		if st, err := df.File().Stat(); err == nil {
-			if debugImg, err = mapImage(df.File(), st.Size()); err == nil {
-				debug, err = elf.NewFile(bytes.NewReader(debugImg.data))
+			if debugImg, err = elfx.MapImage(df.File(), st.Size()); err == nil {
+				debug, err = elf.NewFile(bytes.NewReader(debugImg.Bytes()))
 				if err != nil {
-					debugImg.unmap()
+					debugImg.Unmap()
 					debug, debugImg = nil, nil
 				}
 			}
@@ -739,17 +739,17 @@ func (s *Symbolizer) loadFile(f *os.File, k *knownFile, lim loadLimits) (*fileSy
 			s.logger.Debug("separate debug file", zap.String("file", k.info.Name), zap.String("debug_file", df.Path), zap.String("found_by", df.How))
 		}
 	}
-	syms, err := loadSymsWith(ef, img.data, debug, debugImg.bytes(), lim)
+	syms, err := loadSymsWith(ef, img.Bytes(), debug, debugImg.Bytes(), lim)
 	if err != nil && debug != nil {
 		// A broken debug file must not cost the names the file itself has.
 		s.logger.Debug("unusable debug file", zap.String("debug_file", df.Path), zap.Error(err))
-		debugImg.unmap()
+		debugImg.Unmap()
 		debug, debugImg = nil, nil
-		syms, err = loadSymsWith(ef, img.data, nil, nil, lim)
+		syms, err = loadSymsWith(ef, img.Bytes(), nil, nil, lim)
 	}
 	if err != nil {
-		img.unmap()
-		debugImg.unmap()
+		img.Unmap()
+		debugImg.Unmap()
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	syms.images = append(syms.images, img)

@@ -1,4 +1,4 @@
-package symbolize
+package elfx
 
 import (
 	"debug/elf"
@@ -8,19 +8,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// image is a read-only mapping of a whole file. Symbol data is parsed from
-// it in place: its pages are the kernel's page cache, shared with every
-// process that maps the file, not the agent's heap. Whatever outlives the
-// mapping (names handed to callers) is copied out of it first.
-type image struct {
+// Image is a read-only mapping of a whole file. Tables parsed from it in
+// place live in the kernel's page cache, shared with every process that
+// maps the file, not in the agent's heap. Whatever must outlive the mapping
+// is copied out of it first.
+type Image struct {
 	data []byte
 }
 
-// mapImage maps size bytes of f read-only. A mapping outlives f's
-// descriptor: f may be closed once mapImage returns.
-func mapImage(f *os.File, size int64) (*image, error) {
+// MapImage maps size bytes of f read-only. The mapping outlives f's
+// descriptor: f may be closed once MapImage returns.
+func MapImage(f *os.File, size int64) (*Image, error) {
 	if size <= 0 {
-		return &image{}, nil
+		return &Image{}, nil
 	}
 	if int64(int(size)) != size {
 		return nil, fmt.Errorf("map %s: %d bytes do not fit in memory", f.Name(), size)
@@ -29,32 +29,32 @@ func mapImage(f *os.File, size int64) (*image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map %s: %w", f.Name(), err)
 	}
-	return &image{data: data}, nil
+	return &Image{data: data}, nil
 }
 
-// bytes returns the mapped bytes; nil for a nil image.
-func (m *image) bytes() []byte {
+// Bytes returns the mapped bytes; nil for a nil Image.
+func (m *Image) Bytes() []byte {
 	if m == nil {
 		return nil
 	}
 	return m.data
 }
 
-// unmap releases the mapping; nothing may read from it afterwards.
-func (m *image) unmap() {
+// Unmap releases the mapping; nothing may read from it afterwards.
+func (m *Image) Unmap() {
 	if m == nil || m.data == nil {
 		return
 	}
-	_ = unix.Munmap(m.data)
+	_ = unix.Munmap(m.data) // only fails for a range that is not a mapping
 	m.data = nil
 }
 
-// sectionBytes returns the bytes of an uncompressed section of the file
-// img maps, in place: no copy. A section whose bytes lie outside the file
+// SectionBytes returns the bytes of an uncompressed section of the file
+// img holds, in place: no copy. A section whose bytes lie outside the file
 // is an error; a compressed or SHT_NOBITS section gives nil (the caller
 // inflates compressed sections itself, within its cap). A nil img (a file
 // held in memory, as MiniDebugInfo's) reads the section into the heap.
-func sectionBytes(img []byte, s *elf.Section) ([]byte, error) {
+func SectionBytes(img []byte, s *elf.Section) ([]byte, error) {
 	if s.Type == elf.SHT_NOBITS {
 		return nil, nil
 	}
