@@ -323,11 +323,11 @@ func (s *frameState) row(pc uint64, c *cie) Row {
 	case ruleUnset, ruleSame:
 		r.FP = FPSame
 	case ruleOffset:
-		if s.fp.off < math.MinInt32 || s.fp.off > math.MaxInt32 {
+		if s.fp.off < math.MinInt16 || s.fp.off > math.MaxInt16 {
 			r.FP = FPUnknown
 			break
 		}
-		r.FP, r.FPOffset = FPOffset, int32(s.fp.off)
+		r.FP, r.FPOffset = FPOffset, int16(s.fp.off)
 	default:
 		r.FP = FPUnknown
 	}

@@ -128,7 +128,7 @@ func parseEH(t *testing.T, data []byte, ctx ptrCtx) *Table {
 }
 
 func sp(pc uint64, off int32) Row { return Row{PC: pc, CFA: CFASP, CFAOffset: off} }
-func spFP(pc uint64, off, fpOff int32) Row {
+func spFP(pc uint64, off int32, fpOff int16) Row {
 	return Row{PC: pc, CFA: CFASP, CFAOffset: off, FP: FPOffset, FPOffset: fpOff}
 }
 func endRow() Row { return Row{PC: fdeBegin + fdeSize} }

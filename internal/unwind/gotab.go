@@ -265,15 +265,17 @@ func readCode(f *elf.File, addr uint64, b []byte) error {
 }
 
 // fromFile builds the table of an ELF file: from the pclntab for Go code
-// and from CFI for the rest (C code in cgo binaries, every other file). debug
-// is f's separate debug file or nil; its .debug_frame adds to f's CFI as
+// and from CFI for the rest (C code in cgo binaries, every other file). img
+// holds f's bytes (a read-only mapping; nil: read f's sections into the
+// heap): the pclntab and the code are then read in place. debug is f's
+// separate debug file or nil; its .debug_frame adds to f's CFI as
 // FromSeparateDebug does.
-func fromFile(f, debug *elf.File) (*Table, error) {
+func fromFile(f *elf.File, img []byte, debug *elf.File) (*Table, error) {
 	cfi, cfiErr := FromSeparateDebug(f, debug)
 	if pclntab.Section(f) == nil {
 		return cfi, cfiErr
 	}
-	pt, err := pclntab.OpenELF(f)
+	pt, err := pclntab.OpenELFImage(f, img)
 	if err != nil {
 		return cfi, cfiErr
 	}

@@ -39,7 +39,7 @@ func TestFromGoFramelessLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tab, err := fromFile(f, nil)
+	tab, err := fromFile(f, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestFromGoStackSwitches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tab, err := fromFile(f, nil)
+	tab, err := fromFile(f, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestFromGoStackEnds(t *testing.T) {
 		switches []string
 		build    func() (*Table, error)
 	}{
-		{"with code", stackBottomSwitches, func() (*Table, error) { return fromFile(f, nil) }},
+		{"with code", stackBottomSwitches, func() (*Table, error) { return fromFile(f, nil, nil) }},
 		{"table only", append(slices.Clone(stackBottomSwitches), "systemstack", "asmcgocall"), func() (*Table, error) { return FromGo(pt) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

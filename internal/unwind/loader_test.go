@@ -383,7 +383,7 @@ func tableOfKernelRows(t *testing.T, rows []tracer.Row, base uint64) *Table {
 		}
 		r := Row{PC: base + uint64(kr.Pc), CFA: c, CFAOffset: cfaOff, FP: f}
 		if f == FPOffset {
-			r.FPOffset = fpOff
+			r.FPOffset = int16(fpOff) // kernel rows hold ±1 KiB
 		}
 		switch c {
 		case CFASP, CFAFP, CFAPLT:

@@ -198,7 +198,7 @@ func (e expectation) matches(r Row) bool {
 	if e.fpEither && r.FP == FPUnknown {
 		return true
 	}
-	return r.FP == e.fp && r.FPOffset == e.fpOff
+	return r.FP == e.fp && int32(r.FPOffset) == e.fpOff
 }
 
 // oracleFile compares FromELF's table of path with readelf's

@@ -76,13 +76,15 @@ func (r FPRule) String() string {
 // is anything else becomes CFAUnknown (CFAEnd when undefined).
 //
 // Fields that the CFA type does not use are zero, so equal rules compare
-// equal.
+// equal. A Row is 16 bytes: a big Go binary has over a million of them
+// while its table is built. FPOffset is an int16 because the kernel's rows
+// hold much less (±1 KiB); a CFI offset beyond it is FPUnknown.
 type Row struct {
 	PC        uint64 // ELF virtual address (as in the symbol table and CFI), not file offset
-	CFA       CFAType
 	CFAOffset int32
+	FPOffset  int16
+	CFA       CFAType
 	FP        FPRule
-	FPOffset  int32
 }
 
 // sameRule reports whether a and b unwind the same way (PC aside).
