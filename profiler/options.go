@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/sonde-dev/sonde/internal/python"
 )
 
 // Defaults of DefaultOptions. The Collector receiver's configuration keys
@@ -136,6 +138,10 @@ type Options struct {
 	// countCosts makes the tracer keep what sampling cost each process
 	// (tracer.Options.CountCosts): for the package's own tests only.
 	countCosts bool
+
+	// pythonLayouts, when set, replaces the CPython versions the walker
+	// knows (python.LayoutFor): tests hide a real interpreter's version.
+	pythonLayouts python.LayoutFunc
 }
 
 // Filters choose the profiled processes. A process is profiled when it

@@ -176,7 +176,7 @@ func New(opts Options) (*Profiler, error) {
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
 	p.resolver = newResolver(log, p.procs, p.syms, opts.NativeSymbols, p.preparer.loader)
 	p.resolver.holds = p.preparer.holds
-	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, python.DefaultCacheBytes)
+	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, python.DefaultCacheBytes, opts.pythonLayouts)
 	p.resolver.python = p.preparer.python
 	p.preparer.holds.procfs = opts.ProcFS
 	p.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(opts.ReporterInterval))

@@ -29,6 +29,9 @@ type pythonProcs struct {
 	kernel pythonKernel
 	procfs string
 	namer  *python.Namer
+	// layouts are the CPython versions the walker knows (python.LayoutFor
+	// but in tests).
+	layouts python.LayoutFunc
 
 	mu     sync.Mutex
 	seen   map[int]uint64  // pid -> start time of the image already examined
@@ -36,12 +39,19 @@ type pythonProcs struct {
 
 	found       atomic.Uint64 // processes set up for the Python walker
 	unsupported atomic.Uint64 // CPython processes of a version without a layout
-	unnamed     atomic.Uint64 // Python frames whose code object could not be read
+	failed      atomic.Uint64 // CPython processes that could not be set up
+	// unknownVersions counts the versions without a layout reported so
+	// far (each is logged once).
+	unknownVersions atomic.Uint64
+	unnamed         atomic.Uint64 // Python frames whose code object could not be read
 }
 
-func newPythonProcs(log *zap.Logger, k pythonKernel, procfs string, cacheBytes int64) *pythonProcs {
+func newPythonProcs(log *zap.Logger, k pythonKernel, procfs string, cacheBytes int64, layouts python.LayoutFunc) *pythonProcs {
+	if layouts == nil {
+		layouts = python.LayoutFor
+	}
 	return &pythonProcs{log: log, kernel: k, procfs: procfs, namer: python.NewNamer(procfs, cacheBytes),
-		seen: map[int]uint64{}, logged: map[string]bool{}}
+		layouts: layouts, seen: map[int]uint64{}, logged: map[string]bool{}}
 }
 
 // prepare examines proc once per image: if it runs a supported CPython,
@@ -59,17 +69,20 @@ func (pp *pythonProcs) prepare(proc *process.Process) {
 	if err != nil {
 		return // gone, or not readable: stays native
 	}
-	in, err := python.Find(proc, mem)
+	in, err := python.FindWith(proc, mem, pp.layouts)
 	mem.Close()
 	switch {
 	case errors.Is(err, python.ErrNotPython):
 		return
 	case errors.Is(err, python.ErrUnknownVersion):
 		pp.unsupported.Add(1)
-		pp.logOnce(err.Error(), "python version not supported: its processes keep native stacks",
-			zap.Int("pid", proc.PID), zap.Error(err))
+		if pp.logOnce(err.Error(), "python version not supported: its processes keep native stacks",
+			zap.Int("pid", proc.PID), zap.Error(err)) {
+			pp.unknownVersions.Add(1)
+		}
 		return
 	case err != nil:
+		pp.failed.Add(1)
 		pp.logOnce(err.Error(), "cannot read the python interpreter: its process keeps native stacks",
 			zap.Int("pid", proc.PID), zap.Error(err))
 		return
@@ -82,6 +95,7 @@ func (pp *pythonProcs) prepare(proc *process.Process) {
 		err = pp.kernel.SetPython(uint32(proc.PID), kp)
 	}
 	if err != nil {
+		pp.failed.Add(1)
 		pp.log.Debug("cannot set up python unwinding", zap.Int("pid", proc.PID), zap.Error(err))
 		return
 	}
@@ -112,16 +126,19 @@ func (pp *pythonProcs) frame(pid int, code, instr uint64) profile.Frame {
 	return f
 }
 
-func (pp *pythonProcs) logOnce(key, msg string, fields ...zap.Field) {
+// logOnce logs msg the first time key is seen and says whether it did.
+func (pp *pythonProcs) logOnce(key, msg string, fields ...zap.Field) bool {
 	pp.mu.Lock()
-	done := pp.logged[key]
-	if !done && len(pp.logged) < 256 {
+	// Past 256 keys nothing more is logged: the counters still count.
+	done := pp.logged[key] || len(pp.logged) >= 256
+	if !done {
 		pp.logged[key] = true
 	}
 	pp.mu.Unlock()
 	if !done {
 		pp.log.Warn(msg, fields...)
 	}
+	return !done
 }
 
 // kernelPython is the walker's view of in.

@@ -112,10 +112,14 @@ type ResolverStats struct {
 type PythonStats struct {
 	Processes   uint64 // processes set up for the eBPF Python walker
 	Unsupported uint64 // CPython processes of a version without a layout: native stacks only
-	Unnamed     uint64 // Python frames whose code object could not be read
-	Named       uint64 // Python frames named
-	CacheResets uint64 // times the code object cache was emptied to stay in its bound
-	CacheBytes  int64  // (gauge) bytes of code objects cached
+	// UnknownVersions is how many versions without a layout were found
+	// (each logged once).
+	UnknownVersions uint64
+	Failed          uint64 // CPython processes whose interpreter could not be read or set up: native stacks only
+	Unnamed         uint64 // Python frames whose code object could not be read
+	Named           uint64 // Python frames named
+	CacheResets     uint64 // times the code object cache was emptied to stay in its bound
+	CacheBytes      int64  // (gauge) bytes of code objects cached
 }
 
 // OffCPUStats count what became of traced off-CPU waits in user space.
@@ -208,6 +212,7 @@ func (p *Profiler) Stats() Stats {
 	if py := p.preparer.python; py != nil {
 		ns := py.namer.Stats()
 		s.Python = PythonStats{Processes: py.found.Load(), Unsupported: py.unsupported.Load(),
+			UnknownVersions: py.unknownVersions.Load(), Failed: py.failed.Load(),
 			Unnamed: py.unnamed.Load(), Named: ns.Named, CacheResets: ns.Resets, CacheBytes: ns.Bytes}
 	}
 	j := &p.offCPU.stats

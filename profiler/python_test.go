@@ -1,0 +1,201 @@
+//go:build linux
+
+package profiler
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sonde-dev/sonde/internal/python"
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// pyenvPython is pyenv's python3 of version, or a skip (a failure in CI).
+func pyenvPython(t *testing.T, version string) string {
+	t.Helper()
+	home, _ := os.UserHomeDir()
+	bin := filepath.Join(home, ".pyenv", "versions", version, "bin", "python3")
+	if _, err := os.Stat(bin); err != nil {
+		if testutil.InCI() {
+			t.Fatalf("interpreter %s missing", bin)
+		}
+		t.Skipf("interpreter %s missing", bin)
+	}
+	return bin
+}
+
+// startPyWorkload runs internal/python/testdata/workload.py in mode under
+// bin until the test ends, once it printed that it is ready.
+func startPyWorkload(t *testing.T, bin, mode string) int {
+	t.Helper()
+	wl, err := filepath.Abs(filepath.Join("..", "internal", "python", "testdata", "workload.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, wl, mode)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	testutil.StartCmd(t, cmd)
+	t.Cleanup(func() { stdin.Close() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("%s %s: %q, %v", bin, mode, line, err)
+	}
+	return cmd.Process.Pid
+}
+
+// pyTestFrame is a frame as the output shows it: name and profile.frame.type.
+type pyTestFrame struct{ name, typ string }
+
+// stacksOf returns the stacks (leaf first) of pid's on-CPU samples in pd,
+// each repeated by its sample count.
+func stacksOf(pd pprofile.Profiles, pid int64) [][]pyTestFrame {
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	var out [][]pyTestFrame
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != pid {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					var st []pyTestFrame
+					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+						loc := dict.LocationTable().At(int(li))
+						f := pyTestFrame{}
+						for _, ai := range loc.AttributeIndices().All() {
+							kv := dict.AttributeTable().At(int(ai))
+							if strs.At(int(kv.KeyStrindex())) == "profile.frame.type" {
+								f.typ = kv.Value().Str()
+							}
+						}
+						if loc.Lines().Len() > 0 {
+							fn := dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex()))
+							f.name = strs.At(int(fn.NameStrindex()))
+						}
+						st = append(st, f)
+					}
+					for range s.TimestampsUnixNano().Len() {
+						out = append(out, st)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func hasFrame(st []pyTestFrame, name, typ string) bool {
+	for _, f := range st {
+		if (name == "" || f.name == name) && f.typ == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPythonUnknownVersion runs real CPython 3.12 interpreters while the
+// profiler's layout table hides 3.12: the version is reported once (one log
+// line, counted), and its processes keep their native stacks, with the eval
+// loop's native frames where Python frames would be. A 3.11 interpreter
+// profiled at the same time still gets Python frames.
+func TestPythonUnknownVersion(t *testing.T) {
+	hidden := pyenvPython(t, "3.12.1")
+	known := pyenvPython(t, "3.11.7")
+	core, logs := observer.New(zapcore.WarnLevel)
+	p, s := startProfiler(t, 99, func(o *Options) {
+		o.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+		o.pythonLayouts = func(minor int) (python.Layout, error) {
+			if minor == 12 {
+				return python.Layout{}, fmt.Errorf("python 3.%d: hidden by the test: %w", minor, python.ErrUnknownVersion)
+			}
+			return python.LayoutFor(minor)
+		}
+	})
+	hiddenPIDs := []int{startPyWorkload(t, hidden, "burn"), startPyWorkload(t, hidden, "burn")}
+	knownPID := startPyWorkload(t, known, "burn")
+
+	const n = 30 // samples of each hidden process with the native eval loop named
+	evalSamples := map[int]int{}
+	var bad []string
+	knownPy := false
+	deadline := time.Now().Add(60 * time.Second)
+	read := 0
+	for time.Now().Before(deadline) {
+		all := s.all()
+		for _, pd := range all[read:] {
+			for _, pid := range hiddenPIDs {
+				for _, st := range stacksOf(pd, int64(pid)) {
+					if hasFrame(st, "", "cpython") {
+						if len(bad) < 5 {
+							bad = append(bad, fmt.Sprintf("pid %d: python frames in %v", pid, st))
+						}
+						continue
+					}
+					if hasFrame(st, "_PyEval_EvalFrameDefault", "native") {
+						evalSamples[pid]++
+					}
+				}
+			}
+			for _, st := range stacksOf(pd, int64(knownPID)) {
+				knownPy = knownPy || hasFrame(st, "gamma_burn", "cpython")
+			}
+		}
+		read = len(all)
+		if knownPy && evalSamples[hiddenPIDs[0]] >= n && evalSamples[hiddenPIDs[1]] >= n {
+			break
+		}
+		s.waitFor(read+1, time.Until(deadline))
+	}
+	if len(bad) > 0 {
+		t.Errorf("a hidden version's process got python frames:\n%s", strings.Join(bad, "\n"))
+	}
+	for _, pid := range hiddenPIDs {
+		if evalSamples[pid] < n {
+			t.Errorf("pid %d (hidden 3.12): %d samples with a native _PyEval_EvalFrameDefault frame, want >= %d", pid, evalSamples[pid], n)
+		}
+	}
+	if !knownPy {
+		t.Errorf("pid %d (3.11): no sample with a python gamma_burn frame", knownPID)
+	}
+
+	var lines []string
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message, "python version not supported") {
+			lines = append(lines, fmt.Sprint(e.ContextMap()))
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "python 3.12") {
+		t.Errorf("unsupported version log lines: %q, want one about python 3.12", lines)
+	}
+	ps := p.Stats().Python
+	if ps.UnknownVersions != 1 {
+		t.Errorf("Stats.Python.UnknownVersions = %d, want 1", ps.UnknownVersions)
+	}
+	// Other 3.12 processes on the host count too; ours are two of them.
+	if ps.Unsupported < 2 {
+		t.Errorf("Stats.Python.Unsupported = %d, want >= 2", ps.Unsupported)
+	}
+	if ps.Processes < 1 {
+		t.Errorf("Stats.Python.Processes = %d, want the 3.11 process at least", ps.Processes)
+	}
+}
