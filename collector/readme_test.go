@@ -90,6 +90,7 @@ func TestREADMETelemetry(t *testing.T) {
 				Unit       string
 				Sum        *struct{ Monotonic bool }
 				Gauge      *struct{}
+				Histogram  *struct{}
 				Attributes []string
 			}
 		}
@@ -107,8 +108,10 @@ func TestREADMETelemetry(t *testing.T) {
 			row.Type = "counter"
 		case m.Sum != nil:
 			row.Type = "updowncounter"
+		case m.Histogram != nil:
+			row.Type = "histogram"
 		default:
-			t.Errorf("metadata.yaml: metric %s is neither a sum nor a gauge", key)
+			t.Errorf("metadata.yaml: metric %s is neither a sum, a gauge nor a histogram", key)
 		}
 		var names []string
 		for _, a := range m.Attributes {

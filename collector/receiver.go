@@ -54,6 +54,7 @@ func (r *profilesReceiver) Start(_ context.Context, _ component.Host) error {
 	opts := r.cfg.options()
 	opts.Logger = r.log
 	opts.BeforeResolve = r.beforeResolve
+	opts.TableLoaded = r.tel.tableLoaded
 	p, err := profiler.New(opts)
 	if err != nil {
 		return fmt.Errorf("sonde receiver: %w", err)

@@ -5,6 +5,7 @@ package collector
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -90,6 +91,11 @@ func attrs(key, value string) metric.MeasurementOption {
 
 func newTelemetry(tb *metadata.TelemetryBuilder) *telemetry {
 	return &telemetry{tb: tb}
+}
+
+// tableLoaded records one file's table delay (profiler.Options.TableLoaded).
+func (t *telemetry) tableLoaded(delay time.Duration) {
+	t.tb.UnwindTableDelay.Record(context.Background(), delay.Seconds())
 }
 
 // register starts observing p; Start calls it once p exists.

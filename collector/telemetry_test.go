@@ -45,8 +45,14 @@ func collect(t *testing.T, tt *componenttest.Telemetry) collected {
 					out[m.Name] = append(out[m.Name], metricdata.DataPoint[int64]{
 						Attributes: dp.Attributes, Value: int64(dp.Value * 1000)})
 				}
+			case metricdata.Histogram[float64]:
+				// The number of observations.
+				for _, dp := range d.DataPoints {
+					out[m.Name] = append(out[m.Name], metricdata.DataPoint[int64]{
+						Attributes: dp.Attributes, Value: int64(dp.Count)})
+				}
 			default:
-				t.Errorf("metric %s has data of type %T, want an int64 sum or gauge, or a float64 gauge", m.Name, m.Data)
+				t.Errorf("metric %s has data of type %T, want an int64 sum or gauge, a float64 gauge or histogram", m.Name, m.Data)
 			}
 		}
 	}
@@ -236,7 +242,7 @@ func TestTelemetry(t *testing.T) {
 		"sonde.records.queued", "sonde.export.lag", "sonde.records.lost", "sonde.records.malformed",
 		"sonde.unwind.stacks", "sonde.unwind.errors", "sonde.unwind.frames", "sonde.unwind.processes",
 		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",
-		"sonde.unwind.table.size", "sonde.unwind.table.builds", "sonde.unwind.table.evictions",
+		"sonde.unwind.table.size", "sonde.unwind.table.builds", "sonde.unwind.table.evictions", "sonde.unwind.table.delay",
 		"sonde.unwind.table.failures", "sonde.processes.tracked", "sonde.symbolize.cache.requests",
 		"sonde.symbolize.cache.loads", "sonde.symbolize.cache.evictions", "sonde.symbolize.cache.size", "sonde.symbolize.refused",
 		"sonde.export.profiles", "sonde.export.samples", "sonde.export.errors",
@@ -295,6 +301,11 @@ func TestTelemetry(t *testing.T) {
 	}
 	if n := m.sum("sonde.unwind.table.builds"); n != int64(ls.Built) || n < tables {
 		t.Errorf("sonde.unwind.table.builds = %d, want the loader's %d, at least the %d tables loaded", n, ls.Built, tables)
+	}
+	// One delay per table a preparation newly loaded; the last preparation's
+	// may not be recorded yet (it is after its tables load).
+	if n, built := m.sum("sonde.unwind.table.delay"), m.sum("sonde.unwind.table.builds"); n < 1 || n > built {
+		t.Errorf("sonde.unwind.table.delay has %d observations, want 1..%d (the tables built)", n, built)
 	}
 	// README: 12 bytes a row plus 512 a table.
 	if min, max := rows*tracer.RowKernelBytes+tables*512, rows*tracer.RowKernelBytes+tables*(512+4096); size < min || size > max {

@@ -130,6 +130,13 @@ type Options struct {
 	// means Sonde's release version (internal/version).
 	ScopeVersion string
 
+	// TableLoaded, when set, is called for each file whose unwind table is
+	// newly loaded in the kernel, with the time from the first sample that
+	// could not be unwound for want of it (of the process the table was
+	// built for) to the load: 0 when the table came before any such
+	// sample. It runs on the preparer goroutine and must not block.
+	TableLoaded func(delay time.Duration)
+
 	// BeforeResolve, when set, runs on the resolver goroutine before each
 	// record: a test's way to slow the resolver down. Production leaves it
 	// nil.

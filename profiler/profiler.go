@@ -174,6 +174,7 @@ func New(opts Options) (*Profiler, error) {
 		DebugDirs:      append([]string{}, opts.DebugDirs...),
 	})
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
+	p.preparer.tableLoaded = opts.TableLoaded
 	p.resolver = newResolver(log, p.procs, p.syms, opts.NativeSymbols, p.preparer.loader)
 	p.resolver.holds = p.preparer.holds
 	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, python.DefaultCacheBytes, opts.pythonLayouts)
@@ -412,6 +413,7 @@ func (p *Profiler) read(records chan<- queued, free chan *tracer.Record) {
 			// held open until the resolver reaches the exit.
 			p.preparer.enqueue(int(rec.PID), prepareExit)
 		case tracer.RecordUnknown:
+			p.preparer.misses.note(int(rec.PID), rec.Time)
 			p.preparer.enqueue(int(rec.PID), prepareUnknown)
 			free <- rec
 			continue

@@ -5,7 +5,9 @@ package profiler
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -48,6 +50,57 @@ type preparer struct {
 	// resolver; pid is the process being prepared (run's goroutine only).
 	holds *fileHolds
 	pid   int
+
+	// misses holds when each process was first sampled without unwind
+	// information, until its tables are loaded; tableLoaded (may be nil)
+	// is told, for each file whose table is then newly loaded, how long
+	// after that first sample it was.
+	misses      missLog
+	tableLoaded func(delay time.Duration)
+}
+
+// maxMisses bounds the processes a missLog remembers; beyond it a miss is
+// not recorded, and its tables count as loaded in time.
+const maxMisses = 1 << 16
+
+// missLog remembers, per process, the capture time of the first sample
+// the eBPF side could not unwind for want of the process's mappings or
+// tables. The reader writes it, the preparer takes it.
+type missLog struct {
+	mu    sync.Mutex
+	first map[int]time.Time
+}
+
+// note records t as pid's first miss unless an earlier one is recorded.
+func (m *missLog) note(pid int, t time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.first == nil {
+		m.first = map[int]time.Time{}
+	}
+	if old, ok := m.first[pid]; ok && !old.After(t) || !ok && len(m.first) >= maxMisses {
+		return
+	}
+	m.first[pid] = t
+}
+
+// take returns and forgets pid's first miss.
+func (m *missLog) take(pid int) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.first[pid]
+	delete(m.first, pid)
+	return t, ok
+}
+
+// tableDelay is how long after the first miss at t a table loaded at now
+// came: 0 when no sample missed it before (tables built at exec or at
+// start-up, ahead of the samples).
+func tableDelay(t time.Time, missed bool, now time.Time) time.Duration {
+	if !missed || !now.After(t) {
+		return 0
+	}
+	return now.Sub(t)
 }
 
 // preparerKernel is what the preparer sets in the eBPF side: the
@@ -147,6 +200,7 @@ func (p *preparer) handle(w prepareWork) {
 	p.pid = w.pid
 	switch w.kind {
 	case prepareExit:
+		p.misses.take(w.pid)
 		p.filter.forget(w.pid)
 		if p.python != nil {
 			p.python.forgetImage(w.pid)
@@ -203,7 +257,17 @@ func (p *preparer) handle(w prepareWork) {
 	}
 	// A Process from the table's cache may have exited since: Prepare then
 	// sets nothing and forgets the pid.
+	built := p.loader.Stats().Built
 	err = p.loader.Prepare(proc)
+	if err == nil {
+		missed, ok := p.misses.take(w.pid)
+		if n := p.loader.Stats().Built - built; n > 0 && p.tableLoaded != nil {
+			d := tableDelay(missed, ok, time.Now())
+			for range n {
+				p.tableLoaded(d)
+			}
+		}
+	}
 	if err == nil && p.python != nil {
 		p.python.prepare(proc)
 	}

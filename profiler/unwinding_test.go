@@ -89,21 +89,8 @@ func testPreparerProcessGone(t *testing.T, bin string, filters Filters) {
 		t.Helper()
 		cmd := testutil.StartWorkload(t, bin)
 		// Read it once libc is mapped: main's loop runs.
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			proc, err := procs.Refresh(cmd.Process.Pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range proc.Mappings {
-				if strings.Contains(m.Path, "libc.so") {
-					return cmd
-				}
-			}
-			runtime.Gosched()
-		}
-		t.Fatalf("pid %d never mapped libc", cmd.Process.Pid)
-		return nil
+		waitMapped(t, procs, cmd.Process.Pid, "libc.so")
+		return cmd
 	}
 	kill := func(cmd *exec.Cmd) {
 		t.Helper()
@@ -186,5 +173,115 @@ func testPreparerProcessGone(t *testing.T, bin string, filters Filters) {
 
 	if n := len(k.mappings[uint32(keep.Process.Pid)]); n == 0 || !k.known[uint32(keep.Process.Pid)] {
 		t.Errorf("the running process lost its mappings (%d left)", n)
+	}
+}
+
+// TableLoaded is told, for each file whose table a preparation newly
+// loads, how long after the process's first miss the load came: the
+// time between the miss and the end of the preparation, or 0 when no
+// sample missed before. Files already loaded for another process are not
+// new, and say nothing.
+func TestPreparerTableDelay(t *testing.T) {
+	if _, err := os.Stat("/proc/self/map_files"); err != nil {
+		t.Skipf("no procfs: %v", err)
+	}
+	log := zap.NewNop()
+	procs := process.NewTable("/proc", log, process.Options{})
+	k := &recordingKernel{mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}, filters: map[uint32]uint64{}}
+	p := newPreparer(log, k, procs, symbolize.New(log, symbolize.Options{}), newProcFilter(&Options{}), 0, []string{})
+	var delays []time.Duration
+	p.tableLoaded = func(d time.Duration) { delays = append(delays, d) }
+	// prepare handles an unknown-sample request for cmd, after a miss at
+	// missed if set, and returns the delays reported and the tables built,
+	// with the times just before and after the handling.
+	prepare := func(cmd *exec.Cmd, missed time.Time) (got []time.Duration, built uint64, before, after time.Time) {
+		t.Helper()
+		pid := cmd.Process.Pid
+		waitMapped(t, procs, pid, "libc.so")
+		if !missed.IsZero() {
+			p.misses.note(pid, missed)
+		}
+		delays = delays[:0]
+		b := p.loader.Stats().Built
+		before = time.Now()
+		p.handle(prepareWork{pid, prepareUnknown})
+		after = time.Now()
+		if !p.loader.Prepared(pid) {
+			t.Fatalf("running process %d not prepared", pid)
+		}
+		return append([]time.Duration(nil), delays...), p.loader.Stats().Built - b, before, after
+	}
+
+	nofp := testutil.BuildWorkload(t, testutil.CChainNoFP)
+	missed := time.Now().Add(-2 * time.Second)
+	got, built, before, after := prepare(testutil.StartWorkload(t, nofp), missed)
+	if built == 0 || uint64(len(got)) != built {
+		t.Fatalf("after a miss: %d delays reported for %d tables built, want one each (and some built)", len(got), built)
+	}
+	for _, d := range got {
+		if lo, hi := before.Sub(missed), after.Sub(missed); d < lo || d > hi {
+			t.Errorf("after a miss: delay %v, want between %v and %v", d, lo, hi)
+		}
+	}
+
+	// A second process of the same program finds its files' tables loaded.
+	if got, built, _, _ := prepare(testutil.StartWorkload(t, nofp), time.Now()); len(got) != 0 || built != 0 {
+		t.Errorf("same files again: %d delays reported, %d tables built; want none", len(got), built)
+	}
+
+	// Another program, prepared before any miss: its new tables came in time.
+	other := testutil.BuildWorkload(t, testutil.Throw)
+	got, built, _, _ = prepare(testutil.StartWorkload(t, other), time.Time{})
+	if built == 0 || uint64(len(got)) != built {
+		t.Fatalf("without a miss: %d delays reported for %d tables built, want one each (and some built)", len(got), built)
+	}
+	for _, d := range got {
+		if d != 0 {
+			t.Errorf("without a miss: delay %v, want 0", d)
+		}
+	}
+}
+
+// waitMapped waits until pid maps a file whose path contains name.
+func waitMapped(t *testing.T, procs *process.Table, pid int, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		proc, err := procs.Refresh(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range proc.Mappings {
+			if strings.Contains(m.Path, name) {
+				return
+			}
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("pid %d never mapped %s", pid, name)
+}
+
+// The first miss of a process is its earliest, whatever the order the
+// reader sees them in; taking it forgets it; the log is bounded.
+func TestMissLog(t *testing.T) {
+	var m missLog
+	t0 := time.Unix(1000, 0)
+	m.note(1, t0.Add(2*time.Second))
+	m.note(1, t0)
+	m.note(1, t0.Add(time.Second))
+	if got, ok := m.take(1); !ok || !got.Equal(t0) {
+		t.Errorf("take(1) = %v, %v; want %v, true", got, ok, t0)
+	}
+	if _, ok := m.take(1); ok {
+		t.Error("a taken miss is still there")
+	}
+	for pid := range maxMisses + 10 {
+		m.note(pid+2, t0)
+	}
+	if n := len(m.first); n != maxMisses {
+		t.Errorf("%d misses kept, want the bound %d", n, maxMisses)
+	}
+	if d := tableDelay(t0, true, t0.Add(-time.Second)); d != 0 {
+		t.Errorf("a load before the miss: delay %v, want 0", d)
 	}
 }

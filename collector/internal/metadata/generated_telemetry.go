@@ -55,6 +55,7 @@ type TelemetryBuilder struct {
 	UnwindStacks            metric.Int64ObservableCounter
 	UnwindTableBuilds       metric.Int64ObservableCounter
 	UnwindTableCount        metric.Int64ObservableGauge
+	UnwindTableDelay        metric.Float64Histogram
 	UnwindTableEvictions    metric.Int64ObservableCounter
 	UnwindTableFailures     metric.Int64ObservableCounter
 	UnwindTableRows         metric.Int64ObservableGauge
@@ -735,6 +736,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.unwind.table.count",
 		metric.WithDescription("Unwind tables loaded in the kernel. [Development]"),
 		metric.WithUnit("{table}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UnwindTableDelay, err = builder.meter.Float64Histogram(
+		"sonde.unwind.table.delay",
+		metric.WithDescription("For each file whose unwind table is newly loaded in the kernel, the time from the first sample of its process that could not be unwound for want of it to the load; 0 when the table came first (built at exec or at start-up). [Development]"),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries([]float64{0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}...),
 	)
 	errs = errors.Join(errs, err)
 	builder.UnwindTableEvictions, err = builder.meter.Int64ObservableCounter(

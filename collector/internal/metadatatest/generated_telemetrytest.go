@@ -439,6 +439,21 @@ func AssertEqualUnwindTableCount(t *testing.T, tt *componenttest.Telemetry, dps 
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualUnwindTableDelay(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.HistogramDataPoint[float64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.unwind.table.delay",
+		Description: "For each file whose unwind table is newly loaded in the kernel, the time from the first sample of its process that could not be unwound for want of it to the load; 0 when the table came first (built at exec or at start-up). [Development]",
+		Unit:        "s",
+		Data: metricdata.Histogram[float64]{
+			Temporality: metricdata.CumulativeTemporality,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.unwind.table.delay")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualUnwindTableEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.unwind.table.evictions",
