@@ -344,3 +344,147 @@ func hasPyFunction(s flatSample, name string) bool {
 	}
 	return false
 }
+
+// TestPythonDeepStacks profiles a workload that recurses 300 Python calls
+// deep, past the 256 user frames a sample holds, in every interpreter. Each
+// sample after warm-up must hold a chain of correctly named Python frames
+// (gamma_burn, then recurse at its call lines) that ends with the
+// [truncated] frame, the counted marker of a walk cut by the frame limit,
+// never with a garbage or unnamed frame. From 3.11 a Python call does not
+// recurse in C, so the chain must hold at least 128 Python frames; up to
+// 3.10 each Python call also costs native frames of the interpreter
+// (_PyEval_EvalFrameDefault, _PyFunction_Vectorcall, ...), all of which
+// count against the same 256 frames, so fewer Python frames fit (see
+// minFrames).
+func TestPythonDeepStacks(t *testing.T) {
+	wl := pyWorkload(t)
+	burn := [2]int64{pyMark(t, "burn") - 3, pyMark(t, "burn") + 1}
+	callRecurse, callBurn := pyMark(t, "call-recurse"), pyMark(t, "call-burn-deep")
+	// Up to 3.10 the interpreter's native frames between two Python frames
+	// of the recursion (one on 3.9 and 3.10, two on 3.6–3.8, e.g.
+	// function_code_fastcall and call_function) share the 256 frames.
+	minFrames := func(minor int) int {
+		switch {
+		case minor >= 11:
+			return 128
+		case minor >= 9:
+			return 120
+		}
+		return 80
+	}
+	// check returns how many Python frames s holds, or why it is wrong.
+	check := func(s flatSample) (n int, partial bool, err error) {
+		var py []pyFrame
+		for i, f := range s.Frames {
+			if f.Type == "cpython" {
+				py = append(py, pyFrame{f.Function, s.Files[i], s.Lines[i]})
+			}
+		}
+		if len(py) == 0 {
+			return 0, false, fmt.Errorf("no python frames")
+		}
+		if last := s.Frames[len(s.Frames)-1]; last.Function != "[truncated]" || last.Type != "" {
+			return len(py), false, fmt.Errorf("last frame %v, want [truncated]", last)
+		}
+		i := 0
+		if py[0].name == "gamma_burn" {
+			if py[0].file != wl || py[0].line < burn[0] || py[0].line > burn[1] {
+				return len(py), false, fmt.Errorf("leaf %v", py[0])
+			}
+			i = 1
+		} else {
+			partial = true // between two calls of gamma_burn
+		}
+		for j, f := range py[i:] {
+			want := callRecurse
+			if i+j == 1 || partial && j == 0 {
+				want = callBurn
+			}
+			if f.name != "recurse" || f.file != wl || (f.line != want && !(partial && j == 0 && f.line == want-1)) {
+				return len(py), partial, fmt.Errorf("python frame %d is %v, want recurse at %d", i+j, f, want)
+			}
+		}
+		return len(py), partial, nil
+	}
+
+	interps := pyInterpreters(t)
+	pids := map[int]pyInterpreter{}
+	for _, in := range interps {
+		pids[startPython(t, in.bin, "deep")] = in
+	}
+	sink := startReceiver(t, 99)
+	const n = 100
+	type tally struct {
+		total, good, partial, minPy, maxPy int
+		seen                               bool
+		bad                                []string
+	}
+	got := map[int]*tally{}
+	for pid := range pids {
+		got[pid] = &tally{minPy: 1 << 30}
+	}
+	done := func() bool {
+		for _, tl := range got {
+			if tl.total < n {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(150 * time.Second)
+	read := 0
+	for !done() && time.Now().Before(deadline) {
+		all := sink.AllProfiles()
+		for _, pd := range all[read:] {
+			warmNow := map[int]bool{}
+			for _, s := range flatten(pd) {
+				tl, ok := got[int(s.PID)]
+				if !ok || s.Type != "samples" {
+					continue
+				}
+				k, partial, err := check(s)
+				if err == nil && k < minFrames(pids[int(s.PID)].minor) {
+					err = fmt.Errorf("%d python frames, want at least %d", k, minFrames(pids[int(s.PID)].minor))
+				}
+				if !tl.seen {
+					if err == nil {
+						warmNow[int(s.PID)] = true
+					}
+					continue
+				}
+				tl.total += s.Count
+				if err != nil {
+					if len(tl.bad) < 5 {
+						tl.bad = append(tl.bad, err.Error()+": "+pyFunctions(s))
+					}
+					continue
+				}
+				tl.good += s.Count
+				tl.minPy, tl.maxPy = min(tl.minPy, k), max(tl.maxPy, k)
+				if partial {
+					tl.partial += s.Count
+				}
+			}
+			for pid := range warmNow {
+				got[pid].seen = true
+			}
+		}
+		read = len(all)
+		waitForExport(sink, read, time.Until(deadline))
+	}
+	for pid, tl := range got {
+		in := pids[pid]
+		share := 0.0
+		if tl.total > 0 {
+			share = float64(tl.good) / float64(tl.total)
+		}
+		t.Logf("deep %s: %d/%d samples whole (%.1f%%; %d between calls), %d-%d python frames", in.name, tl.good, tl.total, 100*share, tl.partial, tl.minPy, tl.maxPy)
+		if tl.total < n || share < 0.99 {
+			t.Errorf("deep %s: %d/%d samples carry >= %d named python frames ending in [truncated], want >= 99%% of at least %d; e.g.\n%s",
+				in.name, tl.good, tl.total, minFrames(in.minor), n, strings.Join(tl.bad, "\n"))
+		}
+		if tl.total > 0 && float64(tl.partial) > 0.2*float64(tl.total) {
+			t.Errorf("deep %s: %d of %d samples end before the leaf", in.name, tl.partial, tl.total)
+		}
+	}
+}

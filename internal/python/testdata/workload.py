@@ -20,6 +20,21 @@ def gamma_regex():
     return PATTERN.findall(TEXT)  # MARK regex
 
 
+# Deeper than the 256 user frames a sample holds, on every version.
+DEPTH = 300
+
+
+def recurse(n):
+    if n:
+        return recurse(n - 1)  # MARK call-recurse
+    while True:
+        gamma_burn()  # MARK call-burn-deep
+
+
+def gamma_deep():
+    recurse(DEPTH)  # MARK call-deep
+
+
 def gamma_wait():
     print("ready", flush=True)
     sys.stdin.read()  # MARK wait
@@ -42,7 +57,7 @@ async def alpha_async():
         await asyncio.sleep(0)
 
 
-LEAVES = {"burn": gamma_burn, "regex": gamma_regex, "wait": gamma_wait}
+LEAVES = {"burn": gamma_burn, "regex": gamma_regex, "wait": gamma_wait, "deep": gamma_deep}
 
 if __name__ == "__main__":
     mode = sys.argv[1]
