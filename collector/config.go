@@ -145,7 +145,8 @@ type LimitsConfig struct {
 	// address cache and the kernel's symbols. Symbol sources themselves are
 	// read in place from read-only mappings (page cache, not counted). The
 	// least recently used files are dropped past it and loaded again when
-	// needed.
+	// needed. An eighth of it holds the CPython code objects that name
+	// Python frames.
 	SymbolCacheBytes int64 `mapstructure:"symbol_cache_bytes"`
 
 	_ struct{}

@@ -59,6 +59,13 @@ var (
 
 	refusedInflationCap = attrs("reason", "inflation_cap")
 
+	pySetupWalked      = attrs("outcome", "walked")
+	pySetupUnsupported = attrs("outcome", "unsupported")
+	pySetupFailed      = attrs("outcome", "failed")
+	pyErrNoThread      = attrs("reason", "no_thread")
+	pyErrReadError     = attrs("reason", "read_error")
+	pyErrBadFrame      = attrs("reason", "bad_frame")
+
 	cacheHit  = attrs("result", "hit")
 	cacheMiss = attrs("result", "miss")
 
@@ -115,6 +122,8 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.ProcessesTracked,
 		tb.SymbolizeCacheRequests, tb.SymbolizeCacheLoads, tb.SymbolizeCacheEvictions, tb.SymbolizeCacheSize,
 		tb.SymbolizeRefused,
+		tb.PythonProcesses, tb.PythonVersionsUnknown, tb.PythonWalks, tb.PythonFrames, tb.PythonFramesUnnamed,
+		tb.PythonErrors, tb.PythonCodeCacheSize, tb.PythonCodeCacheResets,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
@@ -183,7 +192,21 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.SymbolizeCacheSize, ss.LoadedBytes)
 	o.ObserveInt64(tb.SymbolizeRefused, i64(ss.InflateRefused), refusedInflationCap)
 
+	ps := s.Python
+	o.ObserveInt64(tb.PythonProcesses, i64(ps.Processes), pySetupWalked)
+	o.ObserveInt64(tb.PythonProcesses, i64(ps.Unsupported), pySetupUnsupported)
+	o.ObserveInt64(tb.PythonProcesses, i64(ps.Failed), pySetupFailed)
+	o.ObserveInt64(tb.PythonVersionsUnknown, i64(ps.UnknownVersions))
+	o.ObserveInt64(tb.PythonFramesUnnamed, i64(ps.Unnamed))
+	o.ObserveInt64(tb.PythonCodeCacheSize, ps.CacheBytes)
+	o.ObserveInt64(tb.PythonCodeCacheResets, i64(ps.CacheResets))
+
 	c := s.Kernel
+	o.ObserveInt64(tb.PythonWalks, i64(c.PythonSamples))
+	o.ObserveInt64(tb.PythonFrames, i64(c.PythonFrames))
+	o.ObserveInt64(tb.PythonErrors, i64(c.PythonNoThread), pyErrNoThread)
+	o.ObserveInt64(tb.PythonErrors, i64(c.PythonReadErrs), pyErrReadError)
+	o.ObserveInt64(tb.PythonErrors, i64(c.PythonBadFrames), pyErrBadFrame)
 	o.ObserveInt64(tb.SamplesLost, i64(c.SamplesLost), lostRingBuffer)
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.IdleSkipped), skippedIdle)
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.KernelThreads), skippedKThread)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
-	"github.com/sonde-dev/sonde/internal/python"
 	"github.com/sonde-dev/sonde/internal/symbolize"
 	sondeversion "github.com/sonde-dev/sonde/internal/version"
 	"github.com/sonde-dev/sonde/tracer"
@@ -170,14 +169,14 @@ func New(opts Options) (*Profiler, error) {
 		CommandLine:  opts.IncludeCommandLine,
 	})
 	p.syms = symbolize.New(log, symbolize.Options{
-		MaxSymbolBytes: opts.SymbolCacheBytes,
+		MaxSymbolBytes: opts.SymbolCacheBytes - opts.SymbolCacheBytes/pythonCodeShare,
 		DebugDirs:      append([]string{}, opts.DebugDirs...),
 	})
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
 	p.preparer.tableLoaded = opts.TableLoaded
 	p.resolver = newResolver(log, p.procs, p.syms, opts.NativeSymbols, p.preparer.loader)
 	p.resolver.holds = p.preparer.holds
-	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, python.DefaultCacheBytes, opts.pythonLayouts)
+	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts)
 	p.resolver.python = p.preparer.python
 	p.preparer.holds.procfs = opts.ProcFS
 	p.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(opts.ReporterInterval))

@@ -34,6 +34,14 @@ type TelemetryBuilder struct {
 	ExportSamples           metric.Int64ObservableCounter
 	OffcpuWaits             metric.Int64ObservableCounter
 	ProcessesTracked        metric.Int64ObservableGauge
+	PythonCodeCacheResets   metric.Int64ObservableCounter
+	PythonCodeCacheSize     metric.Int64ObservableGauge
+	PythonErrors            metric.Int64ObservableCounter
+	PythonFrames            metric.Int64ObservableCounter
+	PythonFramesUnnamed     metric.Int64ObservableCounter
+	PythonProcesses         metric.Int64ObservableCounter
+	PythonVersionsUnknown   metric.Int64ObservableCounter
+	PythonWalks             metric.Int64ObservableCounter
 	RecordsLost             metric.Int64ObservableCounter
 	RecordsMalformed        metric.Int64ObservableCounter
 	RecordsQueued           metric.Int64ObservableGauge
@@ -154,6 +162,126 @@ func (builder *TelemetryBuilder) RegisterProcessesTrackedCallback(cb metric.Int6
 		cb(ctx, &observerInt64{inst: builder.ProcessesTracked, obs: o})
 		return nil
 	}, builder.ProcessesTracked)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonCodeCacheResetsCallback sets callback for observable PythonCodeCacheResets metric.
+func (builder *TelemetryBuilder) RegisterPythonCodeCacheResetsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonCodeCacheResets, obs: o})
+		return nil
+	}, builder.PythonCodeCacheResets)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonCodeCacheSizeCallback sets callback for observable PythonCodeCacheSize metric.
+func (builder *TelemetryBuilder) RegisterPythonCodeCacheSizeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonCodeCacheSize, obs: o})
+		return nil
+	}, builder.PythonCodeCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonErrorsCallback sets callback for observable PythonErrors metric.
+func (builder *TelemetryBuilder) RegisterPythonErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonErrors, obs: o})
+		return nil
+	}, builder.PythonErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonFramesCallback sets callback for observable PythonFrames metric.
+func (builder *TelemetryBuilder) RegisterPythonFramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonFrames, obs: o})
+		return nil
+	}, builder.PythonFrames)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonFramesUnnamedCallback sets callback for observable PythonFramesUnnamed metric.
+func (builder *TelemetryBuilder) RegisterPythonFramesUnnamedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonFramesUnnamed, obs: o})
+		return nil
+	}, builder.PythonFramesUnnamed)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonProcessesCallback sets callback for observable PythonProcesses metric.
+func (builder *TelemetryBuilder) RegisterPythonProcessesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonProcesses, obs: o})
+		return nil
+	}, builder.PythonProcesses)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonVersionsUnknownCallback sets callback for observable PythonVersionsUnknown metric.
+func (builder *TelemetryBuilder) RegisterPythonVersionsUnknownCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonVersionsUnknown, obs: o})
+		return nil
+	}, builder.PythonVersionsUnknown)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPythonWalksCallback sets callback for observable PythonWalks metric.
+func (builder *TelemetryBuilder) RegisterPythonWalksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PythonWalks, obs: o})
+		return nil
+	}, builder.PythonWalks)
 	if err != nil {
 		return err
 	}
@@ -610,6 +738,54 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.processes.tracked",
 		metric.WithDescription("Processes in the receiver's process table. [Development]"),
 		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonCodeCacheResets, err = builder.meter.Int64ObservableCounter(
+		"sonde.python.code_cache.resets",
+		metric.WithDescription("Times the CPython code object cache was emptied to stay within its share of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("{reset}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonCodeCacheSize, err = builder.meter.Int64ObservableGauge(
+		"sonde.python.code_cache.size",
+		metric.WithDescription("Bytes of CPython code objects (names, files, line tables) cached to name Python frames, within an eighth of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonErrors, err = builder.meter.Int64ObservableCounter(
+		"sonde.python.errors",
+		metric.WithDescription("Python walks the eBPF side ended early, by reason - no_thread (the sampled thread has no state among its interpreter's first 32 threads), read_error (a frame could not be read), bad_frame (a frame without a code object); the rest of the stack is native. [Development]"),
+		metric.WithUnit("{stack}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonFrames, err = builder.meter.Int64ObservableCounter(
+		"sonde.python.frames",
+		metric.WithDescription("Python frames the eBPF walker reported. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonFramesUnnamed, err = builder.meter.Int64ObservableCounter(
+		"sonde.python.frames.unnamed",
+		metric.WithDescription("Python frames whose code object could not be read on the host (the process exited, or the object was freed); shown without a name. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonProcesses, err = builder.meter.Int64ObservableCounter(
+		"sonde.python.processes",
+		metric.WithDescription("CPython processes found, by outcome - walked (Python frames), unsupported (a version without a layout) or failed (the interpreter could not be read); the last two keep native stacks. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonVersionsUnknown, err = builder.meter.Int64ObservableCounter(
+		"sonde.python.versions.unknown",
+		metric.WithDescription("CPython versions found without a layout, each logged once. [Development]"),
+		metric.WithUnit("{version}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PythonWalks, err = builder.meter.Int64ObservableCounter(
+		"sonde.python.walks",
+		metric.WithDescription("User stacks of CPython processes the eBPF Python walker started on. [Development]"),
+		metric.WithUnit("{stack}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.RecordsLost, err = builder.meter.Int64ObservableCounter(

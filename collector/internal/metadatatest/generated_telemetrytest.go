@@ -113,6 +113,132 @@ func AssertEqualProcessesTracked(t *testing.T, tt *componenttest.Telemetry, dps 
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualPythonCodeCacheResets(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.code_cache.resets",
+		Description: "Times the CPython code object cache was emptied to stay within its share of limits::symbol_cache_bytes. [Development]",
+		Unit:        "{reset}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.code_cache.resets")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualPythonCodeCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.code_cache.size",
+		Description: "Bytes of CPython code objects (names, files, line tables) cached to name Python frames, within an eighth of limits::symbol_cache_bytes. [Development]",
+		Unit:        "By",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.code_cache.size")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualPythonErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.errors",
+		Description: "Python walks the eBPF side ended early, by reason - no_thread (the sampled thread has no state among its interpreter's first 32 threads), read_error (a frame could not be read), bad_frame (a frame without a code object); the rest of the stack is native. [Development]",
+		Unit:        "{stack}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.errors")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualPythonFrames(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.frames",
+		Description: "Python frames the eBPF walker reported. [Development]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.frames")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualPythonFramesUnnamed(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.frames.unnamed",
+		Description: "Python frames whose code object could not be read on the host (the process exited, or the object was freed); shown without a name. [Development]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.frames.unnamed")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualPythonProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.processes",
+		Description: "CPython processes found, by outcome - walked (Python frames), unsupported (a version without a layout) or failed (the interpreter could not be read); the last two keep native stacks. [Development]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.processes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualPythonVersionsUnknown(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.versions.unknown",
+		Description: "CPython versions found without a layout, each logged once. [Development]",
+		Unit:        "{version}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.versions.unknown")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualPythonWalks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.python.walks",
+		Description: "User stacks of CPython processes the eBPF Python walker started on. [Development]",
+		Unit:        "{stack}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.python.walks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualRecordsLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.records.lost",
