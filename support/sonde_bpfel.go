@@ -90,6 +90,7 @@ const (
 	SondeLimitsMAX_KERNEL_FRAMES SondeLimits = 127
 	SondeLimitsMAX_USER_FRAMES   SondeLimits = 256
 	SondeLimitsMAX_TABLES        SondeLimits = 16384
+	SondeLimitsMAX_TABLE_ROWS    SondeLimits = 16777216
 )
 
 type SondeMappingInfo struct {

@@ -90,6 +90,10 @@ func TableKernelBytes(n int) int64 { return int64(n) * RowKernelBytes }
 // MaxTables bounds the table ids: 1..MaxTables-1 (the tables map's size).
 const MaxTables = uint32(support.SondeLimitsMAX_TABLES)
 
+// MaxTableRows bounds the rows of one table: the eBPF row search finds a
+// row among at most this many.
+const MaxTableRows = int(support.SondeLimitsMAX_TABLE_ROWS)
+
 // ErrTableFull is returned by LoadTable when no table id is free.
 var ErrTableFull = errors.New("unwind table slots full")
 
@@ -97,11 +101,20 @@ var ErrTableFull = errors.New("unwind table slots full")
 // that id. The rows live in their own BPF array, sized to them, so kernel
 // memory is what the table needs.
 func (t *Tracer) LoadTable(id uint32, rows []Row) error {
+	return loadTable(t.objs.Tables, id, rows)
+}
+
+// loadTable puts rows as table id into tables, an array of tables as the
+// programs declare it (the sampler's, or a test program's).
+func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
 	if id == 0 || id >= MaxTables {
 		return fmt.Errorf("unwind table id %d out of range 1..%d: %w", id, MaxTables-1, ErrTableFull)
 	}
 	if len(rows) == 0 {
 		return fmt.Errorf("unwind table %d: no rows", id)
+	}
+	if len(rows) > MaxTableRows {
+		return fmt.Errorf("unwind table %d: %d rows, more than the %d the unwinder searches", id, len(rows), MaxTableRows)
 	}
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "sonde_rows",
@@ -131,7 +144,7 @@ func (t *Tracer) LoadTable(id uint32, rows []Row) error {
 			}
 		}
 	}
-	if err := t.objs.Tables.Put(id, inner); err != nil {
+	if err := tables.Put(id, inner); err != nil {
 		return fmt.Errorf("unwind table %d: install: %w", id, err)
 	}
 	return nil

@@ -112,6 +112,21 @@ static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u3
 	return found;
 }
 
+// table_row returns the row of mapping mi's table that covers the PC
+// lookup, or NULL: no mapping or table, the table is gone, or lookup is
+// outside it (below its first row, or 4 GiB past its base).
+static __always_inline struct unwind_row *table_row(struct mapping_info *mi, __u64 lookup)
+{
+	if (!mi || mi->table_id == 0)
+		return NULL;
+	__u64 rel = lookup - mi->bias;
+	__u32 table_id = mi->table_id;
+	void *rows = bpf_map_lookup_elem(&tables, &table_id);
+	if (!rows || rel > 0xffffffffULL)
+		return NULL;
+	return find_row(rows, mi->rows, (__u32)rel);
+}
+
 // fp_step walks one frame-pointer link.
 static __always_inline enum step_result fp_step(struct ustack_state *st, struct sample_record *s)
 {
@@ -243,12 +258,7 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 {
 	if (!mi || mi->table_id == 0)
 		return fp_step(st, s);
-	__u64 rel = lookup - mi->bias;
-	__u32 table_id = mi->table_id;
-	void *rows = bpf_map_lookup_elem(&tables, &table_id);
-	if (!rows || rel > 0xffffffffULL)
-		return fp_step(st, s);
-	struct unwind_row *row = find_row(rows, mi->rows, (__u32)rel);
+	struct unwind_row *row = table_row(mi, lookup);
 	if (!row)
 		return fp_step(st, s);
 

@@ -17,7 +17,7 @@
 //   offcpu.h       off-CPU tracing (sched_switch)
 //   task_events.h  exec and exit
 //
-// Test programs (sonde_test.c) include the same headers and run their
+// Test programs (testrun.c) include the same headers and run their
 // functions with BPF_PROG_TEST_RUN.
 #include "sampler.h"
 #include "offcpu.h"

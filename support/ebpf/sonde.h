@@ -10,14 +10,18 @@ enum limits {
 	MAX_USER_FRAMES = 256,
 	// Unwind tables loaded at once; table ids are 1..MAX_TABLES-1.
 	MAX_TABLES = 16384,
+	// Rows of one table: the row search takes MAX_BSEARCH_STEPS steps.
+	MAX_TABLE_ROWS = 1 << 24,
 };
 
 // The user-stack unwinder handles this many frames per program run and
 // tail-calls itself for the next batch (tail calls keep 5.10 compatibility).
 #define FRAMES_PER_RUN  32
 #define MAX_UNWIND_RUNS (MAX_USER_FRAMES / FRAMES_PER_RUN)
-// Rows per table are found by binary search in at most this many steps.
+// Rows per table are found by binary search in at most this many steps,
+// enough for MAX_TABLE_ROWS rows.
 #define MAX_BSEARCH_STEPS 24
+_Static_assert(1 << MAX_BSEARCH_STEPS >= MAX_TABLE_ROWS, "row search too short for MAX_TABLE_ROWS");
 
 // User PCs carry flags in bits the x86-64 user address space never uses.
 enum pc_flags {

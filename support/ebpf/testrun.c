@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+// Test programs for BPF_PROG_TEST_RUN: they run the native unwinder's own
+// functions (native.h) on tables and stacks a test crafts. The sampler's
+// programs are perf-event programs, which the kernel cannot test-run; these
+// are XDP programs, which it can (also repeatedly, for a per-call cost),
+// and which run in the calling thread: bpf_probe_read_user reads the test
+// process's memory. The packet carries one struct testrun_io: the inputs,
+// and the outputs the program writes back.
+#include "native.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+// testrun_io is the packet of both programs.
+struct testrun_io {
+	// In: the frame and the mapping it is in.
+	__u64 pc;     // the frame's PC (no flags)
+	__u64 lookup; // the PC its row is looked up for: pc, or pc - 1 for a return address
+	__u64 sp;
+	__u64 fp;
+	__u64 bias;     // row pc = lookup - bias
+	__u32 table_id; // 0: no table
+	__u32 rows;     // rows the mapping says its table has
+	// Out.
+	__u32 found;  // find_row_test: a row covers lookup
+	__u32 result; // step_test: enum step_result
+	struct unwind_row row;
+	__u64 out_pc; // step_test: the caller's registers
+	__u64 out_sp;
+	__u64 out_fp;
+	__u32 adjust;     // the caller's PC is a return address
+	__u32 flags;      // enum sample_flags the step set
+	__u32 frames_cfi; // frames counted by kind
+	__u32 frames_fp;
+};
+
+const struct testrun_io *unused_testrun_io __attribute__((unused));
+
+static __always_inline struct testrun_io *io_of(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	if (data + sizeof(struct testrun_io) > end)
+		return NULL;
+	return data;
+}
+
+static __always_inline void mapping_of(struct testrun_io *io, struct mapping_info *mi)
+{
+	__builtin_memset(mi, 0, sizeof(*mi));
+	mi->start = 0;
+	mi->end = ~0ULL;
+	mi->bias = io->bias;
+	mi->table_id = io->table_id;
+	mi->rows = io->rows;
+}
+
+// find_row_test looks up the row covering io->lookup, as step does.
+SEC("xdp")
+int find_row_test(struct xdp_md *ctx)
+{
+	struct testrun_io *io = io_of(ctx);
+	if (!io)
+		return XDP_ABORTED;
+	struct mapping_info mi;
+	mapping_of(io, &mi);
+	struct unwind_row *row = table_row(&mi, io->lookup);
+	io->found = row != NULL;
+	if (row)
+		io->row = *row;
+	return XDP_PASS;
+}
+
+// step_test unwinds one frame from (pc, sp, fp) with step, the unwinder's
+// per-frame step, through the same per-CPU state the sampler uses.
+SEC("xdp")
+int step_test(struct xdp_md *ctx)
+{
+	struct testrun_io *io = io_of(ctx);
+	if (!io)
+		return XDP_ABORTED;
+	__u32 zero = 0;
+	struct sample_record *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct ustack_state *st = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!s || !st)
+		return XDP_ABORTED;
+	s->flags = 0;
+	st->pc = io->pc;
+	st->sp = io->sp;
+	st->fp = io->fp;
+	st->adjust = io->lookup != io->pc;
+	st->frames_cfi = 0;
+	st->frames_fp = 0;
+	struct mapping_info mi;
+	mapping_of(io, &mi);
+	io->result = step(st, s, &mi, io->pc, io->lookup);
+	io->out_pc = st->pc;
+	io->out_sp = st->sp;
+	io->out_fp = st->fp;
+	io->adjust = st->adjust;
+	io->flags = s->flags;
+	io->frames_cfi = st->frames_cfi;
+	io->frames_fp = st->frames_fp;
+	return XDP_PASS;
+}

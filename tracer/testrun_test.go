@@ -1,0 +1,457 @@
+//go:build amd64
+
+package tracer
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/support"
+)
+
+// The tests in this file run the unwinder's own functions (native.h: the
+// row search table_row/find_row and the per-frame step) in the kernel with
+// BPF_PROG_TEST_RUN, through the test programs of support/ebpf/testrun.c,
+// on tables loaded by the loader's code and on stacks crafted in this
+// process's memory.
+
+type testrunIO = testrunTestrunIo
+
+// testrun is the loaded test object.
+type testrun struct {
+	FindRowTest *ebpf.Program `ebpf:"find_row_test"`
+	StepTest    *ebpf.Program `ebpf:"step_test"`
+	Tables      *ebpf.Map     `ebpf:"tables"`
+	Counters    *ebpf.Map     `ebpf:"counters"`
+}
+
+func newTestrun(tb testing.TB) *testrun {
+	tb.Helper()
+	testutil.RequirePrivileges(tb, "BPF_PROG_TEST_RUN of the unwinder")
+	spec, err := loadTestrun()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// The test object declares the tables as the sampler's does, and the
+	// loader's limits are those of both.
+	sampler, err := support.LoadSonde()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	got, want := spec.Maps["tables"], sampler.Maps[support.SondeMapTables]
+	if got.MaxEntries != MaxTables || want.MaxEntries != MaxTables ||
+		got.InnerMap.ValueSize != uint32(RowSize) || want.InnerMap.ValueSize != uint32(RowSize) {
+		tb.Fatalf("tables: test object %d × %d-byte rows, sampler %d × %d, loader %d × %d",
+			got.MaxEntries, got.InnerMap.ValueSize, want.MaxEntries, want.InnerMap.ValueSize, MaxTables, RowSize)
+	}
+	var tr testrun
+	if err := spec.LoadAndAssign(&tr, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			tb.Fatalf("load test programs: %+v", ve)
+		}
+		tb.Fatalf("load test programs: %v", err)
+	}
+	tb.Cleanup(func() {
+		for _, c := range []interface{ Close() error }{tr.FindRowTest, tr.StepTest, tr.Tables, tr.Counters} {
+			c.Close()
+		}
+	})
+	return &tr
+}
+
+func ioBytes(io *testrunIO) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(io)), unsafe.Sizeof(*io))
+}
+
+// run runs prog once on in and returns what it wrote back.
+func (tr *testrun) run(tb testing.TB, prog *ebpf.Program, in testrunIO) testrunIO {
+	tb.Helper()
+	var out testrunIO
+	ret, err := prog.Run(&ebpf.RunOptions{Data: ioBytes(&in), DataOut: ioBytes(&out)})
+	if err != nil {
+		tb.Fatalf("test run: %v", err)
+	}
+	if ret != 2 { // XDP_PASS; XDP_ABORTED when the program found no packet or scratch
+		tb.Fatalf("test run returned %d, want XDP_PASS", ret)
+	}
+	return out
+}
+
+// counter sums a counter over the CPUs.
+func (tr *testrun) counter(tb testing.TB, c support.SondeCounter) uint64 {
+	tb.Helper()
+	var per []uint64
+	if err := tr.Counters.Lookup(uint32(c), &per); err != nil {
+		tb.Fatal(err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n
+}
+
+func mustRow(tb testing.TB, pc uint32, cfa uint8, cfaOff int32, fp uint8, fpOff int32) Row {
+	tb.Helper()
+	r, ok := MakeRow(pc, cfa, cfaOff, fp, fpOff)
+	if !ok {
+		tb.Fatalf("MakeRow(%#x, %d, %d, %d, %d) refused", pc, cfa, cfaOff, fp, fpOff)
+	}
+	return r
+}
+
+// oracle is the row search on the Go side: the last row at or before rel.
+func oracle(rows []Row, rel uint64) (Row, bool) {
+	i := sort.Search(len(rows), func(i int) bool { return uint64(rows[i].Pc) > rel })
+	if i == 0 {
+		return Row{}, false
+	}
+	return rows[i-1], true
+}
+
+func TestRowSearchTestRun(t *testing.T) {
+	tr := newTestrun(t)
+	const bias = 0x7f0012340000
+	small := []Row{
+		mustRow(t, 0x10, CFASP, 8, FPSame, 0),
+		mustRow(t, 0x14, CFASP, 16, FPSame, 0),
+		mustRow(t, 0x15, CFAFP, 16, FPOffset, -16),
+		mustRow(t, 0x40, CFASP, 8, FPSame, 0),
+		mustRow(t, 0x1000, CFAEnd, 0, FPSame, 0),
+		mustRow(t, 0x1010, CFAUnknown, 0, FPUnknown, 0),
+	}
+	const smallID, bigID = 1, MaxTables - 1 // the first and the last id there is
+	if err := loadTable(tr.Tables, smallID, small); err != nil {
+		t.Fatal(err)
+	}
+	// A table as large as big libraries' (2^20 rows and some: 21 search
+	// steps), with random gaps.
+	r := rand.New(rand.NewPCG(3, 4))
+	big := make([]Row, 1<<20+12345)
+	pc := uint32(0x40)
+	for i := range big {
+		big[i] = mustRow(t, pc, CFASP, int32(8*(i%1000+1)), uint8(i%3), 0)
+		pc += 1 + uint32(r.IntN(60))
+	}
+	if err := loadTable(tr.Tables, bigID, big); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := loadTable(tr.Tables, 3, make([]Row, MaxTableRows+1)); err == nil {
+		t.Errorf("a table of %d rows was loaded: the row search does not reach its end", MaxTableRows+1)
+	}
+
+	find := func(t *testing.T, table uint32, rows uint32, lookup uint64) (Row, bool) {
+		t.Helper()
+		out := tr.run(t, tr.FindRowTest, testrunIO{Lookup: lookup, Bias: bias, TableId: table, Rows: rows})
+		return Row{Pc: out.Row.Pc, CfaOffset: out.Row.CfaOffset, FpOffset8: out.Row.FpOffset8, Rule: out.Row.Rule}, out.Found != 0
+	}
+	for _, tc := range []struct {
+		name   string
+		table  uint32
+		rows   uint32
+		lookup uint64
+		want   int // index in small; -1: no row
+	}{
+		{"first row exactly", smallID, 6, bias + 0x10, 0},
+		{"second row exactly", smallID, 6, bias + 0x14, 1},
+		{"one-byte row", smallID, 6, bias + 0x15, 2},
+		{"between rows", smallID, 6, bias + 0x16, 2},
+		{"just before a row", smallID, 6, bias + 0x3f, 2},
+		{"last row exactly", smallID, 6, bias + 0x1010, 5},
+		{"after the last row", smallID, 6, bias + 0xfffff, 5},
+		{"just before the first row", smallID, 6, bias + 0xf, -1},
+		{"at the table base, before the first row", smallID, 6, bias, -1},
+		{"below the table base", smallID, 6, bias - 1, -1},
+		{"4 GiB past the base", smallID, 6, bias + 1<<32, -1},
+		{"last 32-bit offset", smallID, 6, bias + 0xffffffff, 5},
+		{"empty table", smallID, 0, bias + 0x14, -1},
+		{"one-row table", smallID, 1, bias + 0x1010, 0},
+		{"no table (id 0)", 0, 6, bias + 0x14, -1},
+		{"table id not loaded", 2, 6, bias + 0x14, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := find(t, tc.table, tc.rows, tc.lookup)
+			if tc.want < 0 {
+				if ok {
+					t.Errorf("found %+v, want no row", got)
+				}
+				return
+			}
+			if !ok || got != small[tc.want] {
+				t.Errorf("found %+v (%v), want row %d %+v", got, ok, tc.want, small[tc.want])
+			}
+		})
+	}
+
+	t.Run("large table against the Go search", func(t *testing.T) {
+		last := uint64(big[len(big)-1].Pc)
+		lookups := []uint64{0, 0x3f, 0x40, 0x41, last - 1, last, last + 1, 1<<32 - 1}
+		for _, i := range []int{1, 2, 1 << 19, 1 << 20, len(big) - 2} {
+			lookups = append(lookups, uint64(big[i].Pc)-1, uint64(big[i].Pc))
+		}
+		for range 3000 {
+			lookups = append(lookups, r.Uint64N(last+100))
+		}
+		for _, rel := range lookups {
+			want, wantOK := oracle(big, rel)
+			got, ok := find(t, bigID, uint32(len(big)), bias+rel)
+			if ok != wantOK || got != want {
+				t.Fatalf("rel %#x: found %+v (%v), the Go search %+v (%v)", rel, got, ok, want, wantOK)
+			}
+		}
+	})
+}
+
+// stackPages maps a stack of n pages to craft, followed by a page that
+// faults on every read.
+func stackPages(t *testing.T, n int) (stack []uint64, base, guard uint64) {
+	t.Helper()
+	page := unix.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, (n+1)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	if err := unix.Mprotect(mem[n*page:], unix.PROT_NONE); err != nil {
+		t.Fatal(err)
+	}
+	// Written in full, so every word is resident: the unwinder's reads do
+	// not fault pages in.
+	stack = unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n*page/8)
+	for i := range stack {
+		stack[i] = 0xdead0000 + uint64(i)
+	}
+	base = uint64(uintptr(unsafe.Pointer(&mem[0])))
+	return stack, base, base + uint64(n*page)
+}
+
+func TestUnwindStepTestRun(t *testing.T) {
+	tr := newTestrun(t)
+	stack, base, guard := stackPages(t, 40)
+	word := func(addr uint64) *uint64 { return &stack[(addr-base)/8] }
+
+	const bias = 0x555500000000
+	const table, lateTable = 7, 8
+	rows := []Row{
+		mustRow(t, 0x000, CFASP, 16, FPSame, 0),         // after push rbp
+		mustRow(t, 0x100, CFAFP, 16, FPOffset, -16),     // rbp-based frame
+		mustRow(t, 0x200, CFASP, 0x20000, FPUnknown, 0), // a 128 KiB frame (offset in words)
+		mustRow(t, 0x300, CFAPLT, 8, FPSame, 0),         // .plt stubs
+		mustRow(t, 0x400, CFASignal, 0, FPUnknown, 0),   // __restore_rt
+		mustRow(t, 0x500, CFAEnd, 0, FPSame, 0),         // _start
+		mustRow(t, 0x600, CFAUnknown, 0, FPUnknown, 0),  // a gap
+		mustRow(t, 0x700, CFASP, 8, FPOffset, 8),        // rbp saved above the CFA
+		mustRow(t, 0x800, CFASP, 0xfff8, FPSame, 0),     // a large offset in bytes
+		mustRow(t, 0x900, CFASP, 0x10008, FPOffset, -1024),
+	}
+	if err := loadTable(tr.Tables, table, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadTable(tr.Tables, lateTable, []Row{mustRow(t, 0x100, CFASP, 8, FPSame, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{2, 9} {
+		if rows[i].Rule&rowCFAScaled == 0 {
+			t.Fatalf("row %+v: a CFA offset past 64 KiB is stored in words", rows[i])
+		}
+	}
+
+	sp := base + 0x100
+	fp := base + 0x200
+	*word(sp) = 0x404444                 // RA at CFA-8 for CFA = sp+8
+	*word(sp + 8) = 0x401111             // RA at CFA-8 for CFA = sp+16
+	*word(sp + 16) = base + 0x380        // RBP at CFA+8 for CFA = sp+8
+	*word(fp) = base + 0x300             // saved RBP at CFA-16 for CFA = fp+16
+	*word(fp + 8) = 0x402222             // RA at CFA-8 for CFA = fp+16
+	*word(sp + 40 + 80) = base + 0x2a0   // signal frame: ucontext at sp, mcontext's rbp
+	*word(sp + 40 + 120) = base + 0x2b0  // rsp
+	*word(sp + 40 + 128) = 0x7f000040555 // rip
+	*word(sp + 0x20000 - 8) = 0x405555   // RA for CFA = sp + 128 KiB
+	*word(sp + 0xfff8 - 8) = 0x406666    // RA for CFA = sp + 0xfff8
+	*word(sp + 0x10008 - 8) = 0x407777   // RA for CFA = sp + 0x10008
+	*word(sp + 0x10008 - 1024) = 0x4242  // RBP at CFA-1024
+
+	type want struct {
+		result     uint32
+		pc, sp, fp uint64
+		adjust     uint32
+		flags      uint32
+		cfi, fpn   uint32
+	}
+	const (
+		cont     = 0 // STEP_CONTINUE
+		done     = 1 // STEP_DONE
+		readErr  = uint32(support.SondeSampleFlagsSAMPLE_USER_READ_ERR)
+		complete = uint32(support.SondeSampleFlagsSAMPLE_USER_COMPLETE)
+		unknown  = uint32(support.SondeSampleFlagsSAMPLE_USER_UNKNOWN_RULE)
+		fpFlag   = uint32(support.SondeSampleFlagsSAMPLE_FRAME_POINTERS)
+		noAdjust = uint64(support.SondePcFlagsPC_FLAG_NO_ADJUST)
+		fpPC     = uint64(support.SondePcFlagsPC_FLAG_FRAME_POINTER)
+	)
+	for _, tc := range []struct {
+		name       string
+		pc, lookup uint64 // relative to bias (lookup: as the unwinder computes it)
+		sp, fp     uint64
+		table      uint32
+		want       want
+		counter    support.SondeCounter // incremented by the step, if not 0
+	}{
+		{name: "CFA = RSP + 16, RA at CFA-8, RBP kept",
+			pc: 0x10, lookup: 0x10, sp: sp, fp: 0x1234, table: table,
+			want: want{cont, 0x401111, sp + 16, 0x1234, 1, 0, 1, 0}},
+		{name: "CFA = RBP + 16, RBP saved at CFA-16",
+			pc: 0x180, lookup: 0x180, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x402222, fp + 16, base + 0x300, 1, 0, 1, 0}},
+		{name: "a return address looks up the row before it",
+			pc: 0x100, lookup: 0xff, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x401111, sp + 16, fp, 1, 0, 1, 0}},
+		{name: "CFA offset in words, RBP undefined",
+			pc: 0x201, lookup: 0x201, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x405555, sp + 0x20000, 0, 1, 0, 1, 0}},
+		{name: "a large CFA offset in bytes",
+			pc: 0x800, lookup: 0x800, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x406666, sp + 0xfff8, fp, 1, 0, 1, 0}},
+		{name: "CFA offset in words, RBP far below the CFA",
+			pc: 0x9ff, lookup: 0x9ff, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x407777, sp + 0x10008, 0x4242, 1, 0, 1, 0}},
+		{name: "RBP saved above the CFA",
+			pc: 0x700, lookup: 0x700, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x404444, sp + 8, base + 0x380, 1, 0, 1, 0}},
+		{name: "PLT stub, pc & 15 >= 11: CFA = RSP + 16",
+			pc: 0x30b, lookup: 0x30b, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x401111, sp + 16, fp, 1, 0, 1, 0}},
+		{name: "PLT stub, pc & 15 < 11: CFA = RSP + 8",
+			pc: 0x31a, lookup: 0x31a, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x404444, sp + 8, fp, 1, 0, 1, 0}},
+		{name: "signal frame: registers from the ucontext",
+			pc: 0x400, lookup: 0x400, sp: sp, fp: fp, table: table,
+			want: want{cont, 0x7f000040555 | noAdjust, base + 0x2b0, base + 0x2a0, 0, 0, 1, 0}},
+		{name: "outermost frame",
+			pc: 0x500, lookup: 0x500, sp: sp, fp: fp, table: table,
+			want: want{done, bias + 0x500, sp, fp, 0, complete, 0, 0}},
+		{name: "no usable rule",
+			pc: 0x6ff, lookup: 0x6ff, sp: sp, fp: fp, table: table,
+			want: want{done, bias + 0x6ff, sp, fp, 0, unknown, 0, 0}, counter: support.SondeCounterCOUNTER_UNWIND_UNKNOWN_RULE},
+		{name: "no table: frame pointers",
+			pc: 0x10, lookup: 0x10, sp: sp, fp: fp, table: 0,
+			want: want{cont, 0x402222 | fpPC, fp + 16, base + 0x300, 1, fpFlag, 0, 1}},
+		{name: "before the table's first row: frame pointers",
+			pc: 0x10, lookup: 0x10, sp: sp, fp: fp, table: lateTable,
+			want: want{cont, 0x402222 | fpPC, fp + 16, base + 0x300, 1, fpFlag, 0, 1}},
+		{name: "table not loaded: frame pointers",
+			pc: 0x10, lookup: 0x10, sp: sp, fp: fp, table: 9,
+			want: want{cont, 0x402222 | fpPC, fp + 16, base + 0x300, 1, fpFlag, 0, 1}},
+		{name: "frame pointer below the stack pointer ends the stack",
+			pc: 0x10, lookup: 0x10, sp: fp + 8, fp: fp, table: 0,
+			want: want{done, bias + 0x10, fp + 8, fp, 0, 0, 0, 0}},
+		{name: "frame pointer 0 ends the stack",
+			pc: 0x10, lookup: 0x10, sp: sp, fp: 0, table: 0,
+			want: want{done, bias + 0x10, sp, 0, 0, 0, 0, 0}},
+		{name: "frame link in a page that faults",
+			pc: 0x10, lookup: 0x10, sp: sp, fp: guard + 64, table: 0,
+			want: want{done, bias + 0x10, sp, guard + 64, 0, readErr, 0, 0}, counter: support.SondeCounterCOUNTER_UNWIND_READ_ERR},
+		{name: "return address in a page that faults",
+			pc: 0x10, lookup: 0x10, sp: guard - 8, fp: fp, table: table,
+			want: want{done, bias + 0x10, guard - 8, fp, 0, readErr, 0, 0}, counter: support.SondeCounterCOUNTER_UNWIND_READ_ERR},
+		{name: "saved RBP in a page that faults",
+			pc: 0x700, lookup: 0x700, sp: guard - 8, fp: fp, table: table,
+			// The failed read clears the register it was reading into.
+			want: want{done, bias + 0x700, guard - 8, 0, 0, readErr, 0, 0}, counter: support.SondeCounterCOUNTER_UNWIND_READ_ERR},
+		{name: "signal frame in a page that faults",
+			pc: 0x400, lookup: 0x400, sp: guard - 64, fp: fp, table: table,
+			want: want{done, bias + 0x400, guard - 64, fp, 0, readErr, 0, 0}, counter: support.SondeCounterCOUNTER_UNWIND_READ_ERR},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before uint64
+			if tc.counter != 0 {
+				before = tr.counter(t, tc.counter)
+			}
+			in := testrunIO{Pc: bias + tc.pc, Lookup: bias + tc.lookup, Sp: tc.sp, Fp: tc.fp, Bias: bias, TableId: tc.table, Rows: uint32(len(rows))}
+			out := tr.run(t, tr.StepTest, in)
+			got := want{out.Result, out.OutPc, out.OutSp, out.OutFp, out.Adjust, out.Flags, out.FramesCfi, out.FramesFp}
+			if got != tc.want {
+				t.Errorf("step from pc %#x sp %#x fp %#x:\n got %#x\nwant %#x", in.Pc, in.Sp, in.Fp, got, tc.want)
+			}
+			if tc.counter != 0 {
+				if after := tr.counter(t, tc.counter); after != before+1 {
+					t.Errorf("counter %d went from %d to %d, want one more", tc.counter, before, after)
+				}
+			}
+		})
+	}
+}
+
+// The per-call cost of the row search in tables of several sizes, and of
+// one step, as the kernel times BPF_PROG_TEST_RUN's repeated runs (ns/call;
+// ns/op is the test-run syscall's, setup included).
+func BenchmarkRowSearchTestRun(b *testing.B) {
+	tr := newTestrun(b)
+	for i, n := range []int{16, 4096, 1 << 20} {
+		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
+			rows := make([]Row, n)
+			for j := range rows {
+				rows[j] = mustRow(b, uint32(16*j), CFASP, 8, FPSame, 0)
+			}
+			id := uint32(i + 1)
+			if err := loadTable(tr.Tables, id, rows); err != nil {
+				b.Fatal(err)
+			}
+			in := testrunIO{Lookup: uint64(16*(n/3) + 5), TableId: id, Rows: uint32(n)}
+			benchmarkTestRun(b, tr.FindRowTest, in)
+		})
+	}
+}
+
+func BenchmarkStepTestRun(b *testing.B) {
+	tr := newTestrun(b)
+	const n = 4096
+	rows := make([]Row, n)
+	for j := range rows {
+		rows[j] = mustRow(b, uint32(16*j), CFASP, 16, FPSame, 0)
+	}
+	if err := loadTable(tr.Tables, 1, rows); err != nil {
+		b.Fatal(err)
+	}
+	stack := make([]uint64, 8)
+	stack[1] = 0x401000
+	stack[2] = uint64(uintptr(unsafe.Pointer(&stack[4])))
+	stack[3] = 0x402000
+	sp := uint64(uintptr(unsafe.Pointer(&stack[0])))
+	b.Run("cfi", func(b *testing.B) {
+		benchmarkTestRun(b, tr.StepTest, testrunIO{Pc: 16*(n/3) + 5, Lookup: 16*(n/3) + 5, Sp: sp, Fp: sp + 16, TableId: 1, Rows: n})
+	})
+	b.Run("frame-pointer", func(b *testing.B) {
+		benchmarkTestRun(b, tr.StepTest, testrunIO{Pc: 5, Lookup: 5, Sp: sp, Fp: sp + 16})
+	})
+	runtime.KeepAlive(stack)
+}
+
+func benchmarkTestRun(b *testing.B, prog *ebpf.Program, in testrunIO) {
+	b.Helper()
+	var total time.Duration
+	for b.Loop() {
+		// One syscall runs the program many times; the kernel reports the
+		// mean time per run.
+		ret, per, err := prog.Benchmark(ioBytes(&in), 1000, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ret != 2 {
+			b.Fatalf("test run returned %d, want XDP_PASS", ret)
+		}
+		total += per
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/call")
+}
