@@ -34,6 +34,8 @@ type resolver struct {
 	// handle, and which processes it has mappings for (the unwind Loader).
 	unwinder fileHandles
 	byHandle map[uint32]*handleEntry
+	// vdso names frames in "[vdso]" mappings (nil: unnamed).
+	vdso *symbolize.VDSO
 	// holds are the files the preparer keeps open per process; the
 	// resolver lets them go once it has processed the process's exit.
 	holds *fileHolds
@@ -150,7 +152,19 @@ func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symboliz
 		kernelPCs:  make(map[uint64]kernelEntry),
 		kernelMaps: make(map[string]*profile.Mapping),
 		gone:       make(map[int]*profile.Resource),
+		vdso:       readVDSO(log),
 	}
+}
+
+// readVDSO reads this process's vDSO, which names every 64-bit process's;
+// nil (vDSO frames unnamed) when it cannot be read.
+func readVDSO(log *zap.Logger) *symbolize.VDSO {
+	v, err := symbolize.ReadVDSO("/proc")
+	if err != nil {
+		log.Info("vdso unreadable; its frames stay unnamed", zap.Error(err))
+		return nil
+	}
+	return v
 }
 
 // maxGone bounds the resources kept for processes gone before they were read.
@@ -280,7 +294,27 @@ func (r *resolver) markTruncated(rec *tracer.Record) {
 
 func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint64) profile.Frame {
 	fe := r.file(entry, m)
+	if m.Path == symbolize.VDSOPath {
+		return r.vdsoFrame(entry.maps[m.Start], m, pc, addr)
+	}
 	return r.namedFrame(fe, entry.maps[m.Start], pc, m.FileOffset(addr))
+}
+
+// vdsoFrame is the frame at pc in the vDSO mapping m, named at addr (pc,
+// or the call before a return address) by the host's vDSO image, which is
+// the same in every 64-bit process. Code of the vDSO that no exported
+// symbol covers (its static helpers: the image is stripped) is named
+// "[vdso]", as is a vDSO whose size differs from the host's image (a
+// 32-bit process's).
+func (r *resolver) vdsoFrame(mapping *profile.Mapping, m process.Mapping, pc, addr uint64) profile.Frame {
+	name := symbolize.VDSOPath
+	if r.vdso != nil && m.End-m.Start == r.vdso.Size() {
+		if n, ok := r.vdso.Lookup(addr - m.Start); ok {
+			name = n
+		}
+	}
+	return profile.Frame{Type: profile.FrameNative, Address: pc, Mapping: mapping,
+		Lines: []profile.Line{{Function: name}}}
 }
 
 // fileOffset is where user frame i of rec is named in its file: at its
