@@ -147,7 +147,19 @@ func fromGo(t *pclntab.Table, code codeReader) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rows []Row
+	// Size the rows once: a big binary has over a million, and growing the
+	// slice to that size allocates (and faults in) four times as much
+	// memory as the rows themselves. Each SP range gives at most one row,
+	// an assembly function's ranges one more (the prologue's split), plus
+	// the end row.
+	ranges := 0
+	if err := t.SPDeltas(func(uint64, uint64, int32) bool {
+		ranges++
+		return ranges < maxGoRows
+	}); err != nil {
+		return nil, err
+	}
+	rows := make([]Row, 0, ranges+len(funcs)+1)
 	var end uint64
 	var st Stats
 	add := func(r Row) {
