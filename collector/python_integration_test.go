@@ -70,9 +70,10 @@ func pyMark(t *testing.T, name string) int64 {
 	return 0
 }
 
-// startPython runs the workload in mode and waits until it is ready.
-func startPython(t *testing.T, bin, mode string) int {
-	cmd := exec.Command(bin, pyWorkload(t), mode)
+// startPython runs the workload in mode and waits until it is ready;
+// xargs go to the interpreter.
+func startPython(t *testing.T, bin, mode string, xargs ...string) int {
+	cmd := exec.Command(bin, append(xargs, pyWorkload(t), mode)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -192,23 +193,34 @@ func TestPythonStacks(t *testing.T) {
 		coroutine bool
 		leafLines [2]int64
 		want      func(minor int) ([]pyFrame, *pyFrame)
+		// xargs are the interpreter's options, for the interpreters of
+		// minMinor and later.
+		xargs    []string
+		minMinor int
 	}{
 		{"burn", true, false, burn, func(minor int) ([]pyFrame, *pyFrame) {
 			return []pyFrame{{"gamma_burn", wl, 0}, {method(minor), wl, pyMark(t, "call-leaf")},
 				{"alpha", wl, pyMark(t, "call-method")}, {"<module>", wl, pyMark(t, "call-alpha")}}, nil
-		}},
+		}, nil, 0},
+		// CPython's perf support (3.12+) calls every Python function
+		// through a trampoline in anonymous memory, without frame
+		// pointers or CFI: the unwinder steps over it by its code.
+		{"perf-trampoline", true, false, burn, func(minor int) ([]pyFrame, *pyFrame) {
+			return []pyFrame{{"gamma_burn", wl, 0}, {method(minor), wl, pyMark(t, "call-leaf")},
+				{"alpha", wl, pyMark(t, "call-method")}, {"<module>", wl, pyMark(t, "call-alpha")}}, nil
+		}, []string{"-X", "perf"}, 12},
 		{"regex", true, false, regex, func(minor int) ([]pyFrame, *pyFrame) {
 			return []pyFrame{{"gamma_regex", wl, 0}, {method(minor), wl, pyMark(t, "call-leaf")},
 				{"alpha", wl, pyMark(t, "call-method")}, {"<module>", wl, pyMark(t, "call-alpha")}}, nil
-		}},
+		}, nil, 0},
 		{"thread", false, false, burn, func(minor int) ([]pyFrame, *pyFrame) {
 			return []pyFrame{{"gamma_burn", wl, 0}, {method(minor), wl, pyMark(t, "call-leaf")},
 				{"alpha", wl, pyMark(t, "call-method")}}, nil
-		}},
+		}, nil, 0},
 		{"async", true, true, burn, func(minor int) ([]pyFrame, *pyFrame) {
 			return []pyFrame{{"gamma_burn", wl, 0}, {"alpha_async", wl, pyMark(t, "call-burn-async")}},
 				&pyFrame{"<module>", wl, pyMark(t, "call-async")}
-		}},
+		}, nil, 0},
 	}
 	interps := pyInterpreters(t)
 	for _, m := range modes {
@@ -216,8 +228,14 @@ func TestPythonStacks(t *testing.T) {
 			// The workloads run before the receiver starts: their samples
 			// are the workload's, not the interpreter's start-up.
 			pids := map[int]pyInterpreter{}
+			mode := m.mode
+			if mode == "perf-trampoline" {
+				mode = "burn" // run through the trampolines
+			}
 			for _, in := range interps {
-				pids[startPython(t, in.bin, m.mode)] = in
+				if in.minor >= m.minMinor {
+					pids[startPython(t, in.bin, mode, m.xargs...)] = in
+				}
 			}
 			sink := startReceiver(t, 199)
 			const n = 200

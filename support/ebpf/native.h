@@ -256,8 +256,14 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 static __always_inline enum step_result step(struct ustack_state *st, struct sample_record *s,
                                              struct mapping_info *mi, __u64 pc, __u64 lookup)
 {
-	if (!mi || mi->table_id == 0)
+	if (!mi || mi->table_id == 0) {
+		// No table (anonymous code, or a mapping not known yet: the
+		// VMA check may be busy): CPython's perf trampoline (python.h) is
+		// recognised by its code, the rest is frame pointers.
+		if (st->py_active && py_trampoline_step(st, pc))
+			return STEP_CONTINUE;
 		return fp_step(st, s);
+	}
 	struct unwind_row *row = table_row(mi, lookup);
 	if (!row)
 		return fp_step(st, s);

@@ -159,3 +159,26 @@ read_err:
 	st->py_frame = 0;
 	return PY_STOP;
 }
+
+// CPython's perf trampoline (-X perf, -X perf_jit, PYTHONPERFSUPPORT) runs
+// every eval-loop call through a copy of Python/asm_trampoline.S in
+// anonymous memory: "sub $8,%rsp; call *%rcx; add $8,%rsp; ret" on x86-64,
+// with no frame pointer pushed and no CFI the kernel can see. At a return
+// address into it (just after the call), its caller's return address is at
+// sp + 8 and its caller's sp is sp + 16; rbp is untouched. py_trampoline_step
+// takes that step when the code around pc is the trampoline's, and says
+// whether it did.
+static __always_inline bool py_trampoline_step(struct ustack_state *st, __u64 pc)
+{
+	__u64 code[2] = {};
+	// The bytes from pc - 6: sub $8,%rsp; call *%rcx | add $8,%rsp; ret.
+	if (py_read(code, 11, pc - 6) || code[0] != 0x8348d1ff08ec8348ULL || code[1] != 0xc308c4ULL)
+		return false;
+	__u64 ra = 0;
+	if (py_read(&ra, sizeof(ra), st->sp + 8) || ra == 0)
+		return false;
+	st->sp += 16;
+	st->pc = ra;
+	st->adjust = 1;
+	return true;
+}
