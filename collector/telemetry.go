@@ -119,6 +119,7 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
 		tb.UnwindTableCount, tb.UnwindTableRows, tb.UnwindTableSize,
 		tb.UnwindTableBuilds, tb.UnwindTableEvictions, tb.UnwindTableFailures,
+		tb.UnwindTableRefused, tb.UnwindTableRetried,
 		tb.ProcessesTracked,
 		tb.SymbolizeCacheRequests, tb.SymbolizeCacheLoads, tb.SymbolizeCacheEvictions, tb.SymbolizeCacheSize,
 		tb.SymbolizeRefused,
@@ -177,6 +178,8 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.UnwindTableRows, ls.Rows)
 	o.ObserveInt64(tb.UnwindTableSize, ls.Bytes)
 	o.ObserveInt64(tb.UnwindTableBuilds, i64(ls.Built))
+	o.ObserveInt64(tb.UnwindTableRefused, int64(ls.Refused))
+	o.ObserveInt64(tb.UnwindTableRetried, i64(ls.Retried))
 	o.ObserveInt64(tb.UnwindTableEvictions, i64(ls.Evicted))
 	o.ObserveInt64(tb.UnwindTableFailures, i64(ls.NoCFI), tableNoCFI)
 	o.ObserveInt64(tb.UnwindTableFailures, i64(ls.OverBudget), tableOverBudget)

@@ -243,6 +243,7 @@ func TestTelemetry(t *testing.T) {
 		"sonde.unwind.stacks", "sonde.unwind.errors", "sonde.unwind.frames", "sonde.unwind.processes",
 		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",
 		"sonde.unwind.table.size", "sonde.unwind.table.builds", "sonde.unwind.table.evictions", "sonde.unwind.table.delay",
+		"sonde.unwind.table.refused", "sonde.unwind.table.retried",
 		"sonde.unwind.table.failures", "sonde.processes.tracked", "sonde.symbolize.cache.requests",
 		"sonde.symbolize.cache.loads", "sonde.symbolize.cache.evictions", "sonde.symbolize.cache.size", "sonde.symbolize.refused",
 		"sonde.export.profiles", "sonde.export.samples", "sonde.export.errors",
@@ -301,6 +302,9 @@ func TestTelemetry(t *testing.T) {
 	}
 	if n := m.sum("sonde.unwind.table.builds"); n != int64(ls.Built) || n < tables {
 		t.Errorf("sonde.unwind.table.builds = %d, want the loader's %d, at least the %d tables loaded", n, ls.Built, tables)
+	}
+	if n, r := m.sum("sonde.unwind.table.refused"), m.sum("sonde.unwind.table.retried"); n != int64(ls.Refused) || r != int64(ls.Retried) {
+		t.Errorf("sonde.unwind.table.refused = %d, retried = %d; the loader says %d, %d", n, r, ls.Refused, ls.Retried)
 	}
 	// One delay per table a preparation newly loaded; the last preparation's
 	// may not be recorded yet (it is after its tables load).

@@ -66,6 +66,8 @@ type TelemetryBuilder struct {
 	UnwindTableDelay        metric.Float64Histogram
 	UnwindTableEvictions    metric.Int64ObservableCounter
 	UnwindTableFailures     metric.Int64ObservableCounter
+	UnwindTableRefused      metric.Int64ObservableGauge
+	UnwindTableRetried      metric.Int64ObservableCounter
 	UnwindTableRows         metric.Int64ObservableGauge
 	UnwindTableSize         metric.Int64ObservableGauge
 }
@@ -636,6 +638,36 @@ func (builder *TelemetryBuilder) RegisterUnwindTableFailuresCallback(cb metric.I
 	return nil
 }
 
+// RegisterUnwindTableRefusedCallback sets callback for observable UnwindTableRefused metric.
+func (builder *TelemetryBuilder) RegisterUnwindTableRefusedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UnwindTableRefused, obs: o})
+		return nil
+	}, builder.UnwindTableRefused)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterUnwindTableRetriedCallback sets callback for observable UnwindTableRetried metric.
+func (builder *TelemetryBuilder) RegisterUnwindTableRetriedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UnwindTableRetried, obs: o})
+		return nil
+	}, builder.UnwindTableRetried)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterUnwindTableRowsCallback sets callback for observable UnwindTableRows metric.
 func (builder *TelemetryBuilder) RegisterUnwindTableRowsCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -931,6 +963,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.unwind.table.failures",
 		metric.WithDescription("Files left without an unwind table, by reason; their frames are unwound by frame pointers. [Development]"),
 		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UnwindTableRefused, err = builder.meter.Int64ObservableGauge(
+		"sonde.unwind.table.refused",
+		metric.WithDescription("Files mapped by running processes whose table did not fit in limits::unwind_table_bytes, unwound by frame pointers until room frees (then built again and loaded). [Development]"),
+		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UnwindTableRetried, err = builder.meter.Int64ObservableCounter(
+		"sonde.unwind.table.retried",
+		metric.WithDescription("Tables refused for lack of room and loaded later, once room freed. [Development]"),
+		metric.WithUnit("{table}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.UnwindTableRows, err = builder.meter.Int64ObservableGauge(
