@@ -38,6 +38,7 @@ var (
 	skippedKThread   = attrs("reason", "kernel_thread")
 	skippedKernel    = attrs("reason", "filtered_in_kernel")
 	skippedUser      = attrs("reason", "filtered_in_user")
+	skippedWarmUp    = attrs("reason", "warm_up")
 	lostIntervalFull = attrs("reason", "interval_full")
 	lostExportFailed = attrs("reason", "export_failed")
 	lostShutdown     = attrs("reason", "shutdown")
@@ -215,6 +216,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.KernelThreads), skippedKThread)
 	o.ObserveInt64(tb.SamplesSkipped, i64(c.Filtered), skippedKernel)
 	o.ObserveInt64(tb.SamplesSkipped, i64(s.FilteredInUser), skippedUser)
+	o.ObserveInt64(tb.SamplesSkipped, i64(s.WarmUp), skippedWarmUp)
 	o.ObserveInt64(tb.UnwindMappingsStale, i64(c.StaleMappings))
 	if s.OffCPUEnabled {
 		j := s.OffCPU

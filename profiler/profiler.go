@@ -85,6 +85,7 @@ type Profiler struct {
 	records      atomic.Uint64
 	decodeErrors atomic.Uint64
 	filtered     atomic.Uint64 // samples of excluded processes dropped in user space
+	warmUpHeld   atomic.Uint64 // cut-short samples of start-up processes not yet prepared
 	intervals    atomic.Uint64 // intervals emitted without error
 	emitProfiles atomic.Uint64 // profiles in them
 	emitSamples  atomic.Uint64 // samples in them
@@ -343,6 +344,8 @@ func (p *Profiler) prepare(ctx context.Context) {
 	if err := p.procs.Scan(); err != nil && ctx.Err() == nil {
 		p.log.Warn("initial process scan incomplete; processes load on their first sample", zap.Error(err))
 	}
+	// The processes running now have samples before their tables exist.
+	p.preparer.warm.start(p.procs.PIDs())
 	if p.filter.active {
 		// Decide about every running process now, so an excluded one
 		// costs nothing from here on, not from its first sample.
@@ -446,6 +449,10 @@ func (p *Profiler) resolve(records <-chan queued, free chan<- *tracer.Record) {
 		case tracer.RecordSample:
 			if p.excludedSample(q.proc) {
 				p.filtered.Add(1)
+				break
+			}
+			if len(rec.User) > 0 && rec.Flags&tracer.FlagUserComplete == 0 && p.preparer.warm.holdBack(int(rec.PID), rec.Time) {
+				p.warmUpHeld.Add(1)
 				break
 			}
 			p.resolver.resolveProc(rec, q.proc, q.procErr, &sample)

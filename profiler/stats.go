@@ -47,6 +47,11 @@ type Stats struct {
 	// FilteredInUser is how many samples of excluded processes were
 	// dropped in user space, sampled before the kernel knew the decision.
 	FilteredInUser uint64
+	// WarmUp is how many samples of processes running when the profiler
+	// started were dropped because their stack ended early and they were
+	// taken before the process was prepared (no tables yet: frame
+	// pointers only).
+	WarmUp uint64
 
 	// Intervals were emitted without error, with EmittedProfiles profiles
 	// (one per process and interval) and EmittedSamples samples.
@@ -190,6 +195,7 @@ func (p *Profiler) Stats() Stats {
 	s.Records = p.records.Load()
 	s.RecordsMalformed = p.decodeErrors.Load()
 	s.FilteredInUser = p.filtered.Load()
+	s.WarmUp = p.warmUpHeld.Load()
 	s.Intervals = p.intervals.Load()
 	s.EmittedProfiles = p.emitProfiles.Load()
 	s.EmittedSamples = p.emitSamples.Load()

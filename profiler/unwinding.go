@@ -57,6 +57,10 @@ type preparer struct {
 	// after that first sample it was.
 	misses      missLog
 	tableLoaded func(delay time.Duration)
+
+	// warm holds back the cut-short samples of the processes running at
+	// start until they are prepared.
+	warm warmUp
 }
 
 // maxMisses bounds the processes a missLog remembers; beyond it a miss is
@@ -201,6 +205,7 @@ func (p *preparer) handle(w prepareWork) {
 	switch w.kind {
 	case prepareExit:
 		p.misses.take(w.pid)
+		p.warm.forget(w.pid)
 		p.filter.forget(w.pid)
 		if p.python != nil {
 			p.python.forgetImage(w.pid)
@@ -210,6 +215,7 @@ func (p *preparer) handle(w prepareWork) {
 		return
 	case prepareExec:
 		// The reader marked the old image stale in the process table.
+		p.warm.forget(w.pid)
 		p.filter.forget(w.pid)
 		if p.python != nil {
 			p.python.forgetImage(w.pid)
@@ -259,6 +265,7 @@ func (p *preparer) handle(w prepareWork) {
 	// sets nothing and forgets the pid.
 	built := p.loader.Stats().Built
 	err = p.loader.Prepare(proc)
+	p.warm.prepared(w.pid, time.Now())
 	if err == nil {
 		missed, ok := p.misses.take(w.pid)
 		if n := p.loader.Stats().Built - built; n > 0 && p.tableLoaded != nil {

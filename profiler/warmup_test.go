@@ -1,0 +1,119 @@
+//go:build linux
+
+package profiler
+
+import (
+	"bytes"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// A process running before the profiler starts has samples before its
+// tables are loaded; those whose stack ends early are held back (counted
+// in Stats.WarmUp), so from the first export on at least 99.5 % of its
+// samples are whole down to main, for C without frame pointers, C++ and
+// Go alike.
+func TestStartupProcessesWhole(t *testing.T) {
+	for _, w := range []struct{ name, chain string }{
+		{testutil.CChainNoFP, "c b a main"},
+		{testutil.Throw, "c b a main"},
+		{testutil.GoChain, "main.gamma main.beta main.alpha main.main"},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			testutil.RequirePrivileges(t, "the sonde profiler")
+			cmd := testutil.StartWorkload(t, testutil.BuildWorkload(t, w.name))
+			pid := cmd.Process.Pid
+			// Running: its first thread is on a CPU or ready for one.
+			waitRunning(t, pid)
+			p, s := startProfiler(t, 99)
+			chain := strings.Fields(w.chain)
+			root := chain[len(chain)-1]
+			var whole, total int
+			var bad [][]mappedFrame
+			deadline := time.Now().Add(90 * time.Second)
+			for seen := 0; total < 500 && time.Now().Before(deadline); {
+				all := s.all()
+				for _, pd := range all[seen:] {
+					for _, st := range mappedStacks(pd, pid) {
+						truncated := hasFunc(st, TruncatedFrame)
+						if !truncated && !slices.ContainsFunc(chain, func(fn string) bool { return hasFunc(st, fn) }) {
+							continue // whole, but not the workload's chain: a Go runtime thread
+						}
+						total++
+						if !truncated && hasFunc(st, root) {
+							whole++
+						} else if len(bad) < 5 {
+							bad = append(bad, st)
+						}
+					}
+				}
+				seen = len(all)
+				s.waitFor(seen+1, 2*time.Second)
+			}
+			for _, st := range bad {
+				t.Logf("not whole: %v", st)
+			}
+			t.Logf("%s: %d of %d samples whole from the first export; %d held back during warm-up", w.name, whole, total, p.Stats().WarmUp)
+			if total < 500 || whole*1000 < total*995 {
+				t.Errorf("%s: %d of %d samples whole, want at least 99.5 %% of at least 500", w.name, whole, total)
+			}
+		})
+	}
+}
+
+// waitRunning waits until pid has run on a CPU (utime+stime > 0 in its
+// stat), so it is running, not starting, when the profiler starts.
+func waitRunning(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Fields after "pid (comm)": state is the first, utime the 12th,
+		// stime the 13th.
+		if i := bytes.LastIndexByte(b, ')'); i > 0 {
+			if f := strings.Fields(string(b[i+1:])); len(f) > 12 && (f[11] != "0" || f[12] != "0") {
+				return
+			}
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("pid %d never ran", pid)
+}
+
+// Only the processes of the start-up scan are held back, until their
+// preparation ends; an exec or exit forgets them, and a second
+// preparation does not move the time.
+func TestWarmUpHoldBack(t *testing.T) {
+	var w warmUp
+	t0 := time.Unix(1000, 0)
+	w.start([]int{1, 2, 3})
+	if !w.holdBack(1, t0) {
+		t.Error("a start-up process not yet prepared is not held back")
+	}
+	if w.holdBack(9, t0) {
+		t.Error("a process started later is held back")
+	}
+	w.prepared(1, t0)
+	w.prepared(1, t0.Add(time.Minute))
+	if !w.holdBack(1, t0.Add(-time.Millisecond)) || w.holdBack(1, t0) || w.holdBack(1, t0.Add(time.Second)) {
+		t.Error("held back: want only what was captured before the first preparation ended")
+	}
+	w.forget(2)
+	if w.holdBack(2, t0) {
+		t.Error("a process forgotten (exec, exit) is still held back")
+	}
+	w.prepared(9, t0)
+	if w.holdBack(9, t0.Add(-time.Second)) {
+		t.Error("preparing a process the scan did not find made it held back")
+	}
+}
