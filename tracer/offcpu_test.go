@@ -171,7 +171,7 @@ func TestOffCPUMinDuration(t *testing.T) {
 
 // The filters drop a process's waits before any work, as its samples.
 func TestOffCPUFiltered(t *testing.T) {
-	tr := newTracer(t, Options{SamplesPerSecond: 19, OffCPUThreshold: 1})
+	tr := newTracer(t, Options{SamplesPerSecond: 19, OffCPUThreshold: 1, FilterPending: time.Second})
 	if err := tr.Filter(uint32(unix.Getpid()), ExcludeForever); err != nil {
 		t.Fatal(err)
 	}

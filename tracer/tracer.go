@@ -56,7 +56,8 @@ type Options struct {
 	IncludeKernelThreads bool
 	// FilterPending, when not zero, turns per-process filtering on: a
 	// process that execs is not sampled for this long, or until Filter
-	// decides about it.
+	// decides about it. With it zero, Filter fails and samples skip the
+	// filter lookup.
 	FilterPending time.Duration
 	// MaxProcesses sizes the per-process unwind maps.
 	MaxProcesses int
@@ -140,11 +141,14 @@ type Tracer struct {
 	// CheckedMappings: the unwinder checks each mapping entry against the
 	// live mapping (bpf_find_vma), so a stale entry is never used.
 	checked bool
-	links   []link.Link
-	perf    []*perfEvent
-	reader  *ringbuf.Reader
-	clock   clock
-	poll    time.Duration
+	// filtering: Options.FilterPending was set; the eBPF side looks up
+	// Filter's decisions.
+	filtering bool
+	links     []link.Link
+	perf      []*perfEvent
+	reader    *ringbuf.Reader
+	clock     clock
+	poll      time.Duration
 
 	closeOnce sync.Once
 	closeErr  error
@@ -225,7 +229,7 @@ func New(opts Options) (_ *Tracer, err error) {
 		opts.PollInterval = DefaultPollInterval
 	}
 
-	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked}
+	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked, filtering: opts.FilterPending > 0}
 	defer func() {
 		if err != nil {
 			t.Close()

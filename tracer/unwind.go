@@ -269,10 +269,18 @@ func bigEndian64(v uint64) uint64 {
 	return binary.NativeEndian.Uint64(b[:])
 }
 
+// ErrFiltersOff is returned by Filter when the Tracer was made without
+// filters (Options.FilterPending 0): samples do not look decisions up.
+var ErrFiltersOff = errors.New("process filters are off")
+
 // Filter makes the eBPF side drop pid's samples before any work until
 // monotonic time until (CLOCK_MONOTONIC nanoseconds; ExcludeForever: for the
-// process's life). The decision is cleared at exec and exit.
+// process's life). The decision is cleared at exec and exit. It needs
+// filters on (Options.FilterPending).
 func (t *Tracer) Filter(pid uint32, until uint64) error {
+	if !t.filtering {
+		return fmt.Errorf("pid %d: set filter: %w", pid, ErrFiltersOff)
+	}
 	if err := t.objs.PidFilter.Put(pid, until); err != nil {
 		return fmt.Errorf("pid %d: set filter: %w", pid, err)
 	}

@@ -2,8 +2,10 @@ package tracer
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -206,5 +208,18 @@ func TestMakeRow(t *testing.T) {
 	}
 	if RowKernelBytes != 8 {
 		t.Errorf("a row takes %d bytes in the kernel, want 8", RowKernelBytes)
+	}
+}
+
+// Without filters, samples do not look decisions up, so Filter refuses to
+// set one rather than have it ignored.
+func TestFilterNeedsFilters(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1})
+	if err := tr.Filter(4242, ExcludeForever); !errors.Is(err, ErrFiltersOff) {
+		t.Errorf("Filter with filters off = %v, want ErrFiltersOff", err)
+	}
+	on := newTracer(t, Options{SamplesPerSecond: 1, FilterPending: time.Second})
+	if err := on.Filter(4242, ExcludeForever); err != nil {
+		t.Errorf("Filter with filters on: %v", err)
 	}
 }

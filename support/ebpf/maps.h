@@ -93,6 +93,13 @@ struct {
 	__type(value, __u64);
 } known_pids SEC(".maps");
 
+// filtering says whether the filters are on; without them pid_filter stays
+// empty, and samples skip its lookup.
+static __always_inline bool filtering(void)
+{
+	return filter_pending_ns != 0;
+}
+
 // Filter decisions, made once per process by user space: samples of pid are
 // dropped before any work while bpf_ktime_get_ns() < the value (U64_MAX:
 // always; a process too young to profile gets the time it comes of age).

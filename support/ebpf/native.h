@@ -21,13 +21,13 @@
 // its last entry into the kernel. Kernel threads have none.
 static __always_inline int saved_user_regs(struct ustack_state *st)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	if (BPF_CORE_READ(task, flags) & PF_KTHREAD)
+	if (current_flags() & PF_KTHREAD)
 		return -1;
 	struct pt_regs *regs;
 	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs)) {
 		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	} else {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 		void *stack = BPF_CORE_READ(task, stack);
 		regs = (struct pt_regs *)(stack + THREAD_SIZE) - 1;
 	}
@@ -46,8 +46,9 @@ static __always_inline __u64 mm_fingerprint(void)
 {
 	if (!bpf_core_field_exists(((struct mm_struct *)0)->mm_lock_seq))
 		return 0;
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	__u32 seq = BPF_CORE_READ(task, mm, mm_lock_seq.sequence);
+	// Kernels with this counter (6.13+) have bpf_get_current_task_btf:
+	// plain loads, no helper calls.
+	__u32 seq = bpf_get_current_task_btf()->mm->mm_lock_seq.sequence;
 	return (__u64)seq | (1ULL << 63);
 }
 

@@ -85,10 +85,12 @@ static __always_inline int off_cpu_run(void *ctx, bool preempt, struct task_stru
 	if (state == TASK_RUNNING || (state & TASK_DEAD))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	__u64 *until = bpf_map_lookup_elem(&pid_filter, &tgid);
-	if (until && now < *until) {
-		count(COUNTER_OFFCPU_FILTERED);
-		return 0;
+	if (filtering()) {
+		__u64 *until = bpf_map_lookup_elem(&pid_filter, &tgid);
+		if (until && now < *until) {
+			count(COUNTER_OFFCPU_FILTERED);
+			return 0;
+		}
 	}
 
 	__u32 zero = 0;

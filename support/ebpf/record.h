@@ -8,6 +8,16 @@
 
 #define PF_KTHREAD 0x00200000
 
+// current_flags returns the current task's flags: a plain load where the
+// kernel has bpf_get_current_task_btf (5.11+), else a helper call.
+static __always_inline unsigned int current_flags(void)
+{
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_get_current_task_btf))
+		return bpf_get_current_task_btf()->flags;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(task, flags);
+}
+
 // add_cost adds to pid's cost counters.
 static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, __u64 frames)
 {

@@ -45,18 +45,17 @@ static __always_inline int sample_cpu_run(struct bpf_perf_event_data *ctx)
 		count(COUNTER_IDLE_SKIPPED);
 		return 0;
 	}
-	if (tgid != 0 && !include_kernel_threads) {
-		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-		if (BPF_CORE_READ(task, flags) & PF_KTHREAD) {
-			count(COUNTER_KTHREAD_SKIPPED);
+	if (tgid != 0 && !include_kernel_threads && (current_flags() & PF_KTHREAD)) {
+		count(COUNTER_KTHREAD_SKIPPED);
+		return 0;
+	}
+	if (filtering()) {
+		__u64 *until = bpf_map_lookup_elem(&pid_filter, &tgid);
+		if (until && bpf_ktime_get_ns() < *until) {
+			count(COUNTER_FILTERED);
+			add_cost(tgid, 0, 1, 0);
 			return 0;
 		}
-	}
-	__u64 *until = bpf_map_lookup_elem(&pid_filter, &tgid);
-	if (until && bpf_ktime_get_ns() < *until) {
-		count(COUNTER_FILTERED);
-		add_cost(tgid, 0, 1, 0);
-		return 0;
 	}
 
 	struct sample_record *s = bpf_map_lookup_elem(&scratch, &zero);
