@@ -142,7 +142,10 @@ func build(fdes []fdeRows, all []Row, st *Stats) *Table {
 	// wins. An FDE starting inside the previous kept one is dropped
 	// (.debug_frame FDEs overlapping .eh_frame were removed before).
 	sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].begin < fdes[j].begin })
-	out := make([]Row, 0, len(all)+len(fdes)/4+1)
+	// At most one gap row per FDE (the padding between functions gives
+	// most FDEs one) besides the FDEs' own rows: sized once, the slice of
+	// a big library's million rows is never copied to grow.
+	out := make([]Row, 0, len(all)+len(fdes)+1)
 	add := func(r Row) {
 		if n := len(out); n > 0 {
 			last := &out[n-1]
