@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/sonde-dev/sonde/internal/python"
 )
 
 // Defaults of DefaultOptions. The Collector receiver's configuration keys
@@ -156,7 +154,7 @@ type Options struct {
 
 	// pythonLayouts, when set, replaces the CPython versions the walker
 	// knows (python.LayoutFor): tests hide a real interpreter's version.
-	pythonLayouts python.LayoutFunc
+	pythonLayouts pythonLayoutFunc
 }
 
 // Filters choose the profiled processes. A process is profiled when it

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package profiler
+
+// pythonLayoutFunc is the type of Options.pythonLayouts, which only the
+// Linux pipeline reads: internal/python is Linux only.
+type pythonLayoutFunc = func()
