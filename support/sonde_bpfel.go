@@ -231,23 +231,30 @@ type SondeUnwindRow struct {
 }
 
 type SondeUstackState struct {
-	_         structs.HostLayout
-	Pc        uint64
-	Sp        uint64
-	Fp        uint64
-	Runs      uint32
-	Adjust    uint32
-	HaveMi    uint32
-	Trust     uint32
-	FramesCfi uint32
-	FramesFp  uint32
-	Mi        SondeMappingInfo
-	PyFrame   uint64
-	PyActive  uint32
-	PyWalking uint32
-	PyRun     uint32
-	PyPad     uint32
-	Py        SondePythonProc
+	_          structs.HostLayout
+	Pc         uint64
+	Sp         uint64
+	Fp         uint64
+	Runs       uint32
+	Adjust     uint32
+	HaveMi     uint32
+	Trust      uint32
+	FramesCfi  uint32
+	FramesFp   uint32
+	Mi         SondeMappingInfo
+	PyFrame    uint64
+	PyActive   uint32
+	PyWalking  uint32
+	PyRun      uint32
+	PyPad      uint32
+	Py         SondePythonProc
+	CacheEpoch uint64
+	CacheNext  uint32
+	CachePad   uint32
+	CachePid   [16]uint32
+	CacheStart [16]uint64
+	CacheEnd   [16]uint64
+	CacheMi    [16]SondeMappingInfo
 }
 
 // Names of all BPF objects in the ELF.
@@ -284,6 +291,7 @@ const (
 	SondeVarFilterPendingNs            = "filter_pending_ns"
 	SondeVarIncludeIdle                = "include_idle"
 	SondeVarIncludeKernelThreads       = "include_kernel_threads"
+	SondeVarMappingEpoch               = "mapping_epoch"
 	SondeVarOffcpuMinNs                = "offcpu_min_ns"
 	SondeVarOffcpuThreshold            = "offcpu_threshold"
 	SondeVarUnusedCfaType              = "unused_cfa_type"
@@ -391,6 +399,7 @@ type SondeVariableSpecs struct {
 	FilterPendingNs       *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle           *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads  *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	MappingEpoch          *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs           *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold       *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 	UnusedCfaType         *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
@@ -485,6 +494,7 @@ type SondeVariables struct {
 	FilterPendingNs       *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle           *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads  *ebpf.Variable `ebpf:"include_kernel_threads"`
+	MappingEpoch          *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs           *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold       *ebpf.Variable `ebpf:"offcpu_threshold"`
 	UnusedCfaType         *ebpf.Variable `ebpf:"unused_cfa_type"`

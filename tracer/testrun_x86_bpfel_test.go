@@ -120,23 +120,30 @@ type testrunTestrunIo struct {
 }
 
 type testrunUstackState struct {
-	_         structs.HostLayout
-	Pc        uint64
-	Sp        uint64
-	Fp        uint64
-	Runs      uint32
-	Adjust    uint32
-	HaveMi    uint32
-	Trust     uint32
-	FramesCfi uint32
-	FramesFp  uint32
-	Mi        testrunMappingInfo
-	PyFrame   uint64
-	PyActive  uint32
-	PyWalking uint32
-	PyRun     uint32
-	PyPad     uint32
-	Py        testrunPythonProc
+	_          structs.HostLayout
+	Pc         uint64
+	Sp         uint64
+	Fp         uint64
+	Runs       uint32
+	Adjust     uint32
+	HaveMi     uint32
+	Trust      uint32
+	FramesCfi  uint32
+	FramesFp   uint32
+	Mi         testrunMappingInfo
+	PyFrame    uint64
+	PyActive   uint32
+	PyWalking  uint32
+	PyRun      uint32
+	PyPad      uint32
+	Py         testrunPythonProc
+	CacheEpoch uint64
+	CacheNext  uint32
+	CachePad   uint32
+	CachePid   [16]uint32
+	CacheStart [16]uint64
+	CacheEnd   [16]uint64
+	CacheMi    [16]testrunMappingInfo
 }
 
 // Names of all BPF objects in the ELF.
@@ -167,6 +174,7 @@ const (
 	testrunVarFilterPendingNs      = "filter_pending_ns"
 	testrunVarIncludeIdle          = "include_idle"
 	testrunVarIncludeKernelThreads = "include_kernel_threads"
+	testrunVarMappingEpoch         = "mapping_epoch"
 	testrunVarOffcpuMinNs          = "offcpu_min_ns"
 	testrunVarOffcpuThreshold      = "offcpu_threshold"
 	testrunVarUnusedTestrunIo      = "unused_testrun_io"
@@ -251,6 +259,7 @@ type testrunVariableSpecs struct {
 	FilterPendingNs      *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 	UnusedTestrunIo      *ebpf.VariableSpec `ebpf:"unused_testrun_io"`
@@ -328,6 +337,7 @@ type testrunVariables struct {
 	FilterPendingNs      *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
+	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`
 	UnusedTestrunIo      *ebpf.Variable `ebpf:"unused_testrun_io"`

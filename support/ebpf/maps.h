@@ -43,6 +43,18 @@ struct {
 // reader a context switch per sample. Set by the loader.
 volatile const __u64 wakeup_bytes = 0;
 
+// Mapping entries a CPU's recent stacks used, kept across stacks: a frame
+// whose mapping is here skips the trie, whose lookup costs microseconds
+// (its nodes are scattered in memory, each one a cache miss). Only
+// trusted entries (struct ustack_state.trust) are kept and used, and the
+// whole cache is dropped when mapping_epoch moves.
+#define MAPPING_CACHE 16
+
+// mapping_epoch moves whenever a process's mapping entries may have been
+// replaced: at its first stack after user space set them, and when one was
+// found stale. Every CPU's mapping cache is then dropped.
+__u64 mapping_epoch = 0;
+
 // Per-CPU state of the user-stack unwinder between its tail calls.
 struct ustack_state {
 	__u64 pc;
@@ -62,6 +74,16 @@ struct ustack_state {
 	__u32 py_run;     // Python frames reported for that eval-loop frame
 	__u32 py_pad;
 	struct python_proc py;
+	// The mapping cache (kept across stacks): entry i is mapping
+	// cache_mi[i] of process cache_pid[i] (0: empty) in [cache_start[i],
+	// cache_end[i]), valid while cache_epoch is mapping_epoch.
+	__u64 cache_epoch;
+	__u32 cache_next; // the entry replaced next
+	__u32 cache_pad;
+	__u32 cache_pid[MAPPING_CACHE];
+	__u64 cache_start[MAPPING_CACHE];
+	__u64 cache_end[MAPPING_CACHE];
+	struct mapping_info cache_mi[MAPPING_CACHE];
 };
 
 struct {

@@ -72,12 +72,22 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	__u64 fp = mm_fingerprint();
 	if (fp == 0)
 		return;
-	if (*known == fp)
+	if (*known == fp) {
 		st->trust = 1;
-	else if (*known == 0)
-		*known = fp; // the first stack since the entries were set: checked, not trusted
-	else                 // the mappings changed since, or an entry was stale: ask again
+	} else if (*known == 0) {
+		// The first stack since the entries were set: checked, not
+		// trusted; what the CPUs cached of the old ones goes.
+		__sync_fetch_and_add(&mapping_epoch, 1);
+		*known = fp;
+	} else { // the mappings changed since, or an entry was stale: ask again
 		notify_unknown(tgid, NOTIFY_GAP_NS);
+	}
+	__u64 epoch = mapping_epoch;
+	if (st->cache_epoch != epoch) {
+		for (int i = 0; i < MAPPING_CACHE; i++)
+			st->cache_pid[i] = 0;
+		st->cache_epoch = epoch;
+	}
 }
 
 enum step_result {
@@ -181,6 +191,20 @@ static __always_inline struct mapping_info *use_mapping(struct ustack_state *st,
 	return &st->mi;
 }
 
+// cache_mapping is use_mapping for a trusted entry of the trie, which it
+// also keeps in the CPU's mapping cache.
+static __always_inline struct mapping_info *cache_mapping(struct ustack_state *st, __u32 pid,
+                                                          struct mapping_info *mi)
+{
+	__u32 i = st->cache_next & (MAPPING_CACHE - 1);
+	st->cache_next = i + 1;
+	st->cache_pid[i] = pid;
+	st->cache_start[i] = mi->start;
+	st->cache_end[i] = mi->end;
+	st->cache_mi[i] = *mi;
+	return use_mapping(st, mi);
+}
+
 // find_mapping returns the mapping of pid covering addr: the one cached in
 // st when addr is in it, else the process's entry in the trie. Where the
 // kernel lets us look at the live VMA (vma true: bpf_find_vma, 5.17+), the
@@ -194,6 +218,13 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	if (st->have_mi && addr >= st->mi.start && addr < st->mi.end)
 		return &st->mi;
 	st->have_mi = 0;
+	if (st->trust) {
+		for (int i = 0; i < MAPPING_CACHE; i++) {
+			if (st->cache_pid[i] == pid && addr >= st->cache_start[i] &&
+			    addr < st->cache_end[i])
+				return use_mapping(st, &st->cache_mi[i]);
+		}
+	}
 	struct mapping_key key = {.prefixlen = 96, .pid = pid, .addr_be = bpf_cpu_to_be64(addr)};
 	struct mapping_info *mi = bpf_map_lookup_elem(&mappings, &key);
 	if (!vma) {
@@ -205,7 +236,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		return use_mapping(st, mi);
 	}
 	if (mi && st->trust)
-		return use_mapping(st, mi);
+		return cache_mapping(st, pid, mi);
 	struct vma_info v = {};
 	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
 	if (err == -16 /* EBUSY: the mm lock is taken; trust the entry */) {
@@ -226,6 +257,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		// (1 matches no fingerprint, and is not 0, which asks for one).
 		__u64 stale = 1;
 		bpf_map_update_elem(&known_pids, &pid, &stale, BPF_EXIST);
+		__sync_fetch_and_add(&mapping_epoch, 1);
 		notify_unknown(pid, NOTIFY_STALE_GAP_NS);
 	} else if (v.file) {
 		notify_unknown(pid, NOTIFY_GAP_NS);
