@@ -80,20 +80,15 @@ func BenchmarkDist(b *testing.B) {
 			return ws
 		}
 		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
-		native := env.run(b, scenario{name: "python-native", title: "two native C burners (the comparison)", window: env.pythonWindow,
-			workloads: []workload{{name: "c-1", argv: []string{c}}, {name: "c-2", argv: []string{c}}}})
-		python := env.run(b, scenario{name: "python-cpython", title: "two busy CPython processes", window: env.pythonWindow, workloads: pythons(2)})
+		cmp := env.pythonVsNative(b, py, burn, c)
 		ten := env.run(b, scenario{name: "python-ten", title: "ten busy CPython processes", window: env.pythonWindow, workloads: pythons(10)})
-		keep(native, python, ten)
-		cmp := map[string]any{"interpreter": py}
-		line := "== python: eBPF time per sampler run, CPython " + fmtUs(python.EBPFUsPerRun) + " vs native " + fmtUs(native.EBPFUsPerRun)
-		if python.EBPFUsPerRun != nil && native.EBPFUsPerRun != nil && *native.EBPFUsPerRun > 0 {
-			ratio := *python.EBPFUsPerRun / *native.EBPFUsPerRun
-			cmp["ebpf_per_run_python_over_native"] = ratio
-			line += fmt.Sprintf(" (%.2f×)", ratio)
+		keep(ten)
+		fmt.Printf("== python: eBPF time per sampler run in one agent run, two CPython burners %.2f µs vs two native C burners %.2f µs (%.2f×; %.0f%% of the CPython phases' runs walked Python)\n",
+			cmp.PythonUsPerRun, cmp.NativeUsPerRun, cmp.Ratio, 100*cmp.PythonWalkShare)
+		for _, p := range cmp.Phases {
+			fmt.Printf("   %-7s %5.1f s: %6d runs, %.2f µs/run, %.0f python walks\n", p.Kind, p.Seconds, p.Runs, p.UsPerRun, p.PythonWalks)
 		}
-		line += fmt.Sprintf("; agent with ten busy Python processes: steady %.3f CPU-s/min, start-up %.2f CPU-s", ten.SteadyCPUPerMin, ten.StartupCPUS)
-		fmt.Println(line)
+		fmt.Printf("== python: agent with ten busy CPython processes: steady %.3f CPU-s/min, start-up %.2f CPU-s\n", ten.SteadyCPUPerMin, ten.StartupCPUS)
 		env.write(b, "python.json", cmp)
 	})
 
