@@ -93,3 +93,61 @@ func pidsOf(pd pprofile.Profiles) map[int64]bool {
 	}
 	return pids
 }
+
+// testFrame is a frame as the output shows it: its function's name, its
+// profile.frame.type and its mapping's file name.
+type testFrame struct{ name, typ, mapping string }
+
+// stacksOf returns the stacks (leaf first) of pid's samples in pd, each
+// repeated by its sample count.
+func stacksOf(pd pprofile.Profiles, pid int) [][]testFrame {
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	var out [][]testFrame
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					var st []testFrame
+					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+						loc := dict.LocationTable().At(int(li))
+						var f testFrame
+						for _, ai := range loc.AttributeIndices().All() {
+							kv := dict.AttributeTable().At(int(ai))
+							if strs.At(int(kv.KeyStrindex())) == "profile.frame.type" {
+								f.typ = kv.Value().Str()
+							}
+						}
+						if mi := int(loc.MappingIndex()); mi > 0 {
+							f.mapping = strs.At(int(dict.MappingTable().At(mi).FilenameStrindex()))
+						}
+						if loc.Lines().Len() > 0 {
+							fn := dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex()))
+							f.name = strs.At(int(fn.NameStrindex()))
+						}
+						st = append(st, f)
+					}
+					for range s.TimestampsUnixNano().Len() {
+						out = append(out, st)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// hasFrame reports whether st holds a frame named name (any name if empty)
+// of type typ (any type if empty).
+func hasFrame(st []testFrame, name, typ string) bool {
+	for _, f := range st {
+		if (name == "" || f.name == name) && (typ == "" || f.typ == typ) {
+			return true
+		}
+	}
+	return false
+}
+

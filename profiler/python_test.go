@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -62,57 +61,6 @@ func startPyWorkload(t *testing.T, bin, mode string) int {
 	return cmd.Process.Pid
 }
 
-// pyTestFrame is a frame as the output shows it: name and profile.frame.type.
-type pyTestFrame struct{ name, typ string }
-
-// stacksOf returns the stacks (leaf first) of pid's on-CPU samples in pd,
-// each repeated by its sample count.
-func stacksOf(pd pprofile.Profiles, pid int64) [][]pyTestFrame {
-	dict := pd.Dictionary()
-	strs := dict.StringTable()
-	var out [][]pyTestFrame
-	for _, rp := range pd.ResourceProfiles().All() {
-		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != pid {
-			continue
-		}
-		for _, sp := range rp.ScopeProfiles().All() {
-			for _, prof := range sp.Profiles().All() {
-				for _, s := range prof.Samples().All() {
-					var st []pyTestFrame
-					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
-						loc := dict.LocationTable().At(int(li))
-						f := pyTestFrame{}
-						for _, ai := range loc.AttributeIndices().All() {
-							kv := dict.AttributeTable().At(int(ai))
-							if strs.At(int(kv.KeyStrindex())) == "profile.frame.type" {
-								f.typ = kv.Value().Str()
-							}
-						}
-						if loc.Lines().Len() > 0 {
-							fn := dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex()))
-							f.name = strs.At(int(fn.NameStrindex()))
-						}
-						st = append(st, f)
-					}
-					for range s.TimestampsUnixNano().Len() {
-						out = append(out, st)
-					}
-				}
-			}
-		}
-	}
-	return out
-}
-
-func hasFrame(st []pyTestFrame, name, typ string) bool {
-	for _, f := range st {
-		if (name == "" || f.name == name) && f.typ == typ {
-			return true
-		}
-	}
-	return false
-}
-
 // TestPythonUnknownVersion runs real CPython 3.12 interpreters while the
 // profiler's layout table hides 3.12: the version is reported once (one log
 // line, counted), and its processes keep their native stacks, with the eval
@@ -144,7 +92,7 @@ func TestPythonUnknownVersion(t *testing.T) {
 		all := s.all()
 		for _, pd := range all[read:] {
 			for _, pid := range hiddenPIDs {
-				for _, st := range stacksOf(pd, int64(pid)) {
+				for _, st := range stacksOf(pd, pid) {
 					if hasFrame(st, "", "cpython") {
 						if len(bad) < 5 {
 							bad = append(bad, fmt.Sprintf("pid %d: python frames in %v", pid, st))
@@ -156,7 +104,7 @@ func TestPythonUnknownVersion(t *testing.T) {
 					}
 				}
 			}
-			for _, st := range stacksOf(pd, int64(knownPID)) {
+			for _, st := range stacksOf(pd, knownPID) {
 				knownPy = knownPy || hasFrame(st, "gamma_burn", "cpython")
 			}
 		}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/pdata/pprofile"
-
 	"github.com/sonde-dev/sonde/internal/symbolize"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
@@ -30,7 +28,7 @@ func TestVDSOFramesNamed(t *testing.T) {
 	for seen := 0; inVDSO < 150 && time.Now().Before(deadline); {
 		all := s.all()
 		for _, pd := range all[seen:] {
-			for _, st := range mappedStacks(pd, pid) {
+			for _, st := range stacksOf(pd, pid) {
 				var named string
 				for i, f := range st {
 					if f.mapping != symbolize.VDSOPath {
@@ -46,9 +44,9 @@ func TestVDSOFramesNamed(t *testing.T) {
 						// there, which its code does not always keep);
 						// every other goes on to main.
 						switch {
-						case hasFunc(st, TruncatedFrame):
+						case hasFrame(st, TruncatedFrame, ""):
 							truncated++
-						case !hasFunc(st[i:], "main"):
+						case !hasFrame(st[i:], "main", ""):
 							t.Errorf("stack %v: main is not below the vdso frame", st)
 						}
 					}
@@ -68,51 +66,4 @@ func TestVDSOFramesNamed(t *testing.T) {
 		t.Fatalf("%d samples of pid %d in the vdso, %d of them named by a vdso symbol; want 150, and some", inVDSO, pid, bySymbol)
 	}
 	t.Logf("%d samples in the vdso, %d named by its symbols, %d truncated", inVDSO, bySymbol, truncated)
-}
-
-// mappedFrame is a frame's function name and its mapping's file name.
-type mappedFrame struct{ name, mapping string }
-
-// mappedStacks returns the stacks (leaf first) of pid's samples in pd, each
-// once per sample.
-func mappedStacks(pd pprofile.Profiles, pid int) [][]mappedFrame {
-	dict := pd.Dictionary()
-	strs := dict.StringTable()
-	var out [][]mappedFrame
-	for _, rp := range pd.ResourceProfiles().All() {
-		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
-			continue
-		}
-		for _, sp := range rp.ScopeProfiles().All() {
-			for _, prof := range sp.Profiles().All() {
-				for _, s := range prof.Samples().All() {
-					var st []mappedFrame
-					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
-						loc := dict.LocationTable().At(int(li))
-						var f mappedFrame
-						if mi := int(loc.MappingIndex()); mi > 0 {
-							f.mapping = strs.At(int(dict.MappingTable().At(mi).FilenameStrindex()))
-						}
-						if loc.Lines().Len() > 0 {
-							f.name = strs.At(int(dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex())).NameStrindex()))
-						}
-						st = append(st, f)
-					}
-					for range s.TimestampsUnixNano().Len() {
-						out = append(out, st)
-					}
-				}
-			}
-		}
-	}
-	return out
-}
-
-func hasFunc(st []mappedFrame, name string) bool {
-	for _, f := range st {
-		if f.name == name {
-			return true
-		}
-	}
-	return false
 }

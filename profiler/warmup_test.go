@@ -36,18 +36,18 @@ func TestStartupProcessesWhole(t *testing.T) {
 			chain := strings.Fields(w.chain)
 			root := chain[len(chain)-1]
 			var whole, total int
-			var bad [][]mappedFrame
+			var bad [][]testFrame
 			deadline := time.Now().Add(90 * time.Second)
 			for seen := 0; total < 500 && time.Now().Before(deadline); {
 				all := s.all()
 				for _, pd := range all[seen:] {
-					for _, st := range mappedStacks(pd, pid) {
-						truncated := hasFunc(st, TruncatedFrame)
-						if !truncated && !slices.ContainsFunc(chain, func(fn string) bool { return hasFunc(st, fn) }) {
+					for _, st := range stacksOf(pd, pid) {
+						truncated := hasFrame(st, TruncatedFrame, "")
+						if !truncated && !slices.ContainsFunc(chain, func(fn string) bool { return hasFrame(st, fn, "") }) {
 							continue // whole, but not the workload's chain: a Go runtime thread
 						}
 						total++
-						if !truncated && hasFunc(st, root) {
+						if !truncated && hasFrame(st, root, "") {
 							whole++
 						} else if len(bad) < 5 {
 							bad = append(bad, st)
