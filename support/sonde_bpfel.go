@@ -242,6 +242,10 @@ type SondeUstackState struct {
 	FramesCfi  uint32
 	FramesFp   uint32
 	Mi         SondeMappingInfo
+	LastTable  uint32
+	LastPad    uint32
+	LastNext   uint64
+	LastRow    SondeUnwindRow
 	PyFrame    uint64
 	PyActive   uint32
 	PyWalking  uint32

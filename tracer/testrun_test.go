@@ -111,13 +111,18 @@ func mustRow(tb testing.TB, pc uint32, cfa uint8, cfaOff int32, fp uint8, fpOff 
 	return r
 }
 
-// oracle is the row search on the Go side: the last row at or before rel.
-func oracle(rows []Row, rel uint64) (Row, bool) {
+// oracle is the row search on the Go side: the last row at or before rel,
+// and where the next row starts (1 << 32 past the last).
+func oracle(rows []Row, rel uint64) (Row, uint64, bool) {
 	i := sort.Search(len(rows), func(i int) bool { return uint64(rows[i].Pc) > rel })
 	if i == 0 {
-		return Row{}, false
+		return Row{}, 0, false
 	}
-	return rows[i-1], true
+	next := uint64(1) << 32
+	if i < len(rows) {
+		next = uint64(rows[i].Pc)
+	}
+	return rows[i-1], next, true
 }
 
 func TestRowSearchTestRun(t *testing.T) {
@@ -152,10 +157,11 @@ func TestRowSearchTestRun(t *testing.T) {
 		t.Errorf("a table of %d rows was loaded: the row search does not reach its end", MaxTableRows+1)
 	}
 
-	find := func(t *testing.T, table uint32, rows uint32, lookup uint64) (Row, bool) {
+	// find returns the row found and where the next one starts.
+	find := func(t *testing.T, table uint32, rows uint32, lookup uint64) (Row, uint64, bool) {
 		t.Helper()
 		out := tr.run(t, tr.FindRowTest, testrunIO{Lookup: lookup, Bias: bias, TableId: table, Rows: rows})
-		return Row{Pc: out.Row.Pc, CfaOffset: out.Row.CfaOffset, FpOffset8: out.Row.FpOffset8, Rule: out.Row.Rule}, out.Found != 0
+		return Row{Pc: out.Row.Pc, CfaOffset: out.Row.CfaOffset, FpOffset8: out.Row.FpOffset8, Rule: out.Row.Rule}, out.Next, out.Found != 0
 	}
 	for _, tc := range []struct {
 		name   string
@@ -182,15 +188,19 @@ func TestRowSearchTestRun(t *testing.T) {
 		{"table id not loaded", 2, 6, bias + 0x14, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := find(t, tc.table, tc.rows, tc.lookup)
+			got, next, ok := find(t, tc.table, tc.rows, tc.lookup)
 			if tc.want < 0 {
 				if ok {
 					t.Errorf("found %+v, want no row", got)
 				}
 				return
 			}
-			if !ok || got != small[tc.want] {
-				t.Errorf("found %+v (%v), want row %d %+v", got, ok, tc.want, small[tc.want])
+			wantNext := uint64(1) << 32 // the last row of the rows searched
+			if tc.want+1 < int(tc.rows) {
+				wantNext = uint64(small[tc.want+1].Pc)
+			}
+			if !ok || got != small[tc.want] || next != wantNext {
+				t.Errorf("found %+v up to %#x (%v), want row %d %+v up to %#x", got, next, ok, tc.want, small[tc.want], wantNext)
 			}
 		})
 	}
@@ -205,10 +215,10 @@ func TestRowSearchTestRun(t *testing.T) {
 			lookups = append(lookups, r.Uint64N(last+100))
 		}
 		for _, rel := range lookups {
-			want, wantOK := oracle(big, rel)
-			got, ok := find(t, bigID, uint32(len(big)), bias+rel)
-			if ok != wantOK || got != want {
-				t.Fatalf("rel %#x: found %+v (%v), the Go search %+v (%v)", rel, got, ok, want, wantOK)
+			want, wantNext, wantOK := oracle(big, rel)
+			got, next, ok := find(t, bigID, uint32(len(big)), bias+rel)
+			if ok != wantOK || got != want || ok && next != wantNext {
+				t.Fatalf("rel %#x: found %+v up to %#x (%v), the Go search %+v up to %#x (%v)", rel, got, next, ok, want, wantNext, wantOK)
 			}
 		}
 	})

@@ -110,6 +110,7 @@ type testrunTestrunIo struct {
 		FpOffset8 int8
 		Rule      uint8
 	}
+	Next      uint64
 	OutPc     uint64
 	OutSp     uint64
 	OutFp     uint64
@@ -120,17 +121,27 @@ type testrunTestrunIo struct {
 }
 
 type testrunUstackState struct {
-	_          structs.HostLayout
-	Pc         uint64
-	Sp         uint64
-	Fp         uint64
-	Runs       uint32
-	Adjust     uint32
-	HaveMi     uint32
-	Trust      uint32
-	FramesCfi  uint32
-	FramesFp   uint32
-	Mi         testrunMappingInfo
+	_         structs.HostLayout
+	Pc        uint64
+	Sp        uint64
+	Fp        uint64
+	Runs      uint32
+	Adjust    uint32
+	HaveMi    uint32
+	Trust     uint32
+	FramesCfi uint32
+	FramesFp  uint32
+	Mi        testrunMappingInfo
+	LastTable uint32
+	LastPad   uint32
+	LastNext  uint64
+	LastRow   struct {
+		_         structs.HostLayout
+		Pc        uint32
+		CfaOffset uint16
+		FpOffset8 int8
+		Rule      uint8
+	}
 	PyFrame    uint64
 	PyActive   uint32
 	PyWalking  uint32

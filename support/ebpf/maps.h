@@ -67,6 +67,12 @@ struct ustack_state {
 	__u32 frames_cfi; // frames of this stack unwound by a table row, counted at its end
 	__u32 frames_fp;  // frames of this stack found by frame pointers, counted at its end
 	struct mapping_info mi;
+	// The last row step found in this stack: row last_row of table
+	// last_table (0: none) covers [last_row.pc, last_next).
+	__u32 last_table;
+	__u32 last_pad;
+	__u64 last_next;
+	struct unwind_row last_row;
 	// The Python walker's state (python.h).
 	__u64 py_frame;   // the next Python frame to report; 0: none
 	__u32 py_active;  // the process runs CPython: eval-loop frames are replaced

@@ -64,6 +64,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->trust = 0;
 	st->frames_cfi = 0;
 	st->frames_fp = 0;
+	st->last_table = 0;
 	__u64 *known = bpf_map_lookup_elem(&known_pids, &tgid);
 	if (!known) {
 		notify_unknown(tgid, NOTIFY_GAP_NS);
@@ -96,7 +97,7 @@ enum step_result {
 };
 
 // find_row returns the row of the inner table covering rel, or NULL.
-static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u32 rel)
+static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u32 rel, __u64 *next)
 {
 	__u32 lo = 0, hi = nrows;
 	if (nrows == 0)
@@ -118,6 +119,7 @@ static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u3
 			found = row;
 		} else {
 			hi = mid;
+			*next = row->pc;
 		}
 	}
 	return found;
@@ -125,9 +127,12 @@ static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u3
 
 // table_row returns the row of mapping mi's table that covers the PC
 // lookup, or NULL: no mapping or table, the table is gone, or lookup is
-// outside it (below its first row, or 4 GiB past its base).
-static __always_inline struct unwind_row *table_row(struct mapping_info *mi, __u64 lookup)
+// outside it (below its first row, or 4 GiB past its base). The row covers
+// [its pc, *next) of the table (*next is 1 << 32 for the last row).
+static __always_inline struct unwind_row *table_row(struct mapping_info *mi, __u64 lookup,
+                                                    __u64 *next)
 {
+	*next = 1ULL << 32;
 	if (!mi || mi->table_id == 0)
 		return NULL;
 	__u64 rel = lookup - mi->bias;
@@ -135,7 +140,7 @@ static __always_inline struct unwind_row *table_row(struct mapping_info *mi, __u
 	void *rows = bpf_map_lookup_elem(&tables, &table_id);
 	if (!rows || rel > 0xffffffffULL)
 		return NULL;
-	return find_row(rows, mi->rows, (__u32)rel);
+	return find_row(rows, mi->rows, (__u32)rel, next);
 }
 
 // fp_step walks one frame-pointer link.
@@ -297,9 +302,20 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 			return STEP_CONTINUE;
 		return fp_step(st, s);
 	}
-	struct unwind_row *row = table_row(mi, lookup);
-	if (!row)
-		return fp_step(st, s);
+	// Frames of one function (recursion) or of one stretch of code share
+	// a row: the last one found in this stack is reused while it covers
+	// the PC, without a search.
+	__u64 rel = lookup - mi->bias;
+	struct unwind_row *row = &st->last_row;
+	if (mi->table_id != st->last_table || rel < st->last_row.pc || rel >= st->last_next) {
+		__u64 next;
+		row = table_row(mi, lookup, &next);
+		if (!row)
+			return fp_step(st, s);
+		st->last_table = mi->table_id;
+		st->last_row = *row;
+		st->last_next = next;
+	}
 
 	__u8 rule = row->rule;
 	__u64 cfa_offset = row->cfa_offset;

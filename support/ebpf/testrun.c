@@ -26,6 +26,7 @@ struct testrun_io {
 	__u32 found;  // find_row_test: a row covers lookup
 	__u32 result; // step_test: enum step_result
 	struct unwind_row row;
+	__u64 next;   // find_row_test: the row covers [row.pc, next)
 	__u64 out_pc; // step_test: the caller's registers
 	__u64 out_sp;
 	__u64 out_fp;
@@ -65,7 +66,7 @@ int find_row_test(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	struct mapping_info mi;
 	mapping_of(io, &mi);
-	struct unwind_row *row = table_row(&mi, io->lookup);
+	struct unwind_row *row = table_row(&mi, io->lookup, &io->next);
 	io->found = row != NULL;
 	if (row)
 		io->row = *row;
@@ -92,6 +93,7 @@ int step_test(struct xdp_md *ctx)
 	st->adjust = io->lookup != io->pc;
 	st->frames_cfi = 0;
 	st->frames_fp = 0;
+	st->last_table = 0; // a new stack, as begin_unwind makes it
 	struct mapping_info mi;
 	mapping_of(io, &mi);
 	io->result = step(st, s, &mi, io->pc, io->lookup);
