@@ -451,7 +451,7 @@ func (p *Profiler) resolve(records <-chan queued, free chan<- *tracer.Record) {
 				p.filtered.Add(1)
 				break
 			}
-			if len(rec.User) > 0 && rec.Flags&tracer.FlagUserComplete == 0 && p.preparer.warm.holdBack(int(rec.PID), rec.Time) {
+			if len(rec.User) > 0 && p.preparer.warm.holdBack(int(rec.PID), ktime(rec.KTime), rec.Flags&tracer.FlagUserComplete != 0) {
 				p.warmUpHeld.Add(1)
 				break
 			}

@@ -265,7 +265,7 @@ func (p *preparer) handle(w prepareWork) {
 	// sets nothing and forgets the pid.
 	built := p.loader.Stats().Built
 	err = p.loader.Prepare(proc)
-	p.warm.prepared(w.pid, time.Now())
+	p.warm.prepared(w.pid, monotonic())
 	if err == nil {
 		missed, ok := p.misses.take(w.pid)
 		if n := p.loader.Stats().Built - built; n > 0 && p.tableLoaded != nil {

@@ -13,36 +13,50 @@ import (
 // then falls back to frame pointers, which most native code lacks, and a
 // stack that ends early is a leaf without its callers. Such a sample is
 // dropped and counted (sonde.samples.skipped{reason=warm_up}); one whose
-// stack reached its root anyway is kept. Processes started later are not
-// held back: their tables are built at exec, and a stack of theirs cut
-// short is marked [truncated].
+// stack reached its root is kept. Processes started later are not held
+// back: their tables are built at exec, and a stack of theirs cut short is
+// marked [truncated].
+//
+// A process counts as prepared from the first whole stack taken after its
+// preparation ended (the kernel side is then seen to use its tables), or
+// warmUpGrace after that end, whichever comes first: a process whose
+// stacks are never whole (code without unwind information) is held back
+// no longer than that.
 type warmUp struct {
-	mu sync.Mutex
-	// ready holds, per process found by the start-up scan, when its
-	// preparation ended (zero: not yet).
-	ready map[int]time.Time
+	mu    sync.Mutex
+	procs map[int]*warming
+}
+
+// warmUpGrace bounds how long after its preparation a process's cut-short
+// stacks are still held back, waiting for a whole one.
+const warmUpGrace = time.Second
+
+// warming is the state of one process of the start-up scan.
+type warming struct {
+	prepared ktime // when its preparation ended; 0: not yet
+	whole    bool  // a whole stack was taken after prepared
 }
 
 // start registers the processes the start-up scan found.
 func (w *warmUp) start(pids []int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.ready == nil {
-		w.ready = make(map[int]time.Time, len(pids))
+	if w.procs == nil {
+		w.procs = make(map[int]*warming, len(pids))
 	}
 	for _, pid := range pids {
-		if _, ok := w.ready[pid]; !ok {
-			w.ready[pid] = time.Time{}
+		if _, ok := w.procs[pid]; !ok {
+			w.procs[pid] = &warming{}
 		}
 	}
 }
 
 // prepared records that pid's preparation ended at t.
-func (w *warmUp) prepared(pid int, t time.Time) {
+func (w *warmUp) prepared(pid int, t ktime) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if at, ok := w.ready[pid]; ok && at.IsZero() {
-		w.ready[pid] = t
+	if p, ok := w.procs[pid]; ok && p.prepared == 0 {
+		p.prepared = t
 	}
 }
 
@@ -50,14 +64,27 @@ func (w *warmUp) prepared(pid int, t time.Time) {
 func (w *warmUp) forget(pid int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.ready, pid)
+	delete(w.procs, pid)
 }
 
-// holdBack reports whether a sample of pid captured at t came before its
-// preparation ended.
-func (w *warmUp) holdBack(pid int, t time.Time) bool {
+// holdBack reports whether a sample of pid taken at t, whose stack is
+// whole or not, is to be held back; a whole one never is, but it may end
+// pid's warm-up.
+func (w *warmUp) holdBack(pid int, t ktime, whole bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	at, ok := w.ready[pid]
-	return ok && (at.IsZero() || t.Before(at))
+	p, ok := w.procs[pid]
+	switch {
+	case !ok:
+		return false
+	case p.prepared != 0 && (p.whole || t >= p.prepared.add(warmUpGrace)):
+		delete(w.procs, pid) // warmed up: samples count from here on
+		return false
+	case whole:
+		if p.prepared != 0 && t >= p.prepared {
+			p.whole = true
+		}
+		return false
+	}
+	return true
 }

@@ -18,7 +18,7 @@ import (
 // A process running before the profiler starts has samples before its
 // tables are loaded; those whose stack ends early are held back (counted
 // in Stats.WarmUp), so from the first export on at least 99.5 % of its
-// samples are whole down to main, for C without frame pointers, C++ and
+// samples (over 1000) are whole down to main, for C without frame pointers, C++ and
 // Go alike.
 func TestStartupProcessesWhole(t *testing.T) {
 	for _, w := range []struct{ name, chain string }{
@@ -38,7 +38,7 @@ func TestStartupProcessesWhole(t *testing.T) {
 			var whole, total int
 			var bad [][]testFrame
 			deadline := time.Now().Add(90 * time.Second)
-			for seen := 0; total < 500 && time.Now().Before(deadline); {
+			for seen := 0; total < 1000 && time.Now().Before(deadline); {
 				all := s.all()
 				for _, pd := range all[seen:] {
 					for _, st := range stacksOf(pd, pid) {
@@ -61,8 +61,8 @@ func TestStartupProcessesWhole(t *testing.T) {
 				t.Logf("not whole: %v", st)
 			}
 			t.Logf("%s: %d of %d samples whole from the first export; %d held back during warm-up", w.name, whole, total, p.Stats().WarmUp)
-			if total < 500 || whole*1000 < total*995 {
-				t.Errorf("%s: %d of %d samples whole, want at least 99.5 %% of at least 500", w.name, whole, total)
+			if total < 1000 || whole*1000 < total*995 {
+				t.Errorf("%s: %d of %d samples whole, want at least 99.5 %% of at least 1000", w.name, whole, total)
 			}
 		})
 	}
@@ -90,30 +90,50 @@ func waitRunning(t *testing.T, pid int) {
 	t.Fatalf("pid %d never ran", pid)
 }
 
-// Only the processes of the start-up scan are held back, until their
-// preparation ends; an exec or exit forgets them, and a second
-// preparation does not move the time.
+// Only the processes of the start-up scan are held back, and only their
+// cut-short stacks: until a whole stack taken after their preparation
+// ended, or warmUpGrace after that end. An exec or exit forgets them, and
+// a second preparation does not move the time.
 func TestWarmUpHoldBack(t *testing.T) {
 	var w warmUp
-	t0 := time.Unix(1000, 0)
-	w.start([]int{1, 2, 3})
-	if !w.holdBack(1, t0) {
-		t.Error("a start-up process not yet prepared is not held back")
+	t0 := ktime(1000 * time.Second)
+	w.start([]int{1, 2, 3, 4})
+	if !w.holdBack(1, t0, false) {
+		t.Error("a cut-short stack of a start-up process not yet prepared is not held back")
 	}
-	if w.holdBack(9, t0) {
+	if w.holdBack(1, t0, true) {
+		t.Error("a whole stack is held back")
+	}
+	if w.holdBack(9, t0, false) {
 		t.Error("a process started later is held back")
 	}
+
+	// Prepared at t0: held back until a whole stack after t0.
 	w.prepared(1, t0)
-	w.prepared(1, t0.Add(time.Minute))
-	if !w.holdBack(1, t0.Add(-time.Millisecond)) || w.holdBack(1, t0) || w.holdBack(1, t0.Add(time.Second)) {
-		t.Error("held back: want only what was captured before the first preparation ended")
+	w.prepared(1, t0.add(time.Minute))
+	if !w.holdBack(1, t0.add(time.Millisecond), false) {
+		t.Error("a cut-short stack right after the preparation, before any whole one, is not held back")
 	}
+	if w.holdBack(1, t0.add(-time.Millisecond), true); !w.holdBack(1, t0.add(2*time.Millisecond), false) {
+		t.Error("a whole stack taken before the preparation ended ended the warm-up")
+	}
+	w.holdBack(1, t0.add(3*time.Millisecond), true)
+	if w.holdBack(1, t0.add(4*time.Millisecond), false) {
+		t.Error("a cut-short stack after a whole one is still held back")
+	}
+
+	// Prepared, never whole: held back for warmUpGrace only.
+	w.prepared(3, t0)
+	if !w.holdBack(3, t0.add(warmUpGrace-time.Millisecond), false) || w.holdBack(3, t0.add(warmUpGrace), false) {
+		t.Error("without a whole stack: want held back until warmUpGrace after the preparation, not after")
+	}
+
 	w.forget(2)
-	if w.holdBack(2, t0) {
+	if w.holdBack(2, t0, false) {
 		t.Error("a process forgotten (exec, exit) is still held back")
 	}
 	w.prepared(9, t0)
-	if w.holdBack(9, t0.Add(-time.Second)) {
+	if w.holdBack(9, t0.add(-time.Second), false) {
 		t.Error("preparing a process the scan did not find made it held back")
 	}
 }
