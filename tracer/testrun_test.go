@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -226,7 +225,7 @@ func TestRowSearchTestRun(t *testing.T) {
 
 // stackPages maps a stack of n pages to craft, followed by a page that
 // faults on every read.
-func stackPages(t *testing.T, n int) (stack []uint64, base, guard uint64) {
+func stackPages(t testing.TB, n int) (stack []uint64, base, guard uint64) {
 	t.Helper()
 	page := unix.Getpagesize()
 	mem, err := unix.Mmap(-1, 0, (n+1)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -434,18 +433,18 @@ func BenchmarkStepTestRun(b *testing.B) {
 	if err := loadTable(tr.Tables, 1, rows); err != nil {
 		b.Fatal(err)
 	}
-	stack := make([]uint64, 8)
+	// Memory that stays where it is (a Go slice can move with its
+	// goroutine's stack).
+	stack, sp, _ := stackPages(b, 1)
 	stack[1] = 0x401000
-	stack[2] = uint64(uintptr(unsafe.Pointer(&stack[4])))
+	stack[2] = sp + 32
 	stack[3] = 0x402000
-	sp := uint64(uintptr(unsafe.Pointer(&stack[0])))
 	b.Run("cfi", func(b *testing.B) {
 		benchmarkTestRun(b, tr.StepTest, testrunIO{Pc: 16*(n/3) + 5, Lookup: 16*(n/3) + 5, Sp: sp, Fp: sp + 16, TableId: 1, Rows: n})
 	})
 	b.Run("frame-pointer", func(b *testing.B) {
 		benchmarkTestRun(b, tr.StepTest, testrunIO{Pc: 5, Lookup: 5, Sp: sp, Fp: sp + 16})
 	})
-	runtime.KeepAlive(stack)
 }
 
 func benchmarkTestRun(b *testing.B, prog *ebpf.Program, in testrunIO) {
