@@ -34,7 +34,7 @@ type pythonProcs struct {
 	layouts python.LayoutFunc
 
 	mu     sync.Mutex
-	seen   map[int]uint64  // pid -> start time of the image already examined
+	seen   map[int]pySeen  // pid -> the image already examined, as it was mapped
 	logged map[string]bool // unsupported versions and errors already logged
 
 	found       atomic.Uint64 // processes set up for the Python walker
@@ -51,28 +51,64 @@ func newPythonProcs(log *zap.Logger, k pythonKernel, procfs string, cacheBytes i
 		layouts = python.LayoutFor
 	}
 	return &pythonProcs{log: log, kernel: k, procfs: procfs, namer: python.NewNamer(procfs, cacheBytes),
-		layouts: layouts, seen: map[int]uint64{}, logged: map[string]bool{}}
+		layouts: layouts, seen: map[int]pySeen{}, logged: map[string]bool{}}
 }
 
-// prepare examines proc once per image: if it runs a supported CPython,
-// the walker gets its layout and the namer its memory.
+// pySeen is what prepare examined of a process: its image (start time),
+// how many file mappings it had then, and whether that settled it (a
+// CPython found, supported or not); an image not found to be CPython is
+// examined again when its file mappings change.
+type pySeen struct {
+	start   uint64
+	files   int
+	settled bool
+}
+
+// fileMappings counts proc's file-backed mappings.
+func fileMappings(proc *process.Process) int {
+	n := 0
+	for _, m := range proc.Mappings {
+		if m.FileBacked() {
+			n++
+		}
+	}
+	return n
+}
+
+// prepare examines proc once per image and set of mapped files: if it
+// runs a supported CPython, the walker gets its layout and the namer its
+// memory. A process prepared at its exec has not mapped libpython yet (the
+// dynamic loader maps it next), so it is examined again once its mappings
+// have grown.
 func (pp *pythonProcs) prepare(proc *process.Process) {
+	settled := true
+	now := pySeen{start: proc.StartTime, files: fileMappings(proc)}
 	pp.mu.Lock()
-	if st, ok := pp.seen[proc.PID]; ok && st == proc.StartTime {
+	if st, ok := pp.seen[proc.PID]; ok && st.start == now.start && (st.settled || st.files == now.files) {
 		pp.mu.Unlock()
 		return
 	}
-	pp.seen[proc.PID] = proc.StartTime
+	pp.seen[proc.PID] = now
 	pp.mu.Unlock()
+	defer func() {
+		pp.mu.Lock()
+		if st, ok := pp.seen[proc.PID]; ok && st.start == now.start {
+			st.settled = settled
+			pp.seen[proc.PID] = st
+		}
+		pp.mu.Unlock()
+	}()
 
 	mem, err := python.OpenMem(pp.procfs, proc.PID)
 	if err != nil {
+		settled = false
 		return // gone, or not readable: stays native
 	}
 	in, err := python.FindWith(proc, mem, pp.layouts)
 	mem.Close()
 	switch {
 	case errors.Is(err, python.ErrNotPython):
+		settled = false // libpython may not be mapped yet
 		return
 	case errors.Is(err, python.ErrUnknownVersion):
 		pp.unsupported.Add(1)

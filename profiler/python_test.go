@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/python"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
@@ -145,5 +146,44 @@ func TestPythonUnknownVersion(t *testing.T) {
 	}
 	if ps.Processes < 1 {
 		t.Errorf("Stats.Python.Processes = %d, want the 3.11 process at least", ps.Processes)
+	}
+}
+
+// A process prepared at its exec has mapped its executable but not yet
+// libpython: it is not CPython then, and is examined again once its
+// mappings have grown; a settled one is not examined twice.
+func TestPythonExaminedAgainWhenLibpythonMapped(t *testing.T) {
+	bin := pyenvPython(t, "3.12.1") // a shared libpython
+	pid := startPyWorkload(t, bin, "burn")
+	procs := process.NewTable("/proc", zap.NewNop(), process.Options{})
+	full, err := procs.Refresh(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atExec := *full
+	atExec.Mappings = nil
+	for _, m := range full.Mappings {
+		if !strings.Contains(m.Path, "libpython") {
+			atExec.Mappings = append(atExec.Mappings, m)
+		}
+	}
+	if len(atExec.Mappings) == len(full.Mappings) {
+		t.Fatalf("pid %d maps no libpython: %s is not a shared-library build", pid, bin)
+	}
+	hidden := func(minor int) (python.Layout, error) {
+		return python.Layout{}, fmt.Errorf("python 3.%d: hidden by the test: %w", minor, python.ErrUnknownVersion)
+	}
+	pp := newPythonProcs(zap.NewNop(), nil, "/proc", 1<<20, hidden)
+	pp.prepare(&atExec)
+	if n := pp.unsupported.Load(); n != 0 {
+		t.Fatalf("without libpython mapped: %d unsupported CPython processes, want 0 (not CPython yet)", n)
+	}
+	pp.prepare(full)
+	if n := pp.unsupported.Load(); n != 1 {
+		t.Fatalf("once libpython is mapped: %d unsupported CPython processes, want 1", n)
+	}
+	pp.prepare(full)
+	if n := pp.unsupported.Load(); n != 1 {
+		t.Errorf("examined twice: %d unsupported CPython processes, want 1", n)
 	}
 }
