@@ -150,4 +150,3 @@ func hasFrame(st []testFrame, name, typ string) bool {
 	}
 	return false
 }
-
