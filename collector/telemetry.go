@@ -50,6 +50,7 @@ var (
 	unwindReadError   = attrs("reason", "read_error")
 	unwindTailCall    = attrs("reason", "tail_call_error")
 	unwindKernelStack = attrs("reason", "kernel_stack")
+	unwindFPOutside   = attrs("reason", "frame_pointer_outside_code")
 
 	framesCFI = attrs("method", "cfi")
 	framesFP  = attrs("method", "frame_pointer")
@@ -235,6 +236,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.UnwindErrors, i64(c.ReadErrors), unwindReadError)
 	o.ObserveInt64(tb.UnwindErrors, i64(c.TailCallErrors), unwindTailCall)
 	o.ObserveInt64(tb.UnwindErrors, i64(c.KernelStackErrs), unwindKernelStack)
+	o.ObserveInt64(tb.UnwindErrors, i64(s.Resolver.FPOutsideCode), unwindFPOutside)
 	o.ObserveInt64(tb.UnwindFrames, i64(c.FramesCFI), framesCFI)
 	o.ObserveInt64(tb.UnwindFrames, i64(c.FramesFP), framesFP)
 }

@@ -95,8 +95,11 @@ func pidsOf(pd pprofile.Profiles) map[int64]bool {
 }
 
 // testFrame is a frame as the output shows it: its function's name, its
-// profile.frame.type and its mapping's file name.
-type testFrame struct{ name, typ, mapping string }
+// profile.frame.type, its mapping's file name and its address.
+type testFrame struct {
+	name, typ, mapping string
+	addr               uint64
+}
 
 // stacksOf returns the stacks (leaf first) of pid's samples in pd, each
 // repeated by its sample count.
@@ -114,7 +117,7 @@ func stacksOf(pd pprofile.Profiles, pid int) [][]testFrame {
 					var st []testFrame
 					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 						loc := dict.LocationTable().At(int(li))
-						var f testFrame
+						f := testFrame{addr: loc.Address()}
 						for _, ai := range loc.AttributeIndices().All() {
 							kv := dict.AttributeTable().At(int(ai))
 							if strs.At(int(kv.KeyStrindex())) == "profile.frame.type" {

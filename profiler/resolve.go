@@ -59,6 +59,7 @@ type resolver struct {
 type resolverStats struct {
 	processGone   atomic.Uint64 // samples whose process was gone before it could be read
 	unmapped      atomic.Uint64 // user frames no mapping covers, even after a refresh
+	fpOutside     atomic.Uint64 // frame-pointer chains dropped where they left executable mappings
 	truncated     atomic.Uint64 // samples whose user stack ended before its outermost frame
 	fileErrors    atomic.Uint64 // mapped files that could not be opened or identified
 	symbolizeErrs atomic.Uint64
@@ -262,8 +263,14 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		}
 		if !ok {
 			r.stats.unmapped.Add(1)
-			r.frames = append(r.frames, profile.Frame{Type: profile.FrameNative, Address: pc,
-				FramePointer: rec.UserFlags[i]&tracer.FrameFromFramePointer != 0})
+			if rec.UserFlags[i]&tracer.FrameFromFramePointer != 0 {
+				// A frame-pointer chain that left the process's code walked
+				// into data: this word and every caller after it are not
+				// frames. The stack ends here, marked cut short.
+				r.stats.fpOutside.Add(1)
+				break
+			}
+			r.frames = append(r.frames, profile.Frame{Type: profile.FrameNative, Address: pc})
 			continue
 		}
 		f := r.userFrame(entry, m, pc, addr)

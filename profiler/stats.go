@@ -104,6 +104,9 @@ type PreparerStats struct {
 type ResolverStats struct {
 	ProcessGone uint64 // samples whose process was gone before it could be read
 	Unmapped    uint64 // user frames no mapping covers, even after a refresh
+	// FPOutsideCode counts stacks cut where a frame-pointer walk left the
+	// process's executable mappings: the rest of that chain was data.
+	FPOutsideCode uint64
 	// Truncated counts samples whose user stack ended before its outermost
 	// frame; each is shown under a [truncated] root frame.
 	Truncated       uint64
@@ -210,7 +213,7 @@ func (p *Profiler) Stats() Stats {
 	}
 	rs := &p.resolver.stats
 	s.Resolver = ResolverStats{
-		ProcessGone: rs.processGone.Load(), Unmapped: rs.unmapped.Load(), Truncated: rs.truncated.Load(), FileErrors: rs.fileErrors.Load(),
+		ProcessGone: rs.processGone.Load(), Unmapped: rs.unmapped.Load(), FPOutsideCode: rs.fpOutside.Load(), Truncated: rs.truncated.Load(), FileErrors: rs.fileErrors.Load(),
 		SymbolizeErrors: rs.symbolizeErrs.Load(), KernelUnnamed: rs.kernelUnnamed.Load(), CacheResets: rs.cacheResets.Load(),
 	}
 	s.Unwind = pr.loader.Stats()

@@ -154,6 +154,10 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 		count(COUNTER_UNWIND_READ_ERR);
 		return STEP_DONE;
 	}
+	// A frame pointer chain that walked into data ends here rather than
+	// emitting a word of it as a caller.
+	if (link[1] >= USER_ADDR_END)
+		return STEP_DONE;
 	st->sp = st->fp + 16;
 	st->fp = link[0];
 	st->pc = link[1] | PC_FLAG_FRAME_POINTER;
@@ -366,6 +370,8 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		count(COUNTER_UNWIND_READ_ERR);
 		return STEP_DONE;
 	}
+	if (ra >= USER_ADDR_END)
+		return STEP_DONE; // not a return address: a wrong row or a smashed stack
 	if (fp_rule == FP_OFFSET) {
 		if (bpf_probe_read_user(&st->fp, sizeof(st->fp), (void *)(cfa + fp_offset))) {
 			s->flags |= SAMPLE_USER_READ_ERR;

@@ -36,6 +36,10 @@ enum pc_flags {
 	PC_FLAG_PYTHON = 1ULL << 61,
 	PC_FLAGS_MASK = PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST | PC_FLAG_PYTHON,
 };
+// No user address reaches this, with 5-level page tables either: a return
+// address read at or above it is data, not code, and would collide with the
+// flags.
+#define USER_ADDR_END (1ULL << 56)
 #define TASK_COMM_LEN 16
 
 enum record_type {

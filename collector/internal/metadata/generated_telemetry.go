@@ -900,7 +900,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.UnwindErrors, err = builder.meter.Int64ObservableCounter(
 		"sonde.unwind.errors",
-		metric.WithDescription("Stacks the eBPF side cut short, by reason, including those of samples then lost. [Development]"),
+		metric.WithDescription("Stacks cut short, by reason; those the eBPF side cut include samples then lost. [Development]"),
 		metric.WithUnit("{stack}"),
 	)
 	errs = errors.Join(errs, err)

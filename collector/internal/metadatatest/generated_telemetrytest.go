@@ -444,7 +444,7 @@ func AssertEqualSymbolizeRefused(t *testing.T, tt *componenttest.Telemetry, dps 
 func AssertEqualUnwindErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.unwind.errors",
-		Description: "Stacks the eBPF side cut short, by reason, including those of samples then lost. [Development]",
+		Description: "Stacks cut short, by reason; those the eBPF side cut include samples then lost. [Development]",
 		Unit:        "{stack}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
