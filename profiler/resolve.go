@@ -206,11 +206,20 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 				continue
 			}
 			// The unwinder saw each frame's file: that still names it.
-			f := profile.Frame{Type: profile.FrameNative, Address: pc}
-			if he := r.handle(fileRef(rec, i).File); he != nil {
-				f = r.namedFrame(&he.fileEntry, he.mappingAt(pc, fileRef(rec, i).Offset), pc, r.fileOffset(rec, i))
+			fp := rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
+			he := r.handle(fileRef(rec, i).File)
+			if he == nil && fp {
+				// No file, and no mappings left to check the address
+				// against: a frame-pointer word that may be data is not
+				// shown (see resolveProc).
+				r.stats.fpOutside.Add(1)
+				break
 			}
-			f.FramePointer = rec.UserFlags[i]&tracer.FrameFromFramePointer != 0
+			f := profile.Frame{Type: profile.FrameNative, Address: pc, FramePointer: fp}
+			if he != nil {
+				f = r.namedFrame(&he.fileEntry, he.mappingAt(pc, fileRef(rec, i).Offset), pc, r.fileOffset(rec, i))
+				f.FramePointer = fp
+			}
 			r.frames = append(r.frames, f)
 		}
 		r.markTruncated(rec)

@@ -72,6 +72,25 @@ func TestResolveGoneProcess(t *testing.T) {
 	}
 }
 
+// A gone process has no mappings left to check a frame against: a frame
+// the frame-pointer chain found where the unwinder saw no file may be a
+// word of data, so the stack ends before it, marked cut short.
+func TestResolveGoneProcessFramePointerWithoutFile(t *testing.T) {
+	procs := process.NewTable(t.TempDir(), nil, process.Options{})
+	r := newResolver(zap.NewNop(), procs, nil, true, nil)
+	var s profile.Sample
+	rec := tracer.Record{Type: tracer.RecordSample, PID: 4242, TID: 4243, Comm: "short-lived", Flags: tracer.FlagFramePointers,
+		User:      []uint64{0x401000, 0x30a54a7e, 0x401234},
+		UserFlags: []tracer.FrameFlags{tracer.FrameInterrupted, tracer.FrameFromFramePointer, tracer.FrameFromFramePointer}}
+	r.resolve(&rec, &s)
+	if len(s.Frames) != 2 || s.Frames[0].Address != 0x401000 || s.Frames[1].Lines[0].Function != TruncatedFrame {
+		t.Errorf("frames = %+v, want the leaf then %s", s.Frames, TruncatedFrame)
+	}
+	if got := r.stats.fpOutside.Load(); got != 1 {
+		t.Errorf("fpOutside = %d, want 1", got)
+	}
+}
+
 // A sample whose user stack did not reach its outermost frame gets a
 // [truncated] frame on the root side, and is counted; whole stacks and
 // samples without user frames get none.
