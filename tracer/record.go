@@ -158,16 +158,22 @@ var ErrMalformed = errors.New("malformed record")
 // ReadInto blocks until a record arrives and decodes it into rec, reusing its
 // buffers. It returns ErrClosed after Close, and ErrDrained after Stop once
 // the ring buffer is empty.
+//
+// It waits parked in the Go runtime's poller, not in a blocking system
+// call: until the eBPF side wakes readers (once an eighth of the ring buffer
+// is full) or the poll interval passes, whichever comes first; then it reads
+// without blocking what the ring buffer holds.
 func (t *Tracer) ReadInto(rec *Record) error {
 	for {
-		// Records submitted without a wake-up are read when the deadline
-		// passes.
-		t.reader.SetDeadline(time.Now().Add(t.poll))
+		// A deadline already passed: the reader takes what is there and
+		// never blocks.
+		t.reader.SetDeadline(time.Now())
 		err := t.reader.ReadInto(&rec.raw)
 		switch {
 		case err == nil:
 			return rec.decode(rec.raw.RawSample, t.clock)
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			t.wait()
 			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			return ErrClosed
@@ -177,6 +183,24 @@ func (t *Tracer) ReadInto(rec *Record) error {
 			return fmt.Errorf("read ring buffer: %w", err)
 		}
 	}
+}
+
+// wait parks until the kernel wakes the ring buffer's readers, the poll
+// interval passes, Stop sets the deadline to now, or Close closes the file.
+// The runtime's poller is edge-triggered: a wake-up that came while records
+// were being read ends the next wait at once.
+func (t *Tracer) wait() {
+	if err := t.ready.SetReadDeadline(time.Now().Add(t.poll)); err != nil {
+		return // closed: the reader says so next
+	}
+	waited := false
+	_ = t.readyConn.Read(func(uintptr) bool {
+		if waited {
+			return true
+		}
+		waited = true
+		return false // park until readable or the deadline
+	})
 }
 
 func (rec *Record) decode(b []byte, c clock) error {

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -26,6 +27,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/caps"
 	"github.com/sonde-dev/sonde/support"
@@ -147,6 +149,13 @@ type Tracer struct {
 	links     []link.Link
 	perf      []*perfEvent
 	reader    *ringbuf.Reader
+	// ready is a non-blocking duplicate of the ring buffer's descriptor,
+	// registered with the Go runtime's network poller: ReadInto parks on it
+	// instead of blocking a thread in epoll_wait, which would keep the
+	// runtime's sysmon polling every 20 µs while it lasts. Owned by the
+	// Tracer; closed in Close.
+	ready     *os.File
+	readyConn syscall.RawConn
 	clock     clock
 	poll      time.Duration
 
@@ -288,6 +297,9 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ring buffer reader: %w", err)
 	}
+	if t.ready, t.readyConn, err = pollable(t.objs.Events.FD()); err != nil {
+		return nil, fmt.Errorf("ring buffer reader: %w", err)
+	}
 
 	cpus, err := onlineCPUs()
 	if err != nil {
@@ -353,6 +365,9 @@ func (t *Tracer) Close() error {
 	t.closeOnce.Do(func() {
 		// Stop the producers first, then the reader, then the objects.
 		errs := []error{t.stopProducers()}
+		if t.ready != nil {
+			errs = append(errs, t.ready.Close()) // wakes a parked ReadInto
+		}
 		if t.reader != nil {
 			errs = append(errs, t.reader.Close())
 		}
@@ -371,6 +386,10 @@ func (t *Tracer) Stop() error {
 	err := t.stopProducers()
 	if t.reader != nil {
 		err = errors.Join(err, t.reader.Flush())
+	}
+	if t.ready != nil {
+		// Wake a ReadInto parked in the poller: it reads what is left.
+		_ = t.ready.SetReadDeadline(time.Now())
 	}
 	return err
 }
@@ -500,4 +519,24 @@ func (t *Tracer) Counters() (Counters, error) {
 		}
 	}
 	return c, nil
+}
+
+// pollable returns a non-blocking duplicate of fd registered with the Go
+// runtime's poller, and its RawConn. The caller owns the file.
+func pollable(fd int) (*os.File, syscall.RawConn, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dup: %w", err)
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		_ = unix.Close(dup)
+		return nil, nil, fmt.Errorf("set non-blocking: %w", err)
+	}
+	f := os.NewFile(uintptr(dup), "sonde ring buffer")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
 }
