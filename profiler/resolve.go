@@ -610,6 +610,7 @@ func (r *resolver) logOnce(msg string, fields ...zap.Field) {
 func (r *resolver) endInterval() {
 	r.loggedErr.Store(false)
 	r.holds.tick()
+	r.syms.DropPages()
 }
 
 // pythonFrame is the Python frame the eBPF walker reported as its code

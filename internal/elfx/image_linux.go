@@ -40,6 +40,16 @@ func (m *Image) Bytes() []byte {
 	return m.data
 }
 
+// DropPages unmaps the pages read so far from the process, not from the
+// page cache: they stop counting in the agent's RSS and the next read of
+// one faults it back in from the cache. Safe while other goroutines read.
+func (m *Image) DropPages() {
+	if m == nil || len(m.data) == 0 {
+		return
+	}
+	_ = unix.Madvise(m.data, unix.MADV_DONTNEED) // only fails for a range that is not a mapping
+}
+
 // Unmap releases the mapping; nothing may read from it afterwards.
 func (m *Image) Unmap() {
 	if m == nil || m.data == nil {

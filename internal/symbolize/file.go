@@ -109,6 +109,14 @@ func (fs *fileSyms) memSize() int64 {
 	return n
 }
 
+// dropPages lets go of the mapped pages read so far (see
+// elfx.Image.DropPages); the mappings stay usable.
+func (fs *fileSyms) dropPages() {
+	for _, m := range fs.images {
+		m.DropPages()
+	}
+}
+
 // unmap releases the mappings; fs must not be used afterwards.
 func (fs *fileSyms) unmap() {
 	for _, m := range fs.images {

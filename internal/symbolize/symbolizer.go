@@ -305,6 +305,21 @@ func New(logger *zap.Logger, opts Options) *Symbolizer {
 // Options.KallsymsPath; a failure is remembered and returned on every call.
 func (s *Symbolizer) Kernel() (*Kernel, error) { return s.kernel() }
 
+// DropPages lets go of the pages of the loaded files' mappings that lookups
+// have read (they stay in the page cache, shared with the processes that
+// map the files): what the agent's RSS holds of them is then what lookups
+// read since the last call. Calling it once per reporting interval bounds
+// it to the pages one interval's new addresses need.
+func (s *Symbolizer) DropPages() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.loaded.items {
+		if lf := n.val; lf.done && !lf.dropped && lf.syms != nil {
+			lf.syms.dropPages()
+		}
+	}
+}
+
 // Stats returns a snapshot of the counters.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
@@ -756,6 +771,8 @@ func (s *Symbolizer) loadFile(f *os.File, k *knownFile, lim loadLimits) (*fileSy
 	if debugImg != nil {
 		syms.images = append(syms.images, debugImg)
 	}
+	// Indexing read the whole symbol table: lookups need few of its pages.
+	syms.dropPages()
 	return syms, nil
 }
 

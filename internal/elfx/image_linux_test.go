@@ -1,0 +1,79 @@
+package elfx
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// mappingRSS is the Rss /proc/self/smaps shows for the mapping that starts
+// at addr, in KiB.
+func mappingRSS(t *testing.T, addr uintptr) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no smaps: %v", err)
+	}
+	defer f.Close()
+	start := fmt.Sprintf("%x-", addr)
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if fields := strings.Fields(line); len(fields) > 0 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			in = strings.HasPrefix(line, start)
+			continue
+		}
+		if in && strings.HasPrefix(line, "Rss:") {
+			kb, err := strconv.Atoi(strings.Fields(line)[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("no mapping at %#x in /proc/self/smaps", addr)
+	return 0
+}
+
+// Pages read through an Image count in the process's RSS until DropPages;
+// afterwards they read the same again.
+func TestImageDropPages(t *testing.T) {
+	const size = 4 << 20
+	want := bytes.Repeat([]byte("sonde image "), size/12)
+	path := filepath.Join(t.TempDir(), "image")
+	if err := os.WriteFile(path, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := MapImage(f, int64(len(want)))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Unmap()
+	addr := uintptr(unsafe.Pointer(&img.Bytes()[0]))
+
+	if !bytes.Equal(img.Bytes(), want) {
+		t.Fatal("mapped bytes differ from the file")
+	}
+	if rss := mappingRSS(t, addr); rss < len(want)/1024*9/10 {
+		t.Fatalf("after reading every page the mapping holds %d KiB of RSS, want about %d", rss, len(want)/1024)
+	}
+	img.DropPages()
+	if rss := mappingRSS(t, addr); rss != 0 {
+		t.Errorf("after DropPages the mapping holds %d KiB of RSS, want 0", rss)
+	}
+	if !bytes.Equal(img.Bytes(), want) {
+		t.Error("bytes read after DropPages differ from the file")
+	}
+}
