@@ -127,7 +127,9 @@ const (
 type LimitsConfig struct {
 	// RingBufferBytes is the size of the eBPF ring buffer that carries
 	// samples to user space. The kernel requires a power of two that is a
-	// multiple of the page size.
+	// multiple of the page size; 0 (the default) sizes it for
+	// samples_per_second and the CPUs: two seconds of samples, at least
+	// 256 KiB, 4 MiB with off-CPU profiling on.
 	RingBufferBytes int `mapstructure:"ring_buffer_bytes"`
 
 	// MaxProcesses is how many processes the receiver tracks at once; it

@@ -291,12 +291,12 @@ func TestValidate(t *testing.T) {
 		{
 			name: "ring_buffer_bytes power of two below min",
 			edit: func(c *Config) { c.Limits.RingBufferBytes = 32 << 10 },
-			want: []string{"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 32768"},
+			want: []string{"limits::ring_buffer_bytes: must be 0 (sized for the sampling rate) or between 65536 (64 KiB) and 268435456 (256 MiB), got 32768"},
 		},
 		{
 			name: "ring_buffer_bytes power of two above max",
 			edit: func(c *Config) { c.Limits.RingBufferBytes = 512 << 20 },
-			want: []string{"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 536870912"},
+			want: []string{"limits::ring_buffer_bytes: must be 0 (sized for the sampling rate) or between 65536 (64 KiB) and 268435456 (256 MiB), got 536870912"},
 		},
 		{
 			name: "ring_buffer_bytes page multiple but not power of two",
@@ -307,23 +307,20 @@ func TestValidate(t *testing.T) {
 			name: "ring_buffer_bytes small and not a page multiple",
 			edit: func(c *Config) { c.Limits.RingBufferBytes = 1000 },
 			want: []string{
-				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 1000",
+				"limits::ring_buffer_bytes: must be 0 (sized for the sampling rate) or between 65536 (64 KiB) and 268435456 (256 MiB), got 1000",
 				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 1000",
 			},
 		},
 		{
+			// 0 sizes the ring buffer for the sampling rate.
 			name: "ring_buffer_bytes zero",
 			edit: func(c *Config) { c.Limits.RingBufferBytes = 0 },
-			want: []string{
-				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 0",
-				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 0",
-			},
 		},
 		{
 			name: "ring_buffer_bytes negative",
 			edit: func(c *Config) { c.Limits.RingBufferBytes = -4096 },
 			want: []string{
-				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got -4096",
+				"limits::ring_buffer_bytes: must be 0 (sized for the sampling rate) or between 65536 (64 KiB) and 268435456 (256 MiB), got -4096",
 				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got -4096",
 			},
 		},
@@ -396,8 +393,6 @@ func TestValidate(t *testing.T) {
 				"samples_per_second: must be between 1 and 1000, got 0",
 				"reporter_interval: must be between 100ms and 10m0s, got 0s",
 				`procfs: must be an absolute path, got ""`,
-				"limits::ring_buffer_bytes: must be between 65536 (64 KiB) and 268435456 (256 MiB), got 0",
-				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 0",
 				"limits::max_processes: must be between 1 and 4194304, got 0",
 				"limits::symbol_cache_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 0",
 				"limits::unwind_table_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 0",

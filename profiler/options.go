@@ -18,7 +18,7 @@ const (
 	defaultSamplesPerSecond = 19
 	defaultReporterInterval = 5 * time.Second
 	defaultProcFS           = "/proc"
-	defaultRingBufferBytes  = 4 << 20 // 4 MiB: about 20k samples of deep stacks in flight
+	defaultRingBufferBytes  = 0 // sized for the rate and the CPUs: tracer.RingBufferBytesFor
 	defaultMaxProcesses     = 65536
 	// defaultUnwindTableBytes bounds the kernel memory of unwind tables (8
 	// bytes a row). A node-like host needs about 80 MiB at once: five
@@ -118,7 +118,9 @@ type Options struct {
 	DebugDirs []string
 
 	// RingBufferBytes sizes the eBPF ring buffer: a power of two and a
-	// multiple of the page size.
+	// multiple of the page size, or 0 (the default) to size it for
+	// SamplesPerSecond and the CPUs (two seconds of samples, at least
+	// 256 KiB; 4 MiB with off-CPU profiling on).
 	RingBufferBytes int
 
 	// MaxProcesses is how many processes are tracked at once.
@@ -274,11 +276,12 @@ func (v *validator) check(o *Options) {
 
 func (v *validator) limits(o *Options) {
 	rb := o.RingBufferBytes
-	if rb < minRingBufferBytes || rb > maxRingBufferBytes {
-		v.add("RingBufferBytes", -1, "must be between %d (64 KiB) and %d (256 MiB), got %d",
+	// 0: sized by New for the rate and the CPUs.
+	if rb != 0 && (rb < minRingBufferBytes || rb > maxRingBufferBytes) {
+		v.add("RingBufferBytes", -1, "must be 0 (sized for the sampling rate) or between %d (64 KiB) and %d (256 MiB), got %d",
 			minRingBufferBytes, maxRingBufferBytes, rb)
 	}
-	if rb <= 0 || rb&(rb-1) != 0 || rb%ringBufferPageSize != 0 {
+	if rb < 0 || rb&(rb-1) != 0 || rb%ringBufferPageSize != 0 {
 		v.add("RingBufferBytes", -1, "must be a power of two and a multiple of the page size (%d), got %d",
 			ringBufferPageSize, rb)
 	}

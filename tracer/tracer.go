@@ -49,7 +49,8 @@ type Options struct {
 	// SamplesPerSecond is the on-CPU sampling frequency per CPU.
 	SamplesPerSecond int
 	// RingBufferBytes is the size of the BPF ring buffer: a power of two and a
-	// multiple of the page size.
+	// multiple of the page size; 0 sizes it for the sampling rate and the
+	// CPUs (RingBufferBytesFor).
 	RingBufferBytes int
 	// IncludeIdle keeps samples of idle CPUs (pid 0).
 	IncludeIdle bool
@@ -186,9 +187,15 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.RingBufferBytes > 0 {
-		spec.Maps[support.SondeMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
+	rb := opts.RingBufferBytes
+	if rb <= 0 {
+		cpus, err := onlineCPUs()
+		if err != nil {
+			return nil, err
+		}
+		rb = RingBufferBytesFor(opts.SamplesPerSecond, len(cpus), offCPU)
 	}
+	spec.Maps[support.SondeMapEvents].MaxEntries = uint32(rb)
 	if opts.MaxProcesses > 0 {
 		spec.Maps[support.SondeMapKnownPids].MaxEntries = uint32(opts.MaxProcesses)
 		spec.Maps[support.SondeMapPidFilter].MaxEntries = uint32(opts.MaxProcesses)
@@ -539,4 +546,33 @@ func pollable(fd int) (*os.File, syscall.RawConn, error) {
 		return nil, nil, err
 	}
 	return f, rc, nil
+}
+
+// Bounds of RingBufferBytesFor.
+const (
+	minAutoRingBuffer    = 256 << 10
+	maxAutoRingBuffer    = 64 << 20
+	offCPUAutoRingBuffer = 4 << 20
+	// A sample record of a typical stack (30 user and 10 kernel frames)
+	// takes about 600 bytes; the estimate leaves room for deeper ones.
+	autoRecordBytes = 1 << 10
+)
+
+// RingBufferBytes is the ring buffer size for samplesPerSecond on cpus
+// CPUs when none is configured: two seconds of samples of 1 KiB from every
+// CPU, rounded up to a power of two, at least 256 KiB (4 MiB when off-CPU
+// profiling, whose record rate follows context switches, is on) and at
+// most 64 MiB. The kernel maps its pages twice, and they count in the
+// agent's RSS once written: a bigger buffer than the rate needs costs
+// memory and buys nothing.
+func RingBufferBytesFor(samplesPerSecond, cpus int, offCPU bool) int {
+	want := int64(max(samplesPerSecond, 1)) * int64(max(cpus, 1)) * autoRecordBytes * 2
+	n := int64(minAutoRingBuffer)
+	if offCPU {
+		n = offCPUAutoRingBuffer
+	}
+	for n < want && n < maxAutoRingBuffer {
+		n <<= 1
+	}
+	return int(n)
 }
