@@ -16,7 +16,7 @@ enum limits {
 
 // The user-stack unwinder handles this many frames per program run and
 // tail-calls itself for the next batch (tail calls keep 5.10 compatibility).
-#define FRAMES_PER_RUN  32
+#define FRAMES_PER_RUN  8
 #define MAX_UNWIND_RUNS (MAX_USER_FRAMES / FRAMES_PER_RUN)
 // Rows per table are found by binary search in at most this many steps,
 // enough for MAX_TABLE_ROWS rows.
