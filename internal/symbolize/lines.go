@@ -72,6 +72,9 @@ type lineTable struct {
 	heads []unitHead        // every unit of .debug_info, by offset
 	units []unitRange       // sorted by lo
 	size  int64             // memory held apart from the parsed units
+	// refUnits is how many other units a unit's DW_FORM_ref_addr
+	// references are followed into while it is parsed (maxRefUnits).
+	refUnits int
 
 	mu          sync.Mutex
 	parsed      *lru[int32, *unitInfo] // by index in heads; guarded by mu
@@ -314,7 +317,7 @@ func indexUnits(sec map[string][]byte, aranges []byte) (lt *lineTable, err error
 	if err != nil {
 		return nil, err
 	}
-	lt = &lineTable{sec: sec, parsed: newLRU[int32, *unitInfo]()}
+	lt = &lineTable{sec: sec, refUnits: maxRefUnits, parsed: newLRU[int32, *unitInfo]()}
 	var utypes []uint8
 	if lt.heads, utypes, err = walkUnits(info, order); err != nil {
 		return nil, err
@@ -659,7 +662,7 @@ func (lt *lineTable) parseUnit(unit int32) (u *unitInfo) {
 // lead into.
 type unitParse struct {
 	lt    *lineTable
-	units map[int]*unitReader // by index in lt.heads; at most 1+maxRefUnits
+	units map[int]*unitReader // by index in lt.heads; at most 1+lt.refUnits
 	names map[uint64]string   // entry names by .debug_info offset
 }
 
@@ -691,7 +694,7 @@ func (p *unitParse) reader(i int) *unitReader {
 	if ur, ok := p.units[i]; ok {
 		return ur
 	}
-	if len(p.units) > maxRefUnits {
+	if len(p.units) > p.lt.refUnits {
 		return nil
 	}
 	h := p.lt.heads[i]
