@@ -294,8 +294,12 @@ func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate 
 	return lt, nil
 }
 
-// unmap releases the inflated sections; lt must not be used afterwards.
+// unmap releases the inflated sections; lt must not be used afterwards
+// (a lookup that still did would find no sections, not unmapped memory).
 func (lt *lineTable) unmap() {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	lt.sec = nil
 	for _, m := range lt.maps {
 		m.Unmap()
 	}
