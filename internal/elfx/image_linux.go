@@ -14,6 +14,7 @@ import (
 // is copied out of it first.
 type Image struct {
 	data []byte
+	anon bool // MapAnon's: its pages are its only copy
 }
 
 // MapImage maps size bytes of f read-only. The mapping outlives f's
@@ -32,6 +33,44 @@ func MapImage(f *os.File, size int64) (*Image, error) {
 	return &Image{data: data}, nil
 }
 
+// MapAnon maps size bytes of private anonymous memory, lets fill write
+// them, then makes them read-only. It holds data derived from a file (an
+// inflated section) outside the Go heap: the collector neither scans it
+// nor counts it in its heap goal, so it costs its size in RSS, not twice
+// that. It is the process's own memory, not page cache: the caller
+// accounts for it, and fill must keep no reference to the slice.
+func MapAnon(size int64, fill func([]byte) error) (*Image, error) {
+	if size <= 0 {
+		return &Image{}, fill(nil)
+	}
+	if int64(int(size)) != size {
+		return nil, fmt.Errorf("map %d anonymous bytes: too many", size)
+	}
+	data, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("map %d anonymous bytes: %w", size, err)
+	}
+	m := &Image{data: data, anon: true}
+	if err := fill(data); err != nil {
+		m.Unmap()
+		return nil, err
+	}
+	if err := unix.Mprotect(data, unix.PROT_READ); err != nil {
+		m.Unmap()
+		return nil, fmt.Errorf("protect %d anonymous bytes: %w", size, err)
+	}
+	return m, nil
+}
+
+// Size is the memory the mapping takes: its length in whole pages.
+func (m *Image) Size() int64 {
+	if m == nil || len(m.data) == 0 {
+		return 0
+	}
+	page := int64(os.Getpagesize())
+	return (int64(len(m.data)) + page - 1) / page * page
+}
+
 // Bytes returns the mapped bytes; nil for a nil Image.
 func (m *Image) Bytes() []byte {
 	if m == nil {
@@ -43,8 +82,9 @@ func (m *Image) Bytes() []byte {
 // DropPages unmaps the pages read so far from the process, not from the
 // page cache: they stop counting in the agent's RSS and the next read of
 // one faults it back in from the cache. Safe while other goroutines read.
+// It does nothing to an anonymous mapping, whose pages hold the only copy.
 func (m *Image) DropPages() {
-	if m == nil || len(m.data) == 0 {
+	if m == nil || len(m.data) == 0 || m.anon {
 		return
 	}
 	_ = unix.Madvise(m.data, unix.MADV_DONTNEED) // only fails for a range that is not a mapping

@@ -77,3 +77,17 @@ func TestImageDropPages(t *testing.T) {
 		t.Error("bytes read after DropPages differ from the file")
 	}
 }
+
+// DropPages leaves an anonymous mapping's bytes alone: they are its only copy.
+func TestImageDropPagesKeepsAnonymous(t *testing.T) {
+	want := bytes.Repeat([]byte("inflated "), 1<<16)
+	img, err := MapAnon(int64(len(want)), func(b []byte) error { copy(b, want); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Unmap()
+	img.DropPages()
+	if !bytes.Equal(img.Bytes(), want) {
+		t.Fatal("an anonymous mapping lost its bytes to DropPages")
+	}
+}

@@ -15,10 +15,13 @@
 //
 // Symbol sources are read in place: symbol tables, the pclntab and plain
 // DWARF are parsed from a read-only mapping of the file, whose pages are
-// the kernel's page cache, not the heap. Only derived data (the sorted
-// symbol index, inflated sections, parsed units) is built in the heap, and
-// Options.MaxSymbolBytes bounds all of it together with the caches; what
-// one file may inflate is capped (Options.MaxInflateBytes).
+// the kernel's page cache, not the heap. Only derived data is the agent's:
+// the sorted symbol index and parsed units in the heap, compressed DWARF
+// inflated into read-only anonymous mappings (outside the heap, so the
+// collector's heap goal does not double it), and Options.MaxSymbolBytes
+// bounds all of it together with the caches; what one file may inflate is
+// capped (Options.MaxInflateBytes). A unit is read through a dwarf.Data
+// over that unit alone, so only its abbreviations are ever parsed.
 //
 // A file is opened once: Open returns a Handle, a counted reference that
 // keeps the file open by descriptor until released, and symbol data is

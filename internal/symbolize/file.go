@@ -34,12 +34,13 @@ type loadLimits struct {
 	noMini       bool  // skip MiniDebugInfo (refused before: not inflated again)
 }
 
-// loadSyms reads the symbol data of f into the heap (no mapping), for
-// tests. maxDWARFBytes bounds the DWARF sections it will index and what it
-// inflates. A file without symbols gives an empty fileSyms.
+// loadSyms reads the symbol data of f into the heap (no mapping of the
+// file; compressed DWARF is inflated into mappings that unmap releases),
+// for tests. maxDWARFBytes bounds the DWARF sections it will index and what
+// it inflates. A file without symbols gives an empty fileSyms.
 func loadSyms(f *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
 	n := int64(min(maxDWARFBytes, 1<<40))
-	return loadSymsWith(f, nil, nil, nil, loadLimits{maxDWARF: maxDWARFBytes, maxDWARFHeap: n * dwarfAbbrevFactor, inflate: n})
+	return loadSymsWith(f, nil, nil, nil, loadLimits{maxDWARF: maxDWARFBytes, maxDWARFHeap: 2 * n, inflate: n})
 }
 
 // loadSymsWith reads the symbol data of f and of its separate debug file
@@ -93,8 +94,9 @@ func loadSymsWith(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, li
 	return fs, nil
 }
 
-// memSize is the heap the symbol data holds now (the mappings are not
-// heap: their pages are the page cache's).
+// memSize is the memory the symbol data holds now: its heap and its
+// inflated sections' anonymous mappings (the files' mappings are not
+// counted: their pages are the page cache's).
 func (fs *fileSyms) memSize() int64 {
 	n := int64(256 + 64*len(fs.layout.Progs))
 	if fs.goTab != nil {
@@ -109,7 +111,7 @@ func (fs *fileSyms) memSize() int64 {
 	return n
 }
 
-// dropPages lets go of the mapped pages read so far (see
+// dropPages lets go of the file mappings' pages read so far (see
 // elfx.Image.DropPages); the mappings stay usable.
 func (fs *fileSyms) dropPages() {
 	for _, m := range fs.images {
@@ -117,8 +119,12 @@ func (fs *fileSyms) dropPages() {
 	}
 }
 
-// unmap releases the mappings; fs must not be used afterwards.
+// unmap releases the mappings, the files' and the inflated sections'; fs
+// must not be used afterwards.
 func (fs *fileSyms) unmap() {
+	if fs.lines != nil {
+		fs.lines.unmap()
+	}
 	for _, m := range fs.images {
 		m.Unmap()
 	}

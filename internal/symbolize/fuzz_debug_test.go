@@ -2,7 +2,6 @@ package symbolize
 
 import (
 	"bytes"
-	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"os"
@@ -26,12 +25,13 @@ func dwarfSeed(f *testing.F, bin string) []byte {
 	var secs [][]byte
 	for _, name := range []string{"abbrev", "info", "line", "str"} {
 		inflate := int64(1 << 24)
-		b, _, err := debugSectionData(ef, nil, name, 1<<24, &inflate)
+		b, m, _, err := debugSectionData(ef, nil, name, 1<<24, &inflate)
 		if err != nil {
 			f.Fatal(err)
 		}
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
-		secs = append(secs, b)
+		secs = append(secs, bytes.Clone(b))
+		m.Unmap()
 	}
 	for _, b := range secs {
 		out = append(out, b...)
@@ -59,11 +59,7 @@ func FuzzDWARF(f *testing.F) {
 			}
 			secs[i], rest = rest[:n], rest[n:]
 		}
-		d, err := dwarf.New(secs[0], nil, nil, secs[1], secs[2], nil, nil, secs[3])
-		if err != nil {
-			return
-		}
-		lt, err := indexUnits(d, 0, uint64(len(secs[0])))
+		lt, err := indexUnits(map[string][]byte{"abbrev": secs[0], "info": secs[1], "line": secs[2], "str": secs[3]}, nil)
 		if err != nil {
 			return
 		}
@@ -76,6 +72,58 @@ func FuzzDWARF(f *testing.F) {
 		}
 		if _, evicted := lt.unitStats(); evicted > 0 && lt.parsedBytes > unitCacheBytes {
 			t.Fatalf("parsed units hold %d bytes past the bound", lt.parsedBytes)
+		}
+	})
+}
+
+// FuzzDWARFAranges indexes a real unit's DWARF with arbitrary
+// .debug_info headers and .debug_aranges (the input is a little-endian
+// uint32 length, .debug_info, then .debug_aranges): ranges must name
+// units that exist, and lookups must not panic.
+func FuzzDWARFAranges(f *testing.F) {
+	bin := testutil.BuildC(f, "seed", []string{"-O2", "-g"}, testdata("inline.c"))
+	ef, err := elf.Open(bin)
+	if err != nil {
+		f.Fatal(err)
+	}
+	sec := map[string][]byte{}
+	for _, name := range []string{"abbrev", "info", "line", "str", "line_str", "aranges"} {
+		inflate := int64(1 << 24)
+		b, m, _, err := debugSectionData(ef, nil, name, 1<<24, &inflate)
+		if err != nil {
+			f.Fatal(err)
+		}
+		sec[name] = bytes.Clone(b)
+		m.Unmap()
+	}
+	ef.Close()
+	seed := binary.LittleEndian.AppendUint32(nil, uint32(len(sec["info"])))
+	f.Add(append(append(seed, sec["info"]...), sec["aranges"]...))
+	f.Add(append(binary.LittleEndian.AppendUint32(nil, uint32(len(sec["info"]))), sec["info"]...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		n := int(binary.LittleEndian.Uint32(data))
+		if n > len(data)-4 {
+			return
+		}
+		in := map[string][]byte{"abbrev": sec["abbrev"], "line": sec["line"], "str": sec["str"], "line_str": sec["line_str"], "info": data[4 : 4+n]}
+		lt, err := indexUnits(in, data[4+n:])
+		if err != nil {
+			return
+		}
+		for _, u := range lt.units {
+			if u.unit < 0 || int(u.unit) >= len(lt.heads) || u.lo >= u.hi {
+				t.Fatalf("unit range %+v of %d units", u, len(lt.heads))
+			}
+		}
+		for _, u := range lt.units[:min(len(lt.units), 16)] {
+			for _, pc := range []uint64{u.lo, (u.lo + u.hi) / 2, u.hi - 1} {
+				if chain := lt.lookup(pc); len(chain) > maxInlineDepth {
+					t.Fatalf("chain of %d levels", len(chain))
+				}
+			}
 		}
 	})
 }

@@ -41,6 +41,7 @@ func FuzzLoadSymbols(f *testing.F) {
 		if err != nil {
 			return
 		}
+		defer fs.unmap()
 		offs := []uint64{0, uint64(len(data) / 2), ^uint64(0)}
 		for _, p := range ef.Progs {
 			offs = append(offs, p.Off, p.Off+1, p.Off+p.Filesz/2)

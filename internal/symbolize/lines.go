@@ -17,7 +17,8 @@ import (
 )
 
 const (
-	// maxDWARFUnits bounds the compile-unit ranges indexed for one file.
+	// maxDWARFUnits bounds the units and the compile-unit ranges indexed
+	// for one file.
 	maxDWARFUnits = 1 << 20
 	// maxLineRows bounds the rows kept from one unit's line program.
 	maxLineRows = 1 << 22
@@ -27,46 +28,68 @@ const (
 	maxUnitEntries = 1 << 24
 	// maxOriginHops bounds DW_AT_abstract_origin/DW_AT_specification chains.
 	maxOriginHops = 8
+	// maxRefUnits bounds the other units a unit's DW_FORM_ref_addr
+	// references are followed into while it is parsed; past it a name
+	// there is not found.
+	maxRefUnits = 16
 	// maxInlineDepth bounds the frames one address expands to.
 	maxInlineDepth = 64
 	// unitCacheBytes bounds the parsed units a lineTable keeps (LRU).
 	unitCacheBytes = 8 << 20
-	// dwarfUnitOverhead and dwarfAbbrevFactor estimate what debug/dwarf
-	// holds per unit header and per byte of .debug_abbrev (its parsed
-	// abbreviation tables), as measured with libc's debug file (983 KB of
-	// abbreviations held 12.9 MB) and small C++ programs alike.
-	dwarfUnitOverhead = 200
-	dwarfAbbrevFactor = 13
+	// unitIndexShare estimates the index of a file's units (their headers
+	// and address ranges) as a share of .debug_info, before it is built:
+	// libc's debug file indexes 4126 units in under 1% of it.
+	unitIndexShare = 32
 )
 
 // attrMIPSLinkageName is DW_AT_MIPS_linkage_name, which GCC emitted before
 // DWARF 4 standardised DW_AT_linkage_name.
 const attrMIPSLinkageName dwarf.Attr = 0x2007
 
+// DWARF 5 unit types (DW_UT_*) that hold code: full and partial units.
+// Units before DWARF 5 are taken as DW_UT_compile.
+const (
+	utCompile = 0x01
+	utPartial = 0x03
+)
+
 // dwarfSections are the sections a lineTable reads; the rest of a file's
 // DWARF (locations, frames, macros, types in .debug_types) is never loaded.
+// .debug_aranges is read too while indexing, and let go afterwards.
 var dwarfSections = []string{"abbrev", "info", "line", "ranges", "str", "addr", "line_str", "rnglists", "str_offsets"}
 
 // lineTable names addresses from a file's DWARF: the chain of inlined calls
 // from DW_TAG_subprogram and DW_TAG_inlined_subroutine entries, and source
 // lines from the line programs. When loaded it only indexes compile units by
-// address range; the first lookup in a unit parses that unit's entries and
-// line program, and a bounded LRU keeps the parsed units. Safe for
+// address range, from .debug_aranges or each unit's own entry; the first
+// lookup in a unit parses that unit's entries and line program through a
+// dwarf.Data over just that unit (so only its abbreviations are ever parsed,
+// and dropped after), and a bounded LRU keeps the parsed units. Safe for
 // concurrent use: lookups serialise on mu.
 type lineTable struct {
-	d     *dwarf.Data
-	units []unitRange // sorted by lo
-	size  int64       // heap held apart from the parsed units
+	sec   map[string][]byte // by name without ".debug_": in place, or in maps
+	maps  []*elfx.Image     // inflated sections; released by unmap
+	heads []unitHead        // every unit of .debug_info, by offset
+	units []unitRange       // sorted by lo
+	size  int64             // memory held apart from the parsed units
+	// refUnits is how many other units a unit's DW_FORM_ref_addr
+	// references are followed into while it is parsed (maxRefUnits).
+	refUnits int
 
 	mu          sync.Mutex
-	parsed      *lru[dwarf.Offset, *unitInfo] // guarded by mu
-	parsedBytes int64                         // guarded by mu
-	evicted     uint64                        // parsed units dropped by unitCacheBytes; guarded by mu
+	parsed      *lru[int32, *unitInfo] // by index in heads; guarded by mu
+	parsedBytes int64                  // guarded by mu
+	evicted     uint64                 // parsed units dropped by unitCacheBytes; guarded by mu
+}
+
+// unitHead is where one unit lies in .debug_info: [off, end).
+type unitHead struct {
+	off, end uint64
 }
 
 type unitRange struct {
 	lo, hi uint64
-	off    dwarf.Offset // the compile unit's entry
+	unit   int32 // index into heads
 }
 
 // unitInfo is one parsed compile unit.
@@ -99,57 +122,69 @@ type fnNode struct {
 	callLine uint32
 }
 
-// debugSectionData returns the contents of a DWARF section and the heap
-// bytes it took: in place in img (the file's bytes, or nil to read from f)
-// when stored plainly, else inflated into the heap whether it is
-// SHF_COMPRESSED (zlib, zstd) or a legacy .zdebug_ section. limit bounds
-// the uncompressed size; inflate is what the file may still inflate, and
-// is reduced by what this section takes (more is errInflateCap).
-func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflate *int64) ([]byte, int64, error) {
+// debugSectionData returns the contents of a DWARF section and the memory
+// it holds: in place in img (the file's bytes, or nil to read from f, into
+// the heap) when stored plainly, else inflated into a read-only anonymous
+// mapping, m, whether it is SHF_COMPRESSED (zlib, zstd) or a legacy
+// .zdebug_ section; the caller owns m and unmaps it. limit bounds the
+// uncompressed size; inflate is what the file may still inflate, and is
+// reduced by what this section takes (more is errInflateCap).
+func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflate *int64) (b []byte, m *elfx.Image, held int64, err error) {
 	if s := f.Section(".debug_" + name); s != nil && s.Type != elf.SHT_NOBITS {
 		if s.Size > limit {
-			return nil, 0, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, s.Size)
+			return nil, nil, 0, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, s.Size)
 		}
-		if s.Flags&elf.SHF_COMPRESSED == 0 && img != nil {
-			b, err := elfx.SectionBytes(img, s)
-			return b, 0, err
-		}
-		if s.Flags&elf.SHF_COMPRESSED != 0 {
-			if int64(s.Size) > *inflate {
-				return nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, s.Size, errInflateCap)
+		if s.Flags&elf.SHF_COMPRESSED == 0 {
+			if img != nil {
+				b, err := elfx.SectionBytes(img, s)
+				return b, nil, 0, err
 			}
-			*inflate -= int64(s.Size)
+			b, err := s.Data()
+			return b, nil, int64(len(b)), err
 		}
-		b, err := s.Data()
-		return b, int64(len(b)), err
+		if int64(s.Size) > *inflate {
+			return nil, nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, s.Size, errInflateCap)
+		}
+		*inflate -= int64(s.Size)
+		m, err := elfx.MapAnon(int64(s.Size), func(b []byte) error {
+			_, err := io.ReadFull(s.Open(), b)
+			return err
+		})
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		return m.Bytes(), m, m.Size(), nil
 	}
 	s := f.Section(".zdebug_" + name)
 	if s == nil || s.Type == elf.SHT_NOBITS {
-		return nil, 0, nil
+		return nil, nil, 0, nil
 	}
 	// A .zdebug_ section is "ZLIB", the size as 8 big-endian bytes, then a
 	// zlib stream.
 	var hdr [12]byte
 	if _, err := s.ReadAt(hdr[:], 0); err != nil || string(hdr[:4]) != "ZLIB" {
-		return nil, 0, fmt.Errorf("%s: no ZLIB header", s.Name)
+		return nil, nil, 0, fmt.Errorf("%s: no ZLIB header", s.Name)
 	}
 	n := binary.BigEndian.Uint64(hdr[4:])
 	if n > limit {
-		return nil, 0, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, n)
+		return nil, nil, 0, fmt.Errorf("%s: %d bytes exceed the limit", s.Name, n)
 	}
 	if n > uint64(max(*inflate, 0)) {
-		return nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, n, errInflateCap)
+		return nil, nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, n, errInflateCap)
 	}
 	*inflate -= int64(n)
-	zr, err := zlib.NewReader(io.NewSectionReader(s, 12, int64(min(s.Size, 1<<62))))
+	m, err = elfx.MapAnon(int64(n), func(b []byte) error {
+		zr, err := zlib.NewReader(io.NewSectionReader(s, 12, int64(min(s.Size, 1<<62))))
+		if err != nil {
+			return err
+		}
+		_, err = io.ReadFull(zr, b)
+		return err
+	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", s.Name, err)
+		return nil, nil, 0, fmt.Errorf("%s: %w", s.Name, err)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(zr, buf); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", s.Name, err)
-	}
-	return buf, int64(n), nil
+	return m.Bytes(), m, m.Size(), nil
 }
 
 // dwarfSize returns the uncompressed size of the DWARF sections a lineTable
@@ -169,9 +204,9 @@ func dwarfSize(f *elf.File) uint64 {
 	return n
 }
 
-// dwarfHeapEstimate is the heap indexing f's DWARF takes before any unit
-// is parsed: the sections it must inflate and debug/dwarf's parsed
-// abbreviation tables.
+// dwarfHeapEstimate is the memory indexing f's DWARF holds before any
+// unit is parsed: the sections it must inflate (kept in anonymous
+// mappings, outside the Go heap but in the budget) and the unit index.
 func dwarfHeapEstimate(f *elf.File) int64 {
 	var n int64
 	for _, name := range dwarfSections {
@@ -189,8 +224,8 @@ func dwarfHeapEstimate(f *elf.File) int64 {
 		if compressed {
 			n += int64(size)
 		}
-		if name == "abbrev" {
-			n += int64(size) * dwarfAbbrevFactor
+		if name == "info" {
+			n += int64(size) / unitIndexShare
 		}
 	}
 	return n
@@ -214,7 +249,8 @@ func hasDWARF(f *elf.File) bool {
 // has no .debug_info or .debug_line, and when the sections it reads exceed
 // maxBytes (so one huge unstripped binary cannot take the whole budget).
 // Plain sections are read in place; compressed ones are inflated within
-// what inflate allows, which is reduced by what they take.
+// what inflate allows, which is reduced by what they take, into mappings
+// the table owns until unmap.
 func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate *int64) (lt *lineTable, err error) {
 	if !hasDWARF(f) {
 		return nil, nil
@@ -223,91 +259,324 @@ func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate 
 	if size > maxBytes || dwarfHeapEstimate(f) > maxHeap {
 		return nil, nil
 	}
-	data := make(map[string][]byte, len(dwarfSections))
-	var heap int64
+	sec := make(map[string][]byte, len(dwarfSections))
+	var maps []*elfx.Image
+	defer func() {
+		if lt == nil {
+			for _, m := range maps {
+				m.Unmap()
+			}
+		}
+	}()
+	var held int64
 	for _, name := range dwarfSections {
-		b, n, err := debugSectionData(f, img, name, maxBytes, inflate)
+		b, m, n, err := debugSectionData(f, img, name, maxBytes, inflate)
 		if err != nil {
 			return nil, fmt.Errorf("dwarf: %w", err)
 		}
-		data[name] = b
-		heap += n
-	}
-	// debug/dwarf can panic on some malformed input.
-	defer func() {
-		if r := recover(); r != nil {
-			lt, err = nil, fmt.Errorf("dwarf: corrupt data: %v", r)
+		if m != nil {
+			maps = append(maps, m)
 		}
-	}()
-	d, err := dwarf.New(data["abbrev"], nil, nil, data["info"], data["line"], nil, data["ranges"], data["str"])
+		sec[name], held = b, held+n
+	}
+	// .debug_aranges is optional: without it (or with one that does not
+	// fit), each unit's entry gives its ranges.
+	aranges, am, _, err := debugSectionData(f, img, "aranges", maxBytes, inflate)
 	if err != nil {
-		return nil, fmt.Errorf("dwarf: %w", err)
+		aranges = nil
 	}
-	for _, name := range []string{"addr", "line_str", "rnglists", "str_offsets"} {
-		if data[name] != nil {
-			if err := d.AddSection(".debug_"+name, data[name]); err != nil {
-				return nil, fmt.Errorf("dwarf: %w", err)
-			}
-		}
+	defer am.Unmap()
+	if lt, err = indexUnits(sec, aranges); err != nil {
+		return nil, err
 	}
-	return indexUnits(d, heap, uint64(len(data["abbrev"])))
+	lt.maps = maps
+	lt.size += held
+	return lt, nil
 }
 
-// indexUnits builds a lineTable over d, indexing its compile units by
-// address range; heap is the bytes of d's sections held in the heap
-// (inflated ones), abbrev the size of its abbreviations.
-func indexUnits(d *dwarf.Data, heap int64, abbrev uint64) (lt *lineTable, err error) {
+// unmap releases the inflated sections; lt must not be used afterwards
+// (a lookup that still did would find no sections, not unmapped memory).
+func (lt *lineTable) unmap() {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	lt.sec = nil
+	for _, m := range lt.maps {
+		m.Unmap()
+	}
+	lt.maps = nil
+}
+
+// indexUnits builds a lineTable over the sections sec (by name without
+// ".debug_"), indexing its compile units by address range: from aranges
+// (.debug_aranges, nil when absent) for the units it lists, else from each
+// unit's entry. The table's size counts its index, not sec.
+func indexUnits(sec map[string][]byte, aranges []byte) (lt *lineTable, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			lt, err = nil, fmt.Errorf("dwarf: corrupt data: %v", r)
 		}
 	}()
-	lt = &lineTable{d: d, parsed: newLRU[dwarf.Offset, *unitInfo]()}
-	units := 0
-	r := d.Reader()
-	last := dwarf.Offset(0)
-	for step := 0; ; step++ {
-		e, err := r.Next()
-		if err != nil {
-			return nil, fmt.Errorf("dwarf: read units: %w", err)
+	info := sec["info"]
+	order, err := dwarfByteOrder(info)
+	if err != nil {
+		return nil, err
+	}
+	lt = &lineTable{sec: sec, refUnits: maxRefUnits, parsed: newLRU[int32, *unitInfo]()}
+	var utypes []uint8
+	if lt.heads, utypes, err = walkUnits(info, order); err != nil {
+		return nil, err
+	}
+	listed := make([]bool, len(lt.heads))
+	if units, ok := arangesUnits(aranges, lt.heads, utypes); ok {
+		lt.units = units
+		for _, u := range units {
+			listed[u.unit] = true
 		}
-		if e == nil {
-			break
+	}
+	for i, h := range lt.heads {
+		if listed[i] || utypes[i] != utCompile && utypes[i] != utPartial {
+			continue
 		}
-		// debug/dwarf can step in place on corrupt input: entries must advance.
-		if e.Tag != 0 && step > 0 && e.Offset <= last || step > maxDWARFUnits {
-			return nil, errors.New("dwarf: unit entries do not advance")
-		}
-		if e.Tag != 0 {
-			last = e.Offset
-		}
-		if e.Tag == dwarf.TagCompileUnit || e.Tag == dwarf.TagPartialUnit {
-			units++
-			ranges, err := d.Ranges(e)
-			if err != nil {
-				return nil, fmt.Errorf("dwarf: unit at %#x: %w", e.Offset, err)
+		for _, rg := range lt.topRanges(h) {
+			if rg[0] >= rg[1] {
+				continue
 			}
-			for _, rg := range ranges {
-				if rg[0] >= rg[1] {
-					continue
-				}
-				if len(lt.units) >= maxDWARFUnits {
-					return nil, errors.New("dwarf: too many unit ranges")
-				}
-				lt.units = append(lt.units, unitRange{lo: rg[0], hi: rg[1], off: e.Offset})
+			if len(lt.units) >= maxDWARFUnits {
+				return nil, errors.New("dwarf: too many unit ranges")
 			}
-		}
-		if e.Children {
-			r.SkipChildren()
+			lt.units = append(lt.units, unitRange{lo: rg[0], hi: rg[1], unit: int32(i)})
 		}
 	}
 	slices.SortFunc(lt.units, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
 	lt.units = slices.Clip(lt.units)
-	// debug/dwarf keeps a header per unit and the parsed abbreviation
-	// tables (a few times .debug_abbrev); the parsed units are charged as
-	// they are parsed (memSize).
-	lt.size = heap + int64(cap(lt.units))*24 + int64(units)*dwarfUnitOverhead + int64(abbrev)*dwarfAbbrevFactor + 512
+	lt.heads = slices.Clip(lt.heads)
+	// The parsed units are charged as they are parsed (memSize).
+	lt.size = int64(cap(lt.units))*24 + int64(cap(lt.heads))*16 + 512
 	return lt, nil
+}
+
+// topRanges returns the address ranges of the unit h from its entry, nil
+// when it cannot be read or is no compile or partial unit.
+func (lt *lineTable) topRanges(h unitHead) (ranges [][2]uint64) {
+	defer func() {
+		if recover() != nil {
+			ranges = nil // debug/dwarf can panic on some malformed input
+		}
+	}()
+	d, err := lt.unitData(h)
+	if err != nil {
+		return nil
+	}
+	e, err := d.Reader().Next()
+	if err != nil || e == nil || e.Tag != dwarf.TagCompileUnit && e.Tag != dwarf.TagPartialUnit {
+		return nil
+	}
+	ranges, _ = d.Ranges(e)
+	return ranges
+}
+
+// unitData returns a dwarf.Data over the unit h alone, with the other
+// sections whole: entry offsets in it are relative to h.off, and only h's
+// abbreviations are parsed (debug/dwarf parses every unit's up front and
+// keeps them, a dozen times .debug_abbrev for all of a file).
+func (lt *lineTable) unitData(h unitHead) (*dwarf.Data, error) {
+	d, err := dwarf.New(lt.sec["abbrev"], nil, nil, lt.sec["info"][h.off:h.end:h.end], lt.sec["line"], nil, lt.sec["ranges"], lt.sec["str"])
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"addr", "line_str", "rnglists", "str_offsets"} {
+		if b := lt.sec[name]; b != nil {
+			if err := d.AddSection(".debug_"+name, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d, nil
+}
+
+// dwarfByteOrder tells the byte order of .debug_info from its first unit's
+// version, as debug/dwarf does.
+func dwarfByteOrder(info []byte) (binary.ByteOrder, error) {
+	off := 4
+	if len(info) >= 4 && binary.LittleEndian.Uint32(info) == 0xffffffff {
+		off = 12
+	}
+	if len(info) < off+2 {
+		return nil, errors.New("dwarf: .debug_info too short")
+	}
+	switch x, y := info[off], info[off+1]; {
+	case x == 0 && y == 0:
+		return nil, errors.New("dwarf: unsupported version 0")
+	case x == 0:
+		return binary.BigEndian, nil
+	case y == 0:
+		return binary.LittleEndian, nil
+	}
+	return nil, errors.New("dwarf: cannot determine byte order")
+}
+
+// unitHeader is the header of one unit of .debug_info.
+type unitHeader struct {
+	end       uint64 // just past the unit
+	version   uint16 // 0 for an empty unit (length 0), which is skipped
+	utype     uint8  // DW_UT_*; DW_UT_compile before DWARF 5
+	abbrevOff uint64
+}
+
+// readUnitHeader reads the header of the unit at off in info, in the 32-
+// or 64-bit format, of DWARF 2 to 5.
+func readUnitHeader(info []byte, off uint64, order binary.ByteOrder) (unitHeader, error) {
+	var h unitHeader
+	rest := uint64(len(info)) - min(off, uint64(len(info)))
+	if rest < 4 {
+		return h, fmt.Errorf("unit at %#x: truncated length", off)
+	}
+	n, hdr, offSize := uint64(order.Uint32(info[off:])), uint64(4), 4
+	switch {
+	case n == 0xffffffff:
+		if rest < 12 {
+			return h, fmt.Errorf("unit at %#x: truncated length", off)
+		}
+		n, hdr, offSize = order.Uint64(info[off+4:]), 12, 8
+	case n >= 0xfffffff0:
+		return h, fmt.Errorf("unit at %#x: reserved length %#x", off, n)
+	}
+	if n > rest-hdr {
+		return h, fmt.Errorf("unit at %#x: %d bytes past the section", off, n)
+	}
+	h.end = off + hdr + n
+	if n == 0 {
+		return h, nil
+	}
+	b := info[off+hdr : h.end]
+	if len(b) < 2 {
+		return h, fmt.Errorf("unit at %#x: truncated header", off)
+	}
+	h.version = order.Uint16(b)
+	if h.version < 2 || h.version > 5 {
+		return h, fmt.Errorf("unit at %#x: unsupported DWARF version %d", off, h.version)
+	}
+	at := 2 // the abbreviation offset
+	h.utype = utCompile
+	if h.version >= 5 {
+		at = 4
+		if len(b) >= 3 {
+			h.utype = b[2]
+		}
+	}
+	need := at + offSize // the address size follows the offset before DWARF 5
+	if h.version < 5 {
+		need++
+	}
+	if len(b) < need {
+		return h, fmt.Errorf("unit at %#x: truncated header", off)
+	}
+	if offSize == 8 {
+		h.abbrevOff = order.Uint64(b[at:])
+	} else {
+		h.abbrevOff = uint64(order.Uint32(b[at:]))
+	}
+	return h, nil
+}
+
+// walkUnits lists the units of .debug_info from their headers alone, with
+// each one's unit type.
+func walkUnits(info []byte, order binary.ByteOrder) (heads []unitHead, utypes []uint8, err error) {
+	for off := uint64(0); off < uint64(len(info)); {
+		h, err := readUnitHeader(info, off, order)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dwarf: %w", err)
+		}
+		if h.version != 0 {
+			if len(heads) >= maxDWARFUnits {
+				return nil, nil, errors.New("dwarf: too many units")
+			}
+			heads = append(heads, unitHead{off: off, end: h.end})
+			utypes = append(utypes, h.utype)
+		}
+		off = h.end
+	}
+	return heads, utypes, nil
+}
+
+// findUnit returns the index of the unit holding the .debug_info offset
+// off, or -1.
+func findUnit(heads []unitHead, off uint64) int {
+	i, found := slices.BinarySearchFunc(heads, off, func(h unitHead, off uint64) int { return cmp.Compare(h.off, off) })
+	if !found {
+		i--
+	}
+	if i < 0 || off >= heads[i].end {
+		return -1
+	}
+	return i
+}
+
+// arangesUnits reads the address ranges of the units .debug_aranges lists.
+// It reports false when there is no such section or anything in it does
+// not fit (a unit offset that is no compile or partial unit's in heads, an
+// unknown version or layout): then every unit's entry is read instead.
+func arangesUnits(aranges []byte, heads []unitHead, utypes []uint8) (units []unitRange, ok bool) {
+	if len(aranges) == 0 || len(heads) == 0 {
+		return nil, false
+	}
+	order, err := dwarfByteOrder(aranges)
+	if err != nil {
+		return nil, false
+	}
+	for off := uint64(0); off < uint64(len(aranges)); {
+		rest := uint64(len(aranges)) - off
+		if rest < 4 {
+			return nil, false
+		}
+		n, hdr, offSize := uint64(order.Uint32(aranges[off:])), uint64(4), uint64(4)
+		if n == 0xffffffff {
+			if rest < 12 {
+				return nil, false
+			}
+			n, hdr, offSize = order.Uint64(aranges[off+4:]), 12, 8
+		}
+		if n > rest-hdr || n < 2+offSize+2 {
+			return nil, false
+		}
+		set := aranges[off : off+hdr+n]
+		next := off + hdr + n
+		if order.Uint16(set[hdr:]) != 2 {
+			return nil, false
+		}
+		var unitOff uint64
+		if offSize == 8 {
+			unitOff = order.Uint64(set[hdr+2:])
+		} else {
+			unitOff = uint64(order.Uint32(set[hdr+2:]))
+		}
+		asize, segSize := uint64(set[hdr+2+offSize]), set[hdr+3+offSize]
+		u := findUnit(heads, unitOff)
+		if asize != 4 && asize != 8 || segSize != 0 || u < 0 || heads[u].off != unitOff || utypes[u] != utCompile && utypes[u] != utPartial {
+			return nil, false
+		}
+		// Tuples start at a multiple of their size from the set's start.
+		for at := (hdr + 4 + offSize + 2*asize - 1) / (2 * asize) * (2 * asize); at+2*asize <= uint64(len(set)); at += 2 * asize {
+			var lo, size uint64
+			if asize == 8 {
+				lo, size = order.Uint64(set[at:]), order.Uint64(set[at+8:])
+			} else {
+				lo, size = uint64(order.Uint32(set[at:])), uint64(order.Uint32(set[at+4:]))
+			}
+			if lo == 0 && size == 0 {
+				break
+			}
+			if size == 0 {
+				continue
+			}
+			if lo+size < lo || len(units) >= maxDWARFUnits {
+				return nil, false
+			}
+			units = append(units, unitRange{lo: lo, hi: lo + size, unit: int32(u)})
+		}
+		off = next
+	}
+	return units, true
 }
 
 // dwarfFrame is one level of the inline chain at an address, innermost
@@ -330,7 +599,7 @@ func (lt *lineTable) lookup(pc uint64) []dwarfFrame {
 	// Unit ranges rarely overlap; look at a few lower ones too.
 	for k := i; k >= 0 && k > i-4; k-- {
 		if u := lt.units[k]; pc < u.hi {
-			if frames := lt.lookupUnit(u.off, pc); frames != nil {
+			if frames := lt.lookupUnit(u.unit, pc); frames != nil {
 				return frames
 			}
 		}
@@ -338,13 +607,13 @@ func (lt *lineTable) lookup(pc uint64) []dwarfFrame {
 	return nil
 }
 
-func (lt *lineTable) lookupUnit(off dwarf.Offset, pc uint64) []dwarfFrame {
+func (lt *lineTable) lookupUnit(unit int32, pc uint64) []dwarfFrame {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	u, ok := lt.parsed.get(off)
+	u, ok := lt.parsed.get(unit)
 	if !ok {
-		u = lt.parseUnit(off)
-		lt.parsed.put(off, u)
+		u = lt.parseUnit(unit)
+		lt.parsed.put(unit, u)
 		lt.parsedBytes += u.size
 		for lt.parsedBytes > unitCacheBytes && lt.parsed.len() > 1 {
 			_, old, _ := lt.parsed.removeOldest()
@@ -355,9 +624,9 @@ func (lt *lineTable) lookupUnit(off dwarf.Offset, pc uint64) []dwarfFrame {
 	return u.frames(pc)
 }
 
-// parseUnit reads the unit at off. A unit that cannot be read gives an
-// empty unitInfo, cached like any other so it is not read again.
-func (lt *lineTable) parseUnit(off dwarf.Offset) (u *unitInfo) {
+// parseUnit reads the unit heads[unit]. A unit that cannot be read gives
+// an empty unitInfo, cached like any other so it is not read again.
+func (lt *lineTable) parseUnit(unit int32) (u *unitInfo) {
 	u = &unitInfo{}
 	defer func() {
 		if recover() != nil {
@@ -373,20 +642,187 @@ func (lt *lineTable) parseUnit(off dwarf.Offset) (u *unitInfo) {
 			u.size += int64(len(fn.name))
 		}
 	}()
-	r := lt.d.Reader()
-	r.Seek(off)
+	p := &unitParse{lt: lt, units: map[int]*unitReader{}, names: map[uint64]string{}}
+	ur := p.reader(int(unit))
+	if ur == nil {
+		return u
+	}
+	r := ur.d.Reader()
 	cu, err := r.Next()
 	if err != nil || cu == nil {
 		return u
 	}
 	compDir, _ := cu.Val(dwarf.AttrCompDir).(string)
-	if lr, err := lt.d.LineReader(cu); err == nil && lr != nil {
+	if lr, err := ur.d.LineReader(cu); err == nil && lr != nil {
 		u.readLines(lr, compDir)
 	}
 	if cu.Children {
-		u.readFunctions(lt.d, r, lt.d.Reader())
+		u.readFunctions(p, ur, r)
 	}
 	return u
+}
+
+// unitParse is the parse of one unit, with the other units its references
+// lead into.
+type unitParse struct {
+	lt    *lineTable
+	units map[int]*unitReader // by index in lt.heads; at most 1+lt.refUnits
+	names map[uint64]string   // entry names by .debug_info offset
+}
+
+// unitReader reads one unit's entries through a dwarf.Data over that unit
+// alone (lineTable.unitData); r follows references into it.
+type unitReader struct {
+	d    *dwarf.Data
+	r    *dwarf.Reader
+	head unitHead
+	info []byte // the unit's bytes: entry offsets index them
+	// refs holds the abbreviations whose DW_AT_abstract_origin or
+	// DW_AT_specification is not relative to the unit; nil when none is.
+	refs map[uint64]refForms
+}
+
+// How a reference attribute's form locates its target.
+const (
+	refInUnit    = iota // DW_FORM_ref1/2/4/8/udata: an offset in the unit
+	refInSection        // DW_FORM_ref_addr: an offset in .debug_info
+	refElsewhere        // another file's (ref_sup, GNU_ref_alt), or unknown (indirect)
+)
+
+// refForms are the forms of one abbreviation's origin and specification.
+type refForms struct{ origin, spec uint8 }
+
+// reader returns the reader of the unit lt.heads[i], opening it on first
+// use; nil when it cannot be read or too many are open.
+func (p *unitParse) reader(i int) *unitReader {
+	if ur, ok := p.units[i]; ok {
+		return ur
+	}
+	if len(p.units) > p.lt.refUnits {
+		return nil
+	}
+	h := p.lt.heads[i]
+	d, err := p.lt.unitData(h)
+	if err != nil {
+		p.units[i] = nil
+		return nil
+	}
+	ur := &unitReader{d: d, r: d.Reader(), head: h, info: p.lt.sec["info"][h.off:h.end]}
+	if order, err := dwarfByteOrder(ur.info); err == nil {
+		if hdr, err := readUnitHeader(ur.info, 0, order); err == nil {
+			ur.refs = abbrevRefs(p.lt.sec["abbrev"], hdr.abbrevOff)
+		}
+	}
+	p.units[i] = ur
+	return ur
+}
+
+// entry returns the entry at the .debug_info offset off and the reader of
+// its unit; nil when there is none or its unit cannot be read.
+func (p *unitParse) entry(off uint64) (*unitReader, *dwarf.Entry) {
+	i := findUnit(p.lt.heads, off)
+	if i < 0 || off == p.lt.heads[i].off {
+		return nil, nil
+	}
+	ur := p.reader(i)
+	if ur == nil {
+		return nil, nil
+	}
+	ur.r.Seek(dwarf.Offset(off - ur.head.off))
+	e, err := ur.r.Next()
+	if err != nil || e == nil {
+		return nil, nil
+	}
+	return ur, e
+}
+
+// ref returns the .debug_info offset e's abstract origin, else its
+// specification, refers to.
+func (ur *unitReader) ref(e *dwarf.Entry) (uint64, bool) {
+	var forms refForms
+	if ur.refs != nil && uint64(e.Offset) < uint64(len(ur.info)) {
+		if code, n := binary.Uvarint(ur.info[e.Offset:]); n > 0 {
+			forms = ur.refs[code]
+		}
+	}
+	for _, a := range []struct {
+		attr dwarf.Attr
+		form uint8
+	}{{dwarf.AttrAbstractOrigin, forms.origin}, {dwarf.AttrSpecification, forms.spec}} {
+		off, ok := e.Val(a.attr).(dwarf.Offset)
+		if !ok {
+			continue
+		}
+		switch a.form {
+		case refInUnit:
+			return ur.head.off + uint64(off), true
+		case refInSection:
+			return uint64(off), true
+		}
+		return 0, false
+	}
+	return 0, false
+}
+
+// abbrevRefs reads the abbreviation table at off and returns the forms of
+// the abbreviations whose DW_AT_abstract_origin or DW_AT_specification is
+// not an offset in the unit, nil when there is none (the usual case).
+func abbrevRefs(abbrev []byte, off uint64) map[uint64]refForms {
+	if off >= uint64(len(abbrev)) {
+		return nil
+	}
+	b := abbrev[off:]
+	uleb := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			b = nil // truncated or overlong: the table ends here
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	var refs map[uint64]refForms
+	for len(b) > 0 {
+		code := uleb()
+		if code == 0 || len(b) == 0 {
+			break
+		}
+		uleb() // tag
+		if len(b) == 0 {
+			break
+		}
+		b = b[1:] // children
+		var forms refForms
+		for len(b) > 0 {
+			attr, form := uleb(), uleb()
+			if attr == 0 && form == 0 {
+				break
+			}
+			if form == 0x21 { // DW_FORM_implicit_const carries its value here
+				uleb()
+			}
+			kind := uint8(refElsewhere)
+			switch form {
+			case 0x11, 0x12, 0x13, 0x14, 0x15:
+				kind = refInUnit
+			case 0x10:
+				kind = refInSection
+			}
+			switch dwarf.Attr(attr) {
+			case dwarf.AttrAbstractOrigin:
+				forms.origin = kind
+			case dwarf.AttrSpecification:
+				forms.spec = kind
+			}
+		}
+		if forms != (refForms{}) {
+			if refs == nil {
+				refs = map[uint64]refForms{}
+			}
+			refs[code] = forms
+		}
+	}
+	return refs
 }
 
 // tight returns s in an array of exactly its length.
@@ -444,9 +880,8 @@ func (u *unitInfo) readLines(lr *dwarf.LineReader, compDir string) {
 
 // readFunctions walks the unit's entries after the unit entry and records
 // every concrete function and inlined call with its address ranges. r is
-// positioned after the unit entry; or reads the entries names come from.
-func (u *unitInfo) readFunctions(d *dwarf.Data, r, or *dwarf.Reader) {
-	names := map[dwarf.Offset]string{}
+// ur's, positioned after the unit entry.
+func (u *unitInfo) readFunctions(p *unitParse, ur *unitReader, r *dwarf.Reader) {
 	// stack holds, per open entry with children, the fnNode it is (or -1).
 	stack := []int32{-1}
 	enclosing := func() int32 {
@@ -475,7 +910,7 @@ func (u *unitInfo) readFunctions(d *dwarf.Data, r, or *dwarf.Reader) {
 		}
 		node := int32(-1)
 		if e.Tag == dwarf.TagSubprogram || e.Tag == dwarf.TagInlinedSubroutine {
-			node = u.addFunction(d, or, e, enclosing(), names)
+			node = u.addFunction(p, ur, e, enclosing())
 		}
 		if e.Children {
 			stack = append(stack, node)
@@ -487,12 +922,12 @@ func (u *unitInfo) readFunctions(d *dwarf.Data, r, or *dwarf.Reader) {
 }
 
 // addFunction records e if it has code; it returns its fnNode index or -1.
-func (u *unitInfo) addFunction(d *dwarf.Data, or *dwarf.Reader, e *dwarf.Entry, parent int32, names map[dwarf.Offset]string) int32 {
-	ranges, err := d.Ranges(e)
+func (u *unitInfo) addFunction(p *unitParse, ur *unitReader, e *dwarf.Entry, parent int32) int32 {
+	ranges, err := ur.d.Ranges(e)
 	if err != nil || len(ranges) == 0 {
 		return -1
 	}
-	fn := fnNode{name: entryName(or, e, names), parent: -1}
+	fn := fnNode{name: p.entryName(ur, e), parent: -1}
 	if e.Tag == dwarf.TagInlinedSubroutine && parent >= 0 {
 		fn.parent = parent
 		fn.depth = u.fns[parent].depth + 1
@@ -515,14 +950,17 @@ func (u *unitInfo) addFunction(d *dwarf.Data, or *dwarf.Reader, e *dwarf.Entry, 
 	return idx
 }
 
-// entryName returns the raw name of a function entry: its linkage name,
-// else its name, else that of its abstract origin or specification.
-func entryName(or *dwarf.Reader, e *dwarf.Entry, cache map[dwarf.Offset]string) string {
-	start := e.Offset
-	if name, ok := cache[start]; ok {
+// entryName returns the raw name of a function entry e of ur's unit: its
+// linkage name, else its name, else that of its abstract origin or
+// specification, which a DW_FORM_ref_addr may put in another unit. A name
+// in a unit that cannot be read is not found.
+func (p *unitParse) entryName(ur *unitReader, e *dwarf.Entry) string {
+	start := ur.head.off + uint64(e.Offset)
+	if name, ok := p.names[start]; ok {
 		return name
 	}
 	var name string
+	at := start
 	for hop := 0; e != nil && hop <= maxOriginHops; hop++ {
 		if n, ok := e.Val(dwarf.AttrLinkageName).(string); ok && n != "" {
 			name = n
@@ -536,26 +974,22 @@ func entryName(or *dwarf.Reader, e *dwarf.Entry, cache map[dwarf.Offset]string) 
 			name = n
 			// A declaration may still carry the linkage name: keep looking.
 		}
-		if n, ok := cache[e.Offset]; ok && e.Offset != start {
+		if n, ok := p.names[at]; ok && at != start {
 			if n != "" {
 				name = n
 			}
 			break
 		}
-		ref, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
+		ref, ok := ur.ref(e)
 		if !ok {
-			if ref, ok = e.Val(dwarf.AttrSpecification).(dwarf.Offset); !ok {
-				break
-			}
-		}
-		or.Seek(ref)
-		next, err := or.Next()
-		if err != nil || next == nil {
 			break
 		}
-		e = next
+		ur, e = p.entry(ref)
+		if e != nil {
+			at = ref
+		}
 	}
-	cache[start] = name
+	p.names[start] = name
 	return name
 }
 

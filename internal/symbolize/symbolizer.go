@@ -92,7 +92,8 @@ func (h *Handle) Release() {
 // Options bounds the Symbolizer's memory. Zero fields take the defaults.
 type Options struct {
 	MaxFiles int // how many files' symbol data stay loaded (LRU); default 256
-	// MaxSymbolBytes bounds all the heap symbolization holds: the indexes
+	// MaxSymbolBytes bounds all the memory symbolization holds, heap and
+	// the anonymous mappings inflated DWARF is kept in: the indexes
 	// of loaded files (symbol index, inflated sections, MiniDebugInfo
 	// names, parsed line programs and inline trees), the (file, offset)
 	// cache, the kernel's symbols and the known files. Symbol tables,
@@ -182,9 +183,9 @@ type Stats struct {
 	InflateRefused    uint64 // compressed sections refused by MaxInflateBytes
 	OpenFiles         int    // files held open by Handles now
 	LoadedFiles       int    // files whose symbol data is loaded now
-	// LoadedBytes is the heap symbolization holds now, all of it: loaded
-	// files' indexes, the (file, offset) cache, the kernel's symbols and the
-	// known files. It stays within MaxSymbolBytes except while a single
+	// LoadedBytes is the memory symbolization holds now, all of it: loaded
+	// files' indexes and inflated sections, the (file, offset) cache, the
+	// kernel's symbols and the known files. It stays within MaxSymbolBytes except while a single
 	// file larger than the rest of the budget is in use.
 	LoadedBytes int64
 }
@@ -663,7 +664,7 @@ func (s *Symbolizer) Symbolize(id elfx.FileID, fileOffset uint64) ([]Line, error
 func (s *Symbolizer) load(lf *loadedFile, k *knownFile, fd *os.File, host string, noMini bool) {
 	id := k.info.ID
 	// One file's DWARF index may take half the budget (libc's debug file
-	// takes 25 MB): more would evict every other file.
+	// takes 8 MB, its inflated sections): more would evict every other file.
 	lim := loadLimits{maxDWARF: uint64(s.opts.MaxDWARFBytes), maxDWARFHeap: s.opts.MaxSymbolBytes / 2,
 		inflate: s.opts.MaxInflateBytes, noMini: noMini}
 	switch {

@@ -1,0 +1,92 @@
+package symbolize
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
+)
+
+// anonReadOnlyBytes is the size of this process's read-only anonymous
+// mappings: where inflated DWARF sections are kept, outside the heap.
+func anonReadOnlyBytes(t testing.TB) int64 {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 5 || f[1] != "r--p" || f[4] != "0" {
+			continue // not anonymous, or not read-only
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		a, err1 := strconv.ParseUint(lo, 16, 64)
+		z, err2 := strconv.ParseUint(hi, 16, 64)
+		if ok && err1 == nil && err2 == nil {
+			n += int64(z - a)
+		}
+	}
+	return n
+}
+
+// What libc's separate debug file (libc6-dbg) costs: the heap and the
+// anonymous mappings held after loading it and naming a few hundred PCs
+// in libc, against what the Symbolizer accounts for, and the load time.
+func TestLibcDebugFileMemory(t *testing.T) {
+	if _, err := os.Stat(libcPath); err != nil {
+		t.Skipf("no %s: %v", libcPath, err)
+	}
+	s := New(zaptest.NewLogger(t), Options{MaxSymbolBytes: 128 << 20})
+	h, err := s.Open(libcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	debugPath := h.GNUBuildID
+	if len(debugPath) > 2 {
+		debugPath = elfx.DefaultDebugDir + "/.build-id/" + debugPath[:2] + "/" + debugPath[2:] + ".debug"
+	}
+	if _, err := os.Stat(debugPath); err != nil {
+		t.Skipf("libc6-dbg is not installed (%v)", err)
+	}
+	dyn := nmFunctions(t, libcPath, true)
+	var offs []uint64
+	for i := 0; i < len(dyn) && len(offs) < 400; i += max(len(dyn)/400, 1) {
+		offs = append(offs, vaddrToOffset(t, libcPath, dyn[i].addr+dyn[i].size/2))
+	}
+	heap0, anon0 := heapNow(), anonReadOnlyBytes(t)
+	start := time.Now()
+	if _, err := s.Symbolize(h.ID, offs[0]); err != nil {
+		t.Fatal(err)
+	}
+	load := time.Since(start)
+	heapLoaded, anonLoaded := heapNow()-heap0, anonReadOnlyBytes(t)-anon0
+	loadedBytes := s.Stats().LoadedBytes
+	start = time.Now()
+	withLine := 0
+	for _, off := range offs {
+		lines, err := s.Symbolize(h.ID, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lines) > 0 && lines[0].Line > 0 {
+			withLine++
+		}
+	}
+	lookups := time.Since(start)
+	heap, anon := heapNow()-heap0, anonReadOnlyBytes(t)-anon0
+	st := s.Stats()
+	mb := func(n int64) float64 { return float64(n) / (1 << 20) }
+	t.Logf("load %v: heap %.1f MB, read-only anonymous %.1f MB, LoadedBytes %.1f MB", load, mb(heapLoaded), mb(anonLoaded), mb(loadedBytes))
+	t.Logf("%d lookups (%d with a line) in %v: heap %.1f MB, read-only anonymous %.1f MB, LoadedBytes %.1f MB",
+		len(offs), withLine, lookups, mb(heap), mb(anon), mb(st.LoadedBytes))
+	if withLine < len(offs)*9/10 {
+		t.Errorf("only %d of %d lookups have a line: the debug file was not used", withLine, len(offs))
+	}
+}
