@@ -249,6 +249,33 @@ func TestRender(t *testing.T) {
 			wantMinAge: "30s",
 		},
 		{
+			// The processors users reach for: resource and transform are in
+			// the distribution and support profiles; validation with the
+			// built distribution parses the OTTL statements.
+			name: "resource and transform processors",
+			vals: map[string]any{
+				"otlp": endpoint(),
+				"extraProcessors": []any{
+					map[string]any{"name": "resource", "config": map[string]any{"attributes": []any{
+						map[string]any{"key": "k8s.cluster.name", "value": "prod-eu-1", "action": "upsert"},
+						map[string]any{"key": "process.executable.path", "action": "delete"},
+					}}},
+					map[string]any{"name": "transform/env", "config": map[string]any{
+						"error_mode": "ignore",
+						"profile_statements": []any{
+							`set(resource.attributes["deployment.environment.name"], "production") where resource.attributes["k8s.namespace.name"] == "prod"`,
+						},
+					}},
+				},
+			},
+			wantCaps:       minimal,
+			wantProcessors: []any{"memory_limiter", "k8s_attributes", "resource_detection", "resource", "transform/env"},
+			wantRBAC:       true,
+			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:" + c.Metadata.AppVersion,
+			wantSamples:    19,
+			wantOffCPU:     []any{0, "0s"},
+		},
+		{
 			name: "privileged",
 			vals: map[string]any{
 				"otlp":   map[string]any{"endpoint": "collector:4317"},
