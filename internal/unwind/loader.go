@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -566,6 +567,9 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 		lf.err = err
 		return lf, nil
 	}
+	if startsPrograms(ef) {
+		t = t.EndAtEntry(ef.Entry)
+	}
 	byOffset, err := fileRows(t.Rows, lf.segments)
 	if err != nil {
 		lf.err = fmt.Errorf("%s: %w", path, err)
@@ -578,6 +582,24 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 	}
 	lf.base = base
 	return lf, rows
+}
+
+// startsPrograms reports whether f's entry point is where a process's
+// first frame starts: an executable (it names an interpreter, or is not
+// position-independent), or the dynamic loader itself (ld-*.so). Other
+// shared libraries' entry points, which linkers often set to the start of
+// .text, are no such thing.
+func startsPrograms(f *elf.File) bool {
+	if f.Type == elf.ET_EXEC {
+		return true
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	soname, err := f.DynString(elf.DT_SONAME)
+	return err == nil && len(soname) == 1 && strings.HasPrefix(soname[0], "ld-")
 }
 
 // hasSection reports whether f has a section name with content in the file.

@@ -114,6 +114,33 @@ type Table struct {
 	Stats Stats
 }
 
+// EndAtEntry returns t with the code from entry to the next FDE unwound as
+// the outermost frame (CFAEnd) when no FDE covers entry; t itself when one
+// does, or when no FDE follows entry (the gap's end is unknown). entry is a
+// program's first instruction, where its first frame starts: glibc's
+// dynamic loader has no CFI there (_start, then _dl_start_user), so a
+// stack sampled in its start-up code would otherwise end short of it.
+func (t *Table) EndAtEntry(entry uint64) *Table {
+	if t == nil || entry == 0 {
+		return t
+	}
+	i := sort.Search(len(t.Rows), func(i int) bool { return t.Rows[i].PC > entry })
+	if i == len(t.Rows) || i > 0 && t.Rows[i-1].CFA != CFAUnknown {
+		return t
+	}
+	rows := make([]Row, 0, len(t.Rows)+1)
+	rows = append(rows, t.Rows[:i]...)
+	if end := (Row{PC: entry, CFA: CFAEnd}); i > 0 && rows[i-1].PC == entry {
+		rows[i-1] = end
+	} else {
+		rows = append(rows, end)
+	}
+	rows = append(rows, t.Rows[i:]...)
+	st := t.Stats
+	st.Rows = len(rows)
+	return &Table{Rows: rows, Stats: st}
+}
+
 // Lookup returns the row covering pc. ok is false when pc is below the first
 // row (no FDE starts at or before it); past the last FDE it returns the
 // closing CFAUnknown row.
