@@ -199,10 +199,21 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 			}
 		}
 	}
+	// The first entries of an image (a new process, or one that exec'd)
+	// are often set while its dynamic loader still maps its libraries:
+	// its request for them is forgotten, so the first stack that meets
+	// one of those libraries asks again at once, not a second later.
+	var fp uint64
+	first := errors.Is(t.objs.KnownPids.Lookup(pid, &fp), ebpf.ErrKeyNotExist)
 	// 0: the eBPF side takes the fingerprint of pid's address space at its
 	// next stack, and trusts these entries while it holds.
 	if err := t.objs.KnownPids.Put(pid, uint64(0)); err != nil {
 		errs = append(errs, fmt.Errorf("pid %d: mark prepared: %w", pid, err))
+	}
+	if first && len(mappings) > 0 {
+		if err := t.objs.Notified.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("pid %d: forget its request: %w", pid, err))
+		}
 	}
 	return errors.Join(errs...)
 }
