@@ -213,7 +213,12 @@ func TestRunFlushesLastInterval(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx, s.emit) }()
-	waitFor(t, "200 samples received", 60*time.Second, func() bool { return p.Stats().Samples >= 200 })
+	// The workload's samples count once its tables are loaded (samples of
+	// processes running at start are held back until then): wait for that,
+	// then for 200 more samples of the host.
+	waitFor(t, "the workload prepared", 60*time.Second, func() bool { return p.Prepared(pid) })
+	after := p.Stats().Samples
+	waitFor(t, "200 samples received", 60*time.Second, func() bool { return p.Stats().Samples >= after+200 })
 	if n := len(s.all()); n != 0 {
 		t.Fatalf("%d intervals emitted before the end of a 10-minute interval", n)
 	}
