@@ -33,7 +33,7 @@ const maxGoRows = 1 << 22
 // between a goroutine's stack and the system stack both ways. Without the
 // code runtime.systemstack and runtime.asmcgocall end the stack
 // (systemStackCalls).
-func FromGo(t *pclntab.Table) (*Table, error) { return fromGo(t, nil) }
+func FromGo(t *pclntab.Table) (*Table, error) { return fromGo(t, nil, nil) }
 
 // stackBottoms are the runtime's switches to the system stack below which
 // the unwinder finds no caller: runtime.mcall clears RBP and never returns
@@ -141,8 +141,15 @@ func asmRows(g *goFunc, ranges []spRange, code codeReader, add func(Row)) error 
 // codeReader reads len(b) bytes of code at virtual address addr.
 type codeReader func(addr uint64, b []byte) error
 
+// dropEvery is how many SP ranges fromGo reads between two calls of its
+// drop function.
+const dropEvery = 1 << 15
+
 // fromGo is FromGo with the code of the binary read by code (nil: unknown).
-func fromGo(t *pclntab.Table, code codeReader) (*Table, error) {
+// drop, if set, is called every dropEvery SP ranges read: a pclntab read in
+// place from a mapping lets go of the pages read so far (a big binary's is
+// 40 MB, which would otherwise all count in the agent's RSS at once).
+func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 	funcs, err := goFuncs(t, code)
 	if err != nil {
 		return nil, err
@@ -155,6 +162,9 @@ func fromGo(t *pclntab.Table, code codeReader) (*Table, error) {
 	ranges := 0
 	if err := t.SPDeltas(func(uint64, uint64, int32) bool {
 		ranges++
+		if drop != nil && ranges%dropEvery == 0 {
+			drop()
+		}
 		return ranges < maxGoRows
 	}); err != nil {
 		return nil, err
@@ -188,7 +198,11 @@ func fromGo(t *pclntab.Table, code codeReader) (*Table, error) {
 		held = held[:0]
 		return true
 	}
+	read := 0
 	err = t.SPDeltas(func(start, stop uint64, delta int32) bool {
+		if read++; drop != nil && read%dropEvery == 0 {
+			drop()
+		}
 		for len(funcs) > 0 && funcs[0].End <= start {
 			if !flush() {
 				return false
@@ -282,7 +296,7 @@ func readCode(f *elf.File, addr uint64, b []byte) error {
 // heap): the pclntab and the code are then read in place. debug is f's
 // separate debug file or nil; its .debug_frame adds to f's CFI as
 // FromSeparateDebug does.
-func fromFile(f *elf.File, img []byte, debug *elf.File) (*Table, error) {
+func fromFile(f *elf.File, img []byte, debug *elf.File, drop func()) (*Table, error) {
 	cfi, cfiErr := FromSeparateDebug(f, debug)
 	if pclntab.Section(f) == nil {
 		return cfi, cfiErr
@@ -291,7 +305,7 @@ func fromFile(f *elf.File, img []byte, debug *elf.File) (*Table, error) {
 	if err != nil {
 		return cfi, cfiErr
 	}
-	gt, err := fromGo(pt, elfCode(f))
+	gt, err := fromGo(pt, elfCode(f), drop)
 	if err != nil {
 		return cfi, cfiErr
 	}

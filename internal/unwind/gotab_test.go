@@ -39,7 +39,7 @@ func TestFromGoFramelessLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tab, err := fromFile(f, nil, nil)
+	tab, err := fromFile(f, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestFromGoStackSwitches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tab, err := fromFile(f, nil, nil)
+	tab, err := fromFile(f, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestFromGoStackEnds(t *testing.T) {
 		switches []string
 		build    func() (*Table, error)
 	}{
-		{"with code", stackBottomSwitches, func() (*Table, error) { return fromFile(f, nil, nil) }},
+		{"with code", stackBottomSwitches, func() (*Table, error) { return fromFile(f, nil, nil, nil) }},
 		{"table only", append(slices.Clone(stackBottomSwitches), "systemstack", "asmcgocall"), func() (*Table, error) { return FromGo(pt) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -319,5 +319,34 @@ func TestFromGoStackEnds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Go table built with a drop function calling it every dropEvery SP
+// ranges is the same table: dropping mapped pages only costs re-reads.
+func TestFromGoDropsPagesAsItReads(t *testing.T) {
+	bin, err := os.Executable() // the test binary: a Go program big enough
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want, err := fromFile(f, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drops := 0
+	got, err := fromFile(f, nil, nil, func() { drops++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drops == 0 {
+		t.Errorf("drop never called while reading %d rows' worth of SP ranges", len(want.Rows))
+	}
+	if !slices.Equal(got.Rows, want.Rows) {
+		t.Errorf("the table built with drop differs: %d rows, want %d", len(got.Rows), len(want.Rows))
 	}
 }

@@ -200,7 +200,7 @@ func TestFileRowsKeepRules(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			vt, err := fromFile(f, nil, nil)
+			vt, err := fromFile(f, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -556,12 +556,12 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 			}
 		}
 	}
-	t, err := fromFile(ef, img.Bytes(), debug)
+	t, err := fromFile(ef, img.Bytes(), debug, img.DropPages)
 	if err != nil && debug != nil && !errors.Is(err, ErrNoCFI) {
 		// A broken debug file must not cost the CFI the file itself has.
 		log.Debug("unusable debug file", zap.String("file", path), zap.String("debug_file", lf.debug), zap.Error(err))
 		lf.debug = ""
-		t, err = fromFile(ef, img.Bytes(), nil)
+		t, err = fromFile(ef, img.Bytes(), nil, img.DropPages)
 	}
 	if err != nil {
 		lf.err = err
