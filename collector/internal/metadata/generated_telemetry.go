@@ -888,7 +888,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizeCacheSize, err = builder.meter.Int64ObservableGauge(
 		"sonde.symbolize.cache.size",
-		metric.WithDescription("Heap symbolization holds now (loaded indexes, caches, kernel symbols), within limits::symbol_cache_bytes. [Development]"),
+		metric.WithDescription("Memory symbolization holds now (loaded indexes, caches, kernel symbols in the heap; inflated debug sections in read-only anonymous mappings), within limits::symbol_cache_bytes. [Development]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
