@@ -34,15 +34,6 @@ type loadLimits struct {
 	noMini       bool  // skip MiniDebugInfo (refused before: not inflated again)
 }
 
-// loadSyms reads the symbol data of f into the heap (no mapping of the
-// file; compressed DWARF is inflated into mappings that unmap releases),
-// for tests. maxDWARFBytes bounds the DWARF sections it will index and what
-// it inflates. A file without symbols gives an empty fileSyms.
-func loadSyms(f *elf.File, maxDWARFBytes uint64) (*fileSyms, error) {
-	n := int64(min(maxDWARFBytes, 1<<40))
-	return loadSymsWith(f, nil, nil, nil, loadLimits{maxDWARF: maxDWARFBytes, maxDWARFHeap: 2 * n, inflate: n})
-}
-
 // loadSymsWith reads the symbol data of f and of its separate debug file
 // (nil when there is none); fImg and debugImg are their bytes (read-only
 // mappings, or nil to read sections through the files). Function symbols
@@ -130,9 +121,6 @@ func (fs *fileSyms) unmap() {
 	}
 	fs.images = nil
 }
-
-// empty reports whether the file has no symbol data at all.
-func (fs *fileSyms) empty() bool { return fs.goTab == nil && fs.native == nil && fs.lines == nil }
 
 // frames names the code at a file offset, innermost first; nil when nothing
 // names it. The strings returned share no memory with the tables, so cached

@@ -760,7 +760,7 @@ func (s *Symbolizer) loadFile(f *os.File, k *knownFile, lim loadLimits) (*fileSy
 		// A broken debug file must not cost the names the file itself has.
 		s.logger.Debug("unusable debug file", zap.String("debug_file", df.Path), zap.Error(err))
 		debugImg.Unmap()
-		debug, debugImg = nil, nil
+		debugImg = nil
 		syms, err = loadSymsWith(ef, img.Bytes(), nil, nil, lim)
 	}
 	if err != nil {
