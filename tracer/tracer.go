@@ -187,12 +187,13 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The CPUs sampled: one perf event each, and the ring buffer's size.
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, err
+	}
 	rb := opts.RingBufferBytes
 	if rb <= 0 {
-		cpus, err := onlineCPUs()
-		if err != nil {
-			return nil, err
-		}
 		rb = RingBufferBytesFor(opts.SamplesPerSecond, len(cpus), offCPU)
 	}
 	spec.Maps[support.SondeMapEvents].MaxEntries = uint32(rb)
@@ -308,10 +309,6 @@ func New(opts Options) (_ *Tracer, err error) {
 		return nil, fmt.Errorf("ring buffer reader: %w", err)
 	}
 
-	cpus, err := onlineCPUs()
-	if err != nil {
-		return nil, err
-	}
 	for _, cpu := range cpus {
 		pe, err := openCPUClock(cpu, opts.SamplesPerSecond)
 		if err != nil {
