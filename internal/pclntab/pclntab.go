@@ -429,9 +429,10 @@ func (t *Table) SPDelta(pc uint64) (int32, bool) {
 
 // SPDeltas calls yield for every range [start, end) of every function in
 // which the stack pointer sits delta bytes below its value at the function's
-// entry, in address order, until yield returns false. Delta -1 marks what
-// the table does not describe: padding after a function's code, or the rest
-// of a function whose table cannot be decoded.
+// entry, in address order, until yield returns false. Delta Padding marks
+// the bytes after the end of a function's table, up to the next function:
+// the linker's alignment fill, where no instruction runs. Delta -1 marks the
+// rest of a function whose table cannot be decoded.
 func (t *Table) SPDeltas(yield func(start, end uint64, delta int32) bool) error {
 	for i := uint32(0); i < t.nfunc; i++ {
 		f, ok, err := t.funcAt(i)
@@ -455,9 +456,14 @@ func (t *Table) spRanges(f *funcInfo, yield func(start, end uint64, delta int32)
 	}
 	p := t.pctab[f.pcsp:]
 	cur, val := f.entry, int32(-1)
+	rest := int32(-1) // what the bytes after the last range are
 	for cur < f.end {
 		uv, n := binary.Uvarint(p)
-		if n <= 0 || (uv == 0 && cur != f.entry) {
+		if uv == 0 && n == 1 && cur != f.entry {
+			rest = Padding // the table's end: the function's code ends here
+			break
+		}
+		if n <= 0 {
 			break
 		}
 		p = p[n:]
@@ -475,10 +481,14 @@ func (t *Table) spRanges(f *funcInfo, yield func(start, end uint64, delta int32)
 		cur = next
 	}
 	if cur < f.end {
-		return yield(cur, f.end, -1)
+		return yield(cur, f.end, rest)
 	}
 	return true
 }
+
+// Padding is the delta SPDeltas gives the bytes between the end of a
+// function's code and the next function.
+const Padding = -2
 
 // Frames appends the frames of pc to dst, innermost first: the inlined
 // calls at pc, then the physical function. Each caller level's position is

@@ -2,6 +2,7 @@ package pclntab
 
 import (
 	"debug/elf"
+	"fmt"
 	"os/exec"
 	"testing"
 )
@@ -23,8 +24,9 @@ func TestSPDeltasAgreesWithSPDelta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ranges, funcs, unknown int
+	var ranges, funcs, unknown, padding int
 	var prevEnd uint64
+	fill := make([]byte, 1<<16)
 	err = tab.SPDeltas(func(start, end uint64, delta int32) bool {
 		ranges++
 		if start >= end {
@@ -38,9 +40,25 @@ func TestSPDeltasAgreesWithSPDelta(t *testing.T) {
 			t.Fatalf("range %#x-%#x does not continue the previous one ending at %#x", start, end, prevEnd)
 		}
 		prevEnd = end
+		if delta == Padding {
+			// The fill between functions, which the amd64 linker writes
+			// as int3: no instruction of the function is there.
+			padding++
+			if atEntry || end-start > uint64(len(fill)) {
+				t.Fatalf("padding %#x-%#x at a function's entry, or longer than any alignment", start, end)
+			}
+			if err := readText(f, start, fill[:end-start]); err != nil {
+				t.Fatal(err)
+			}
+			for i, b := range fill[:end-start] {
+				if b != 0xcc {
+					t.Fatalf("padding %#x-%#x holds %#x at %#x, not int3 fill", start, end, b, start+uint64(i))
+				}
+			}
+			return true
+		}
 		if delta < 0 {
-			// Padding after a function's code is not in its table; a
-			// function is undecodable when nothing from its entry is.
+			// A function is undecodable when nothing from its entry is.
 			if atEntry {
 				unknown++
 			}
@@ -59,7 +77,10 @@ func TestSPDeltasAgreesWithSPDelta(t *testing.T) {
 	if funcs != tab.NumFuncs() {
 		t.Errorf("%d functions started a range, the table has %d", funcs, tab.NumFuncs())
 	}
-	t.Logf("%d ranges in %d functions, %d undecodable", ranges, funcs, unknown)
+	t.Logf("%d ranges in %d functions, %d undecodable, %d padded", ranges, funcs, unknown, padding)
+	if padding < funcs/2 {
+		t.Errorf("only %d of %d functions end with padding; most are aligned to 32 bytes", padding, funcs)
+	}
 	if unknown > funcs/100 {
 		t.Errorf("%d of %d functions undecodable", unknown, funcs)
 	}
@@ -117,4 +138,15 @@ func TestFuncsFlags(t *testing.T) {
 			t.Errorf("%s: flags %03b, want %03b", tc.name, f.Flag, tc.want)
 		}
 	}
+}
+
+// readText reads len(b) bytes at virtual address addr of f's loaded code.
+func readText(f *elf.File, addr uint64, b []byte) error {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && addr >= p.Vaddr && addr-p.Vaddr+uint64(len(b)) <= p.Filesz {
+			_, err := p.ReadAt(b, int64(addr-p.Vaddr))
+			return err
+		}
+	}
+	return fmt.Errorf("address %#x is outside the code", addr)
 }

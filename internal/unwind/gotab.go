@@ -138,6 +138,10 @@ func asmRows(g *goFunc, ranges []spRange, code codeReader, add func(Row)) error 
 	return nil
 }
 
+// maxCodeSegments is the number of executable segments the rows leave
+// room for (fileRows adds two rows per segment); a Go binary has one.
+const maxCodeSegments = 4
+
 // codeReader reads len(b) bytes of code at virtual address addr.
 type codeReader func(addr uint64, b []byte) error
 
@@ -154,22 +158,39 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Size the rows once: a big binary has over a million, and growing the
-	// slice to that size allocates (and faults in) four times as much
-	// memory as the rows themselves. Each SP range gives at most one row,
-	// an assembly function's ranges one more (the prologue's split), plus
-	// the end row.
-	ranges := 0
-	if err := t.SPDeltas(func(uint64, uint64, int32) bool {
+	// Size the rows once: a big binary has close to a million, and growing
+	// the slice to that size allocates (and faults in) four times as much
+	// memory as the rows themselves. A range gives a row where its rule
+	// differs from the one before (padding gives none); the special
+	// functions' ranges are counted whole, with one more each (the
+	// prologue's split); and there is the end row.
+	ranges, need := 0, len(funcs)+1
+	var last Row
+	special := funcs
+	if err := t.SPDeltas(func(start, _ uint64, delta int32) bool {
 		ranges++
 		if drop != nil && ranges%dropEvery == 0 {
 			drop()
 		}
-		return ranges < maxGoRows
+		if delta == pclntab.Padding {
+			return true
+		}
+		for len(special) > 0 && special[0].End <= start {
+			special = special[1:]
+		}
+		if len(special) > 0 && special[0].Entry <= start {
+			need++
+			last = Row{CFA: CFAEnd + 1} // unlike any row
+		} else if r := spRow(start, delta); need == len(funcs)+1 || !last.sameRule(r) {
+			need++
+			last = r
+		}
+		return need < maxGoRows
 	}); err != nil {
 		return nil, err
 	}
-	rows := make([]Row, 0, ranges+len(funcs)+1)
+	// With room for the rows fileRows adds, it re-keys them in place.
+	rows := make([]Row, 0, need+2*maxCodeSegments)
 	var end uint64
 	var st Stats
 	add := func(r Row) {
@@ -203,6 +224,15 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 		if read++; drop != nil && read%dropEvery == 0 {
 			drop()
 		}
+		if delta == pclntab.Padding {
+			// No instruction runs in the fill after a function, and a
+			// return address there (after a call that never returns) is
+			// looked up one byte before it, in the function: the row
+			// before covers it. One row fewer per function, and the next
+			// function's entry often merges with its predecessor's end.
+			end = stop
+			return true
+		}
 		for len(funcs) > 0 && funcs[0].End <= start {
 			if !flush() {
 				return false
@@ -214,14 +244,7 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 			held = append(held, spRange{start, stop, delta})
 			return true
 		}
-		r := Row{PC: start}
-		if delta >= 0 {
-			r.CFA, r.CFAOffset = CFASP, delta+8
-			if delta >= 8 {
-				r.FP, r.FPOffset = FPOffset, -16
-			}
-		}
-		add(r)
+		add(spRow(start, delta))
 		return len(rows) < maxGoRows
 	})
 	if err == nil && len(funcs) > 0 {
@@ -240,6 +263,21 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 	rows = append(rows, Row{PC: end})
 	st.Rows = len(rows)
 	return &Table{Rows: rows, Stats: st}, nil
+}
+
+// spRow is the row of compiled Go code at pc whose SP sits delta bytes
+// below its value at the function's entry; a negative delta is unknown.
+// The return address is at SP+delta, and the caller's RBP below it once the
+// prologue pushed it.
+func spRow(pc uint64, delta int32) Row {
+	r := Row{PC: pc}
+	if delta >= 0 {
+		r.CFA, r.CFAOffset = CFASP, delta+8
+		if delta >= 8 {
+			r.FP, r.FPOffset = FPOffset, -16
+		}
+	}
+	return r
 }
 
 // goFuncs returns, in address order, the functions of t whose rows their

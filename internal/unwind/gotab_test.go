@@ -72,6 +72,60 @@ func TestFromGoFramelessLeaf(t *testing.T) {
 	}
 }
 
+// The linker's fill between functions gets no row of its own: the last
+// rule of the function before covers it (a return address after a call
+// that never returns is looked up one byte back, in the function). Every
+// byte of code keeps the rule its SP delta gives, checked against the
+// pclntab's own decoding of each range's ends.
+func TestFromGoPaddingTakesNoRow(t *testing.T) {
+	bin := testutil.BuildWorkload(t, testutil.GoLeaf)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pt, err := pclntab.OpenELF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := fromGo(pt, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pads, ranges int
+	err = pt.SPDeltas(func(start, end uint64, delta int32) bool {
+		switch {
+		case delta == pclntab.Padding:
+			pads++
+			before, _ := tab.Lookup(start - 1)
+			for _, pc := range []uint64{start, end - 1} {
+				if r, ok := tab.Lookup(pc); !ok || r != before {
+					t.Fatalf("padding at %#x: row %+v, want the function's last one %+v", pc, r, before)
+				}
+			}
+		case delta >= 0:
+			ranges++
+			for _, pc := range []uint64{start, end - 1} {
+				d, ok := pt.SPDelta(pc)
+				r, _ := tab.Lookup(pc)
+				if ok && r.CFA == CFASP && r.CFAOffset != d+8 {
+					t.Fatalf("%#x: row %+v, want CFA=SP+%d", pc, r, d+8)
+				}
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pads == 0 || ranges == 0 {
+		t.Fatalf("%d padding ranges and %d code ranges", pads, ranges)
+	}
+	if len(tab.Rows) >= ranges {
+		t.Errorf("%d rows for %d code ranges: equal neighbours should merge across the fill", len(tab.Rows), ranges)
+	}
+}
+
 // disassemble returns the instructions of the function sym of bin as
 // objdump decodes them: address and text ("push   %rbp").
 func disassemble(t *testing.T, bin, sym string) (addrs []uint64, insns []string) {
