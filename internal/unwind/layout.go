@@ -36,6 +36,11 @@ func loadSegments(f *elf.File) []segment {
 // Only code has rows: bytes outside every executable segment get
 // CFAUnknown. Executable segments whose file ranges overlap cannot be told
 // apart by offset and are an error.
+//
+// fileRows consumes rows: where their array has room for the rows it adds
+// (two per segment at most), the result is written over them, as a big
+// binary's second copy of a million rows would be the largest allocation
+// of its build.
 func fileRows(rows []Row, segs []segment) ([]Row, error) {
 	var code []segment
 	for _, s := range segs {
@@ -52,8 +57,40 @@ func fileRows(rows []Row, segs []segment) ([]Row, error) {
 			return nil, fmt.Errorf("executable segments at file offsets %#x and %#x overlap", prev.off, code[i].off)
 		}
 	}
+	// What each segment takes from rows, found before anything is written:
+	// the rule in force at its start and its rows' index range.
+	type span struct {
+		first  Row
+		lo, hi int
+	}
+	spans := make([]span, len(code))
 	t := Table{Rows: rows}
-	out := make([]Row, 0, len(rows)+2*len(code))
+	inOrder := true
+	for i, s := range code {
+		first, ok := t.Lookup(s.vaddr)
+		if !ok {
+			first = Row{}
+		}
+		lo := sort.Search(len(rows), func(i int) bool { return rows[i].PC > s.vaddr })
+		hi := sort.Search(len(rows), func(i int) bool { return rows[i].PC >= s.vaddr+s.filesz })
+		spans[i] = span{first, lo, max(lo, hi)}
+		if i > 0 && lo < spans[i-1].hi {
+			inOrder = false
+		}
+	}
+	// In place, the rows move up by the most that segments add, so that
+	// the output, which grows by at most one row per row read plus two per
+	// segment, never overtakes what is still to be read.
+	extra := 2 * len(code)
+	src := rows
+	var out []Row
+	if inOrder && cap(rows)-len(rows) >= extra {
+		src = rows[extra : extra+len(rows)]
+		copy(src, rows)
+		out = rows[:0]
+	} else {
+		out = make([]Row, 0, len(rows)+extra)
+	}
 	add := func(r Row) {
 		if n := len(out); n > 0 {
 			last := &out[n-1]
@@ -70,22 +107,17 @@ func fileRows(rows []Row, segs []segment) ([]Row, error) {
 		}
 		out = append(out, r)
 	}
-	for _, s := range code {
-		lo, hi := s.vaddr, s.vaddr+s.filesz
+	for i, s := range code {
 		at := func(pc uint64) uint64 { return pc - s.vaddr + s.off }
-		first, ok := t.Lookup(lo)
-		if !ok {
-			first = Row{}
-		}
-		first.PC = at(lo)
+		sp := spans[i]
+		first := sp.first
+		first.PC = at(s.vaddr)
 		add(first)
-		i := sort.Search(len(rows), func(i int) bool { return rows[i].PC > lo })
-		for ; i < len(rows) && rows[i].PC < hi; i++ {
-			r := rows[i]
+		for _, r := range src[sp.lo:sp.hi] {
 			r.PC = at(r.PC)
 			add(r)
 		}
-		add(Row{PC: at(hi)})
+		add(Row{PC: at(s.vaddr + s.filesz)})
 	}
 	// A table that is only CFAUnknown has nothing to unwind with.
 	for _, r := range out {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -205,9 +206,19 @@ func TestFileRowsKeepRules(t *testing.T) {
 				t.Fatal(err)
 			}
 			segs := loadSegments(f)
-			rows, err := fileRows(vt.Rows, segs)
+			// fileRows consumes its input: given room it writes over it,
+			// otherwise it copies. Both must give the same rows.
+			roomy := append(make([]Row, 0, len(vt.Rows)+2*len(segs)), vt.Rows...)
+			rows, err := fileRows(roomy, segs)
 			if err != nil {
 				t.Fatal(err)
+			}
+			copied, err := fileRows(slices.Clone(vt.Rows), segs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(rows, copied) {
+				t.Fatalf("re-keyed in place: %d rows; copied: %d rows, not the same", len(rows), len(copied))
 			}
 			ot := &Table{Rows: rows}
 			checked := 0

@@ -128,7 +128,7 @@ func (t *Table) EndAtEntry(entry uint64) *Table {
 	if i == len(t.Rows) || i > 0 && t.Rows[i-1].CFA != CFAUnknown {
 		return t
 	}
-	rows := make([]Row, 0, len(t.Rows)+1)
+	rows := make([]Row, 0, len(t.Rows)+1+2*maxCodeSegments) // room for fileRows
 	rows = append(rows, t.Rows[:i]...)
 	if end := (Row{PC: entry, CFA: CFAEnd}); i > 0 && rows[i-1].PC == entry {
 		rows[i-1] = end
@@ -213,5 +213,6 @@ func build(fdes []fdeRows, all []Row, st *Stats) *Table {
 			st.Unknown++
 		}
 	}
-	return &Table{Rows: out[:len(out):len(out)], Stats: *st}
+	// The room left in out lets fileRows re-key the rows in place.
+	return &Table{Rows: out, Stats: *st}
 }
