@@ -24,7 +24,8 @@ func FromELF(f *elf.File) (*Table, error) {
 	if eh == nil && dbg == nil {
 		return nil, fmt.Errorf("unwind tables: %w", ErrNoCFI)
 	}
-	return fromSections(eh, dbg)
+	t, err := fromSections(eh, dbg)
+	return t.onHeap(), err
 }
 
 // frameSections returns f's .eh_frame and .debug_frame (nil when absent),
@@ -46,6 +47,13 @@ func frameSections(f *elf.File) (eh, dbg *section, err error) {
 // .debug_frame of debug, its separate debug file (found through build id or
 // debuglink), for addresses the loaded file's CFI does not cover.
 func FromSeparateDebug(f, debug *elf.File) (*Table, error) {
+	t, err := fromSeparateDebug(f, debug)
+	return t.onHeap(), err
+}
+
+// fromSeparateDebug is FromSeparateDebug with the rows outside the heap
+// (the table must be released).
+func fromSeparateDebug(f, debug *elf.File) (*Table, error) {
 	eh, dbg, err := frameSections(f)
 	if err != nil {
 		return nil, err
@@ -107,20 +115,26 @@ func derefFunc(f *elf.File) func(uint64) (uint64, error) {
 	}
 }
 
-// fromSections parses both sections (either may be nil) and builds the table.
+// fromSections parses both sections (either may be nil) and builds the
+// table, whose rows live outside the heap until it is released.
 func fromSections(eh, dbg *section) (*Table, error) {
 	var st Stats
 	p := parser{st: &st}
-	// Size the buffers from the input: GCC output averages about 5 bytes of
-	// CFI per row and 40 per FDE, so this avoids most regrowth.
+	// The buffers are reserved at what the input can hold: every row but
+	// an FDE's first needs an advance of at least one byte of CFI, and an
+	// FDE takes at least 8 bytes. If the mappings cannot be made, they are
+	// sized from what GCC output averages, 5 bytes of CFI per row and 40
+	// per FDE, and grow.
 	size := 0
 	for _, s := range []*section{eh, dbg} {
 		if s != nil {
 			size += len(s.data)
 		}
 	}
-	p.rows = make([]Row, 0, min(size/5+1, maxPrealloc))
-	p.fdes = make([]fdeRows, 0, min(size/32+1, maxPrealloc))
+	var scratch releases
+	defer scratch.run()
+	p.rows = reserve[Row](&scratch, size+1, min(size/5+1, maxPrealloc))
+	p.fdes = reserve[fdeRows](&scratch, size/8+1, min(size/32+1, maxPrealloc))
 	var ehErr error
 	if eh != nil {
 		if err := p.parseSection(eh); err != nil {

@@ -33,7 +33,10 @@ const maxGoRows = 1 << 22
 // between a goroutine's stack and the system stack both ways. Without the
 // code runtime.systemstack and runtime.asmcgocall end the stack
 // (systemStackCalls).
-func FromGo(t *pclntab.Table) (*Table, error) { return fromGo(t, nil, nil) }
+func FromGo(t *pclntab.Table) (*Table, error) {
+	gt, err := fromGo(t, nil, nil)
+	return gt.onHeap(), err
+}
 
 // stackBottoms are the runtime's switches to the system stack below which
 // the unwinder finds no caller: runtime.mcall clears RBP and never returns
@@ -138,6 +141,10 @@ func asmRows(g *goFunc, ranges []spRange, code codeReader, add func(Row)) error 
 	return nil
 }
 
+// goRowsSlack is the room reserved beyond maxGoRows: the last special
+// function's rows and fileRows's.
+const goRowsSlack = 1 << 16
+
 // maxCodeSegments is the number of executable segments the rows leave
 // room for (fileRows adds two rows per segment); a Go binary has one.
 const maxCodeSegments = 4
@@ -158,39 +165,20 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Size the rows once: a big binary has close to a million, and growing
-	// the slice to that size allocates (and faults in) four times as much
-	// memory as the rows themselves. A range gives a row where its rule
-	// differs from the one before (padding gives none); the special
-	// functions' ranges are counted whole, with one more each (the
-	// prologue's split); and there is the end row.
-	ranges, need := 0, len(funcs)+1
-	var last Row
-	special := funcs
-	if err := t.SPDeltas(func(start, _ uint64, delta int32) bool {
-		ranges++
-		if drop != nil && ranges%dropEvery == 0 {
-			drop()
+	// The rows are reserved outside the heap at the most a table may have
+	// (nothing is committed until written): one pass over the SP deltas, and
+	// no regrowth of a million rows. The room beyond lets the special
+	// functions' rows, added a function at a time, and fileRows's in-place
+	// re-keying fit.
+	var mem releases
+	rows := reserve[Row](&mem, maxGoRows+goRowsSlack, 1<<16)
+	ok := false
+	defer func() {
+		if !ok {
+			mem.run()
 		}
-		if delta == pclntab.Padding {
-			return true
-		}
-		for len(special) > 0 && special[0].End <= start {
-			special = special[1:]
-		}
-		if len(special) > 0 && special[0].Entry <= start {
-			need++
-			last = Row{CFA: CFAEnd + 1} // unlike any row
-		} else if r := spRow(start, delta); need == len(funcs)+1 || !last.sameRule(r) {
-			need++
-			last = r
-		}
-		return need < maxGoRows
-	}); err != nil {
-		return nil, err
-	}
-	// With room for the rows fileRows adds, it re-keys them in place.
-	rows := make([]Row, 0, need+2*maxCodeSegments)
+	}()
+	ranges := 0
 	var end uint64
 	var st Stats
 	add := func(r Row) {
@@ -219,9 +207,8 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 		held = held[:0]
 		return true
 	}
-	read := 0
 	err = t.SPDeltas(func(start, stop uint64, delta int32) bool {
-		if read++; drop != nil && read%dropEvery == 0 {
+		if ranges++; drop != nil && ranges%dropEvery == 0 {
 			drop()
 		}
 		if delta == pclntab.Padding {
@@ -262,7 +249,8 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 	}
 	rows = append(rows, Row{PC: end})
 	st.Rows = len(rows)
-	return &Table{Rows: rows, Stats: st}, nil
+	ok = true
+	return &Table{Rows: rows, Stats: st, mem: mem}, nil
 }
 
 // spRow is the row of compiled Go code at pc whose SP sits delta bytes
@@ -335,7 +323,7 @@ func readCode(f *elf.File, addr uint64, b []byte) error {
 // separate debug file or nil; its .debug_frame adds to f's CFI as
 // FromSeparateDebug does.
 func fromFile(f *elf.File, img []byte, debug *elf.File, drop func()) (*Table, error) {
-	cfi, cfiErr := FromSeparateDebug(f, debug)
+	cfi, cfiErr := fromSeparateDebug(f, debug)
 	if pclntab.Section(f) == nil {
 		return cfi, cfiErr
 	}
@@ -349,10 +337,13 @@ func fromFile(f *elf.File, img []byte, debug *elf.File, drop func()) (*Table, er
 	}
 	if cfiErr != nil {
 		if !errors.Is(cfiErr, ErrNoCFI) {
+			gt.release()
 			return nil, cfiErr
 		}
 		return gt, nil
 	}
+	defer gt.release()
+	defer cfi.release()
 	return mergeOutside(gt, cfi), nil
 }
 

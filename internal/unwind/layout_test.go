@@ -115,7 +115,8 @@ func TestLayouts(t *testing.T) {
 			bin := testutil.BuildLayout(t, l)
 			segs := readelfSegments(t, bin)
 
-			lf, rows := buildFile(bin, []string{}, zaptest.NewLogger(t))
+			lf, rows, free := buildFile(bin, []string{}, zaptest.NewLogger(t))
+			t.Cleanup(free)
 			if lf.err != nil {
 				t.Fatalf("building the table: %v", lf.err)
 			}

@@ -20,6 +20,8 @@ import (
 )
 
 // Kernel is where the Loader puts tables and mappings: the tracer's maps.
+// The rows given to LoadTable are valid only during the call (they live in
+// a build buffer outside the heap, unmapped after it).
 type Kernel interface {
 	LoadTable(id uint32, rows []tracer.Row) error
 	UnloadTable(id uint32) error
@@ -314,29 +316,33 @@ func (l *Loader) retryRefused() error {
 
 	var errs []error
 	for _, j := range jobs {
-		built, rows := buildFile(j.path, l.debug, l.log)
-		if built.err != nil {
-			continue // its process went away, or the file changed: stays refused
-		}
-		l.mu.Lock()
-		lf := j.lf
-		if l.files[j.id] != lf || !lf.refused || lf.refs == 0 {
-			l.mu.Unlock()
-			continue
-		}
-		if err := l.load(lf, rows); err != nil {
-			lf.err = err
-			l.mu.Unlock()
-			continue
-		}
-		lf.err, lf.refused = nil, false
-		lf.base, lf.segments, lf.debug = built.base, built.segments, built.debug
-		l.stats.Refused--
-		l.stats.Retried++
-		errs = append(errs, l.repoint(lf))
-		l.mu.Unlock()
+		errs = append(errs, l.retry(j.id, j.lf, j.path))
 	}
 	return errors.Join(errs...)
+}
+
+// retry builds the refused table of lf again from path and loads it, if it
+// is still refused and mapped.
+func (l *Loader) retry(id elfx.FileID, lf *loadedFile, path string) error {
+	built, rows, free := buildFile(path, l.debug, l.log)
+	defer free()
+	if built.err != nil {
+		return nil // its process went away, or the file changed: stays refused
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.files[id] != lf || !lf.refused || lf.refs == 0 {
+		return nil
+	}
+	if err := l.load(lf, rows); err != nil {
+		lf.err = err
+		return nil
+	}
+	lf.err, lf.refused = nil, false
+	lf.base, lf.segments, lf.debug = built.base, built.segments, built.debug
+	l.stats.Refused--
+	l.stats.Retried++
+	return l.repoint(lf)
 }
 
 // bytesInUse is the kernel memory of the tables running processes map,
@@ -462,7 +468,8 @@ func (l *Loader) file(path string) *loadedFile {
 	}
 	l.mu.Unlock()
 
-	lf, rows := buildFile(path, l.debug, l.log)
+	lf, rows, free := buildFile(path, l.debug, l.log)
+	defer free() // after l.load below, which runs with l.mu held
 	if vanished(lf.err) {
 		// The path went away with its process between identify and
 		// here: nothing is wrong with the file, so it is not recorded as
@@ -520,10 +527,11 @@ func vanished(err error) bool {
 // buildFile parses the file's CFI into kernel rows, with the .debug_frame
 // of its separate debug file (searched in debugDirs) where the file has no
 // .debug_frame of its own.
-func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, []tracer.Row) {
+func buildFile(path string, debugDirs []string, log *zap.Logger) (_ *loadedFile, _ []tracer.Row, free func()) {
+	free = func() {}
 	f, err := elfx.OpenFile(path)
 	if err != nil {
-		return &loadedFile{err: err}, nil
+		return &loadedFile{err: err}, nil, free
 	}
 	defer f.Close()
 	// The file is read through a read-only mapping: a Go binary's pclntab
@@ -531,16 +539,16 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 	// cache, instead of being copied into the heap for each build.
 	st, err := f.Stat()
 	if err != nil {
-		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil
+		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil, free
 	}
 	img, err := elfx.MapImage(f, st.Size())
 	if err != nil {
-		return &loadedFile{err: err}, nil
+		return &loadedFile{err: err}, nil, free
 	}
 	defer img.Unmap() // the rows built below copy what they keep
 	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
 	if err != nil {
-		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil
+		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil, free
 	}
 	lf := &loadedFile{segments: loadSegments(ef)}
 	var debug *elf.File
@@ -565,23 +573,28 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, [
 	}
 	if err != nil {
 		lf.err = err
-		return lf, nil
+		return lf, nil, free
 	}
 	if startsPrograms(ef) {
 		t = t.EndAtEntry(ef.Entry)
 	}
+	// t's rows live outside the heap (fileRows re-keys them in place),
+	// and so do the kernel rows, until the caller has loaded them.
+	defer t.release()
 	byOffset, err := fileRows(t.Rows, lf.segments)
 	if err != nil {
 		lf.err = fmt.Errorf("%s: %w", path, err)
-		return lf, nil
+		return lf, nil, free
 	}
-	rows, base, err := kernelRows(byOffset)
+	var mem releases
+	rows, base, err := kernelRows(&mem, byOffset)
 	if err != nil {
+		mem.run()
 		lf.err = fmt.Errorf("%s: %w", path, err)
-		return lf, nil
+		return lf, nil, free
 	}
 	lf.base = base
-	return lf, rows
+	return lf, rows, mem.run
 }
 
 // startsPrograms reports whether f's entry point is where a process's
@@ -610,12 +623,12 @@ func hasSection(f *elf.File, name string) bool {
 
 // kernelRows converts a table to the eBPF side's compact rows, with PCs
 // relative to the table's first row.
-func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
+func kernelRows(mem *releases, rows []Row) ([]tracer.Row, uint64, error) {
 	if len(rows) == 0 {
 		return nil, 0, ErrNoCFI
 	}
 	base := rows[0].PC
-	out := make([]tracer.Row, len(rows))
+	out := reserve[tracer.Row](mem, len(rows), len(rows))[:len(rows)]
 	for i, r := range rows {
 		if r.PC-base > 0xffffffff {
 			return nil, 0, fmt.Errorf("unwind table spans more than 4 GiB")

@@ -1,6 +1,7 @@
 package unwind
 
 import (
+	"slices"
 	"sort"
 )
 
@@ -112,6 +113,27 @@ type Stats struct {
 type Table struct {
 	Rows  []Row
 	Stats Stats
+	// mem: the buffers outside the heap that Rows may live in (see
+	// reserve); nil for a table in the heap.
+	mem releases
+}
+
+// release unmaps the buffers t's rows live in, if any: t's rows are gone.
+func (t *Table) release() {
+	if t != nil {
+		t.mem.run()
+	}
+}
+
+// onHeap returns t with its rows in the heap, releasing its buffers: what
+// the exported builders hand out.
+func (t *Table) onHeap() *Table {
+	if t == nil || t.mem == nil {
+		return t
+	}
+	h := &Table{Rows: slices.Clone(t.Rows), Stats: t.Stats}
+	t.release()
+	return h
 }
 
 // EndAtEntry returns t with the code from entry to the next FDE unwound as
@@ -129,6 +151,7 @@ func (t *Table) EndAtEntry(entry uint64) *Table {
 		return t
 	}
 	rows := make([]Row, 0, len(t.Rows)+1+2*maxCodeSegments) // room for fileRows
+	defer t.release()
 	rows = append(rows, t.Rows[:i]...)
 	if end := (Row{PC: entry, CFA: CFAEnd}); i > 0 && rows[i-1].PC == entry {
 		rows[i-1] = end
@@ -172,7 +195,8 @@ func build(fdes []fdeRows, all []Row, st *Stats) *Table {
 	// At most one gap row per FDE (the padding between functions gives
 	// most FDEs one) besides the FDEs' own rows: sized once, the slice of
 	// a big library's million rows is never copied to grow.
-	out := make([]Row, 0, len(all)+len(fdes)+1)
+	var mem releases
+	out := reserve[Row](&mem, len(all)+len(fdes)+1+2*maxCodeSegments, len(all)+len(fdes)+1+2*maxCodeSegments)
 	add := func(r Row) {
 		if n := len(out); n > 0 {
 			last := &out[n-1]
@@ -214,5 +238,5 @@ func build(fdes []fdeRows, all []Row, st *Stats) *Table {
 		}
 	}
 	// The room left in out lets fileRows re-key the rows in place.
-	return &Table{Rows: out, Stats: *st}
+	return &Table{Rows: out, Stats: *st, mem: mem}
 }
