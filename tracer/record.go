@@ -228,10 +228,16 @@ func (rec *Record) decode(b []byte, c clock) error {
 		if ulen > maxUserFrames || words > maxWords || len(b) < offStack+8*words {
 			return fmt.Errorf("%w: %d+%d frames in %d bytes", ErrMalformed, klen, ulen, len(b))
 		}
-		if cap(rec.stack) < maxWords {
-			rec.stack = make([]uint64, maxWords)
-			rec.flags = make([]FrameFlags, maxUserFrames)
-			rec.files = make([]FileRef, maxUserFrames)
+		// A record grows to the deepest stack it has held, not to the
+		// deepest possible one (8 KiB): most stacks are a few dozen frames,
+		// and hundreds of records may wait for the resolver.
+		if n := klen + ulen; cap(rec.stack) < n {
+			rec.stack = make([]uint64, min(max(n, 64)+n/2, maxWords))
+		}
+		if cap(rec.flags) < ulen {
+			m := min(max(ulen, 32)+ulen/2, maxUserFrames)
+			rec.flags = make([]FrameFlags, m)
+			rec.files = make([]FileRef, m)
 		}
 		rec.stack = rec.stack[:klen+ulen]
 		rec.flags = rec.flags[:ulen]

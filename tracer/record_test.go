@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"reflect"
+	"slices"
 	"structs"
 	"testing"
 	"time"
@@ -237,6 +238,35 @@ func TestDecodeSampleAllocatesNothingWhenWarm(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = rec.decode(b, clock{}) }); n != 0 {
 		t.Errorf("decode allocates %v times per warm record, want 0", n)
+	}
+}
+
+// A record reused from the pool grows to a deeper stack than it held, and
+// keeps every frame of both; it grows no further than the deepest.
+func TestDecodeGrowsRecordToDeeperStacks(t *testing.T) {
+	frames := func(n int, base uint64) []uint64 {
+		s := make([]uint64, n)
+		for i := range s {
+			s[i] = base + uint64(i)
+		}
+		return s
+	}
+	deepUser := min(maxUserFrames, (maxWords-8)/2)
+	var rec Record
+	for _, tc := range []struct{ kernel, user []uint64 }{
+		{frames(2, 100), frames(3, 200)},
+		{frames(8, 0xffff0000), frames(deepUser, 0x400000)},
+		{frames(1, 300), frames(1, 400)},
+	} {
+		if err := rec.decode(encodeSample(1, 2, 0, "c", tc.kernel, tc.user), clock{}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rec.Kernel, tc.kernel) || !slices.Equal(rec.User, tc.user) || len(rec.UserFiles) != len(tc.user) {
+			t.Fatalf("decoded %d+%d frames, want %d+%d equal", len(rec.Kernel), len(rec.User), len(tc.kernel), len(tc.user))
+		}
+		if cap(rec.stack) > maxWords || cap(rec.flags) > maxUserFrames {
+			t.Fatalf("record grew to %d words and %d user frames, beyond %d and %d", cap(rec.stack), cap(rec.flags), maxWords, maxUserFrames)
+		}
 	}
 }
 
