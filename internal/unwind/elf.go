@@ -17,7 +17,7 @@ var ErrNoCFI = errors.New("no call frame information")
 // Stats and leave a CFAUnknown gap; an error is returned only when no table
 // can be built.
 func FromELF(f *elf.File) (*Table, error) {
-	eh, dbg, err := frameSections(f)
+	eh, dbg, err := frameSections(f, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -29,15 +29,16 @@ func FromELF(f *elf.File) (*Table, error) {
 }
 
 // frameSections returns f's .eh_frame and .debug_frame (nil when absent),
-// after checking f is an x86-64 file.
-func frameSections(f *elf.File) (eh, dbg *section, err error) {
+// after checking f is an x86-64 file. img, if not nil, holds f's bytes:
+// sections stored as they are are read there, in place.
+func frameSections(f *elf.File, img []byte) (eh, dbg *section, err error) {
 	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
 		return nil, nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 is supported", f.Class, f.Machine)
 	}
-	if eh, err = sectionOf(f, ".eh_frame", false); err != nil {
+	if eh, err = sectionOf(f, img, ".eh_frame", false); err != nil {
 		return nil, nil, err
 	}
-	if dbg, err = sectionOf(f, ".debug_frame", true); err != nil {
+	if dbg, err = sectionOf(f, img, ".debug_frame", true); err != nil {
 		return nil, nil, err
 	}
 	return eh, dbg, nil
@@ -47,19 +48,20 @@ func frameSections(f *elf.File) (eh, dbg *section, err error) {
 // .debug_frame of debug, its separate debug file (found through build id or
 // debuglink), for addresses the loaded file's CFI does not cover.
 func FromSeparateDebug(f, debug *elf.File) (*Table, error) {
-	t, err := fromSeparateDebug(f, debug)
+	t, err := fromSeparateDebug(f, nil, debug)
 	return t.onHeap(), err
 }
 
 // fromSeparateDebug is FromSeparateDebug with the rows outside the heap
-// (the table must be released).
-func fromSeparateDebug(f, debug *elf.File) (*Table, error) {
-	eh, dbg, err := frameSections(f)
+// (the table must be released), and f's sections read in place from img
+// (f's bytes) when it is not nil.
+func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File) (*Table, error) {
+	eh, dbg, err := frameSections(f, img)
 	if err != nil {
 		return nil, err
 	}
 	if dbg == nil && debug != nil {
-		if dbg, err = sectionOf(debug, ".debug_frame", true); err != nil {
+		if dbg, err = sectionOf(debug, nil, ".debug_frame", true); err != nil {
 			return nil, fmt.Errorf("separate debug file: %w", err)
 		}
 	}
@@ -69,8 +71,10 @@ func fromSeparateDebug(f, debug *elf.File) (*Table, error) {
 	return fromSections(eh, dbg)
 }
 
-// sectionOf reads a CFI section; nil when it is absent or empty.
-func sectionOf(f *elf.File, name string, debug bool) (*section, error) {
+// sectionOf reads a CFI section; nil when it is absent or empty. A section
+// stored as it is, inside img (f's bytes, or nil), is parsed in place
+// instead of copied into the heap: LLVM's .eh_frame is 10 MB.
+func sectionOf(f *elf.File, img []byte, name string, debug bool) (*section, error) {
 	s := f.Section(name)
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
 		return nil, nil
@@ -78,9 +82,14 @@ func sectionOf(f *elf.File, name string, debug bool) (*section, error) {
 	if s.Size > maxSectionSize {
 		return nil, fmt.Errorf("section %s: %d bytes exceeds %d", name, s.Size, maxSectionSize)
 	}
-	data, err := s.Data()
-	if err != nil {
-		return nil, fmt.Errorf("section %s: %w", name, err)
+	var data []byte
+	if s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(img)) && s.Size <= uint64(len(img))-s.Offset {
+		data = img[s.Offset : s.Offset+s.Size : s.Offset+s.Size]
+	} else {
+		var err error
+		if data, err = s.Data(); err != nil {
+			return nil, fmt.Errorf("section %s: %w", name, err)
+		}
 	}
 	sec := &section{data: data, addr: s.Addr, debug: debug}
 	sec.ctx = ptrCtx{secAddr: s.Addr, deref: derefFunc(f)}

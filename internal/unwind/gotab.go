@@ -323,7 +323,7 @@ func readCode(f *elf.File, addr uint64, b []byte) error {
 // separate debug file or nil; its .debug_frame adds to f's CFI as
 // FromSeparateDebug does.
 func fromFile(f *elf.File, img []byte, debug *elf.File, drop func()) (*Table, error) {
-	cfi, cfiErr := fromSeparateDebug(f, debug)
+	cfi, cfiErr := fromSeparateDebug(f, img, debug)
 	if pclntab.Section(f) == nil {
 		return cfi, cfiErr
 	}
