@@ -297,7 +297,7 @@ func (b *Builder) internLocation(typ FrameType, f *Frame) int32 {
 	key = binary.AppendUvarint(key, uint64(m))
 	for i := range f.Lines {
 		key = binary.AppendUvarint(key, uint64(b.function(&f.Lines[i])))
-		key = binary.AppendVarint(key, f.Lines[i].Line)
+		key = binary.AppendVarint(key, max(f.Lines[i].Line, 0))
 	}
 	b.key = key
 	if i, ok := b.locationIdx[string(key)]; ok {
@@ -305,7 +305,11 @@ func (b *Builder) internLocation(typ FrameType, f *Frame) int32 {
 	}
 	start := int32(len(b.lines))
 	for i := range f.Lines {
-		b.lines = append(b.lines, line{function: b.function(&f.Lines[i]), Line: f.Lines[i]})
+		// A negative line (a corrupt line program, or interpreter memory
+		// read as it changed) is unknown: OTLP lines are not negative.
+		ln := f.Lines[i]
+		ln.Line = max(ln.Line, 0)
+		b.lines = append(b.lines, line{function: b.function(&f.Lines[i]), Line: ln})
 	}
 	i := int32(len(b.locations))
 	b.locations = append(b.locations, location{

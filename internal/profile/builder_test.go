@@ -531,3 +531,23 @@ func TestFlushWindowCoversEvents(t *testing.T) {
 		})
 	}
 }
+
+// A negative line, which symbol data read off a host can hold, is written
+// as unknown (0): OTLP lines are not negative. A frame that differs only by
+// it is the same location as the one with line 0.
+func TestNegativeLineIsUnknown(t *testing.T) {
+	frame := func(line int64) Frame {
+		return Frame{Type: FrameNative, Address: 0x1234, Lines: []Line{{Function: "f", File: "f.c", Line: line}}}
+	}
+	p := build(t, Options{}, []Sample{
+		{Resource: &Resource{PID: 1}, Frames: []Frame{frame(-118)}, Value: 1, Time: testStart.Add(time.Millisecond)},
+		{Resource: &Resource{PID: 1}, Frames: []Frame{frame(0)}, Value: 1, Time: testStart.Add(2 * time.Millisecond)},
+	})
+	locs := p.Dictionary().LocationTable()
+	if locs.Len() != 2 { // entry 0 is the empty one
+		t.Fatalf("%d locations, want the empty one and f's", locs.Len())
+	}
+	if got := locs.At(1).Lines().At(0).Line(); got != 0 {
+		t.Errorf("line %d, want 0", got)
+	}
+}

@@ -163,8 +163,10 @@ func (fs *fileSyms) frames(off uint64) []Line {
 // nativeFrame makes a line from a raw (possibly mangled) name: Function
 // is the simplified demangled name, SystemName the raw one when they
 // differ. The strings are copied so the line does not pin the tables (or
-// the mapping) they come from.
+// the mapping) they come from. A line below 1 (a line program that
+// advanced below zero, which real binaries on a host have) is unknown: 0.
 func nativeFrame(raw, file string, line int64) Line {
+	line = max(line, 0)
 	fr := Line{Function: simplified(raw), File: strings.Clone(file), Line: line, Rust: rustSymbol(raw)}
 	if fr.Function == raw {
 		fr.Function = strings.Clone(raw)

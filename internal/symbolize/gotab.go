@@ -162,5 +162,5 @@ func (g *goTable) legacyFrames(pc uint64) (frames []Line) {
 	if fn == nil {
 		return nil
 	}
-	return []Line{{Function: fn.Name, File: file, Line: int64(line), Go: true}}
+	return []Line{{Function: fn.Name, File: file, Line: int64(max(line, 0)), Go: true}}
 }
