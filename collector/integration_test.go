@@ -40,6 +40,7 @@ type flatSample struct {
 	Frames     []frame  // leaf first
 	Files      []string // source file of each frame's innermost line
 	Lines      []int64  // line of each frame's innermost line
+	ByFP       []bool   // each frame was found by the frame-pointer walk (sonde.frame.unwinder)
 	Count      int
 	Type       string   // the profile's sample type: "samples" (on-CPU) or "off_cpu"
 	Times      []uint64 // the sample's timestamps (Unix ns)
@@ -107,6 +108,8 @@ func flatten(pd pprofile.Profiles) []flatSample {
 						fs.Frames = append(fs.Frames, f)
 						fs.Files = append(fs.Files, file)
 						fs.Lines = append(fs.Lines, line)
+						v, ok := attr(loc.AttributeIndices().AsRaw(), "sonde.frame.unwinder")
+						fs.ByFP = append(fs.ByFP, ok && v == "frame_pointer")
 					}
 					out = append(out, fs)
 				}

@@ -4,6 +4,7 @@ package profiler
 
 import (
 	"errors"
+	"strings"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -301,11 +302,39 @@ const TruncatedFrame = "[truncated]"
 // could not read, at the end of a frame-pointer chain (no table yet, or
 // none), or at the frame limit.
 func (r *resolver) markTruncated(rec *tracer.Record) {
-	if len(rec.User) == 0 || rec.Flags&tracer.FlagUserComplete != 0 {
+	if len(rec.User) == 0 || rec.Flags&tracer.FlagUserComplete != 0 || endsAtStackRoot(r.frames) {
 		return
 	}
 	r.stats.truncated.Add(1)
 	r.frames = append(r.frames, profile.Frame{Lines: []profile.Line{{Function: TruncatedFrame}}})
+}
+
+// stackRoots are functions that only ever run as the outermost frame of a
+// stack: a frame-pointer walk (before a file's table is in the kernel) that
+// ended in one cut nothing off, though no table said the stack ends there.
+var stackRoots = map[string]bool{
+	"runtime.goexit": true, // under every goroutine
+	"runtime.mstart": true, // every Go thread's system stack
+	"_start":         true, // a program's first frame (glibc, musl)
+	"clone3":         true, // glibc's threads (2.34 on)
+	"__clone3":       true,
+	"clone":          true, // glibc's threads before 2.34, and musl's
+	"__clone":        true,
+}
+
+// endsAtStackRoot reports whether the outermost of frames is one of
+// stackRoots.
+func endsAtStackRoot(frames []profile.Frame) bool {
+	if len(frames) == 0 {
+		return false
+	}
+	lines := frames[len(frames)-1].Lines
+	if len(lines) == 0 {
+		return false
+	}
+	// The function itself is the last line (the others are inlined into
+	// it); Go's assembly functions may carry their ABI suffix.
+	return stackRoots[strings.TrimSuffix(lines[len(lines)-1].Function, ".abi0")]
 }
 
 func (r *resolver) userFrame(entry *procEntry, m process.Mapping, pc, addr uint64) profile.Frame {

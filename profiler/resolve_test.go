@@ -136,3 +136,35 @@ func TestResolveMarksTruncated(t *testing.T) {
 		})
 	}
 }
+
+// A stack whose outermost frame is a function that only ever starts
+// stacks is whole, however it was unwound; one that ends anywhere else, or
+// in a root function inlined into another, is not.
+func TestEndsAtStackRoot(t *testing.T) {
+	frame := func(names ...string) profile.Frame {
+		f := profile.Frame{Type: profile.FrameNative}
+		for _, n := range names {
+			f.Lines = append(f.Lines, profile.Line{Function: n})
+		}
+		return f
+	}
+	leaf := frame("main.leaf")
+	for _, tc := range []struct {
+		frames []profile.Frame
+		want   bool
+	}{
+		{[]profile.Frame{leaf, frame("main.main"), frame("runtime.main"), frame("runtime.goexit")}, true},
+		{[]profile.Frame{leaf, frame("runtime.goexit.abi0")}, true},
+		{[]profile.Frame{leaf, frame("runtime.mstart")}, true},
+		{[]profile.Frame{leaf, frame("main"), frame("__libc_start_call_main"), frame("__libc_start_main_impl"), frame("_start")}, true},
+		{[]profile.Frame{leaf, frame("start_thread"), frame("clone3")}, true},
+		{[]profile.Frame{leaf, frame("main.main")}, false},
+		{[]profile.Frame{leaf, frame("runtime.goexit", "main.wrapper")}, false},
+		{[]profile.Frame{leaf, {Type: profile.FrameNative, Address: 0x401000}}, false},
+		{nil, false},
+	} {
+		if got := endsAtStackRoot(tc.frames); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.frames, got, tc.want)
+		}
+	}
+}
