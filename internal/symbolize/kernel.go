@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"unsafe"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
 )
 
 // ErrKernelAddressesHidden means kallsyms listed every address as zero: the
@@ -40,6 +44,11 @@ type Kernel struct {
 	names   string   // every kept name, back to back
 	modules []string // modules[0] is "", the core kernel
 	skipped int
+	// mem holds syms and names once the table is built: an anonymous
+	// mapping outside the Go heap (5 MB for a distribution kernel, which
+	// the collector's goal would double), unmapped when k is collected.
+	// Nothing of it leaves k: Lookup copies the names it returns.
+	mem *elfx.Image
 }
 
 // ksym is one symbol in 16 bytes; its name is names[name : name+nameLen].
@@ -110,10 +119,30 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 	// one address keep the one listed first.
 	slices.SortStableFunc(k.syms, func(a, b ksym) int { return cmp.Compare(a.addr, b.addr) })
 	k.syms = slices.CompactFunc(k.syms, func(a, b ksym) bool { return a.addr == b.addr })
-	if cap(k.syms) > len(k.syms)+len(k.syms)/4 {
-		k.syms = slices.Clone(k.syms) // drop the growth slack
-	}
+	k.offHeap()
 	return k, nil
+}
+
+// offHeap moves k's symbols and names into an anonymous mapping; where it
+// cannot be made they stay in the heap, without the growth slack.
+func (k *Kernel) offHeap() {
+	symBytes := len(k.syms) * int(unsafe.Sizeof(ksym{}))
+	m, err := elfx.MapAnon(int64(symBytes+len(k.names)), func(b []byte) error {
+		copy(b, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(k.syms))), symBytes))
+		copy(b[symBytes:], k.names)
+		return nil
+	})
+	if err != nil || len(m.Bytes()) == 0 {
+		if cap(k.syms) > len(k.syms)+len(k.syms)/4 {
+			k.syms = slices.Clone(k.syms) // drop the growth slack
+		}
+		return
+	}
+	b := m.Bytes() // page-aligned, so aligned for ksym
+	k.syms = unsafe.Slice((*ksym)(unsafe.Pointer(unsafe.SliceData(b))), len(k.syms))
+	k.names = unsafe.String(&b[symBytes], len(k.names))
+	k.mem = m
+	runtime.AddCleanup(k, func(m *elfx.Image) { m.Unmap() }, m)
 }
 
 // add parses one line and keeps it if it is a text symbol.
@@ -218,7 +247,7 @@ func (k *Kernel) Lookup(addr uint64) (Symbol, bool) {
 	}
 	s := k.syms[i]
 	return Symbol{
-		Name:   k.names[s.name : s.name+uint32(s.nameLen)],
+		Name:   strings.Clone(k.names[s.name : s.name+uint32(s.nameLen)]),
 		Module: k.modules[s.module],
 		Addr:   s.addr,
 	}, true
@@ -230,7 +259,7 @@ func (k *Kernel) Len() int { return len(k.syms) }
 // Skipped returns how many malformed lines the parser skipped.
 func (k *Kernel) Skipped() int { return k.skipped }
 
-// memSize is the heap the table holds.
+// memSize is the memory the table holds, in the heap or its mapping.
 func (k *Kernel) memSize() int64 {
 	n := int64(cap(k.syms))*16 + int64(len(k.names)) + 256
 	for _, m := range k.modules {
