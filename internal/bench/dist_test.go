@@ -119,7 +119,6 @@ type distEnv struct {
 	nodeWindow, pythonWindow time.Duration
 	idleConfig               string
 	floorKiB                 float64 // peak RSS of the distribution running no profiler
-	statsOn                  bool
 }
 
 func newDistEnv(b *testing.B) *distEnv {
