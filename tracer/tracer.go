@@ -265,7 +265,8 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err := spec.LoadAndAssign(dst, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load eBPF objects: verifier rejected a program: %+v", ve)
+			// %+v prints the whole verifier log; %w would print only its summary.
+			return nil, fmt.Errorf("load eBPF objects: verifier rejected a program: %+v", ve) //nolint:errorlint
 		}
 		return nil, fmt.Errorf("load eBPF objects: %w", err)
 	}

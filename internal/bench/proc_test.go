@@ -280,7 +280,7 @@ func (c *distProcess) awaitReady(b *testing.B, within time.Duration) {
 // and an error if the collector did not exit cleanly.
 func (c *distProcess) stop(within time.Duration) (time.Duration, error) {
 	if c.exited() {
-		return 0, fmt.Errorf("%s had exited: %v", c.cmd.Path, c.err)
+		return 0, fmt.Errorf("%s had exited: %w", c.cmd.Path, c.err)
 	}
 	begin := time.Now()
 	_ = c.cmd.Process.Signal(os.Interrupt)
@@ -292,7 +292,7 @@ func (c *distProcess) stop(within time.Duration) (time.Duration, error) {
 		return time.Since(begin), fmt.Errorf("%s did not exit within %v of SIGINT", c.cmd.Path, within)
 	}
 	if c.err != nil {
-		return time.Since(begin), fmt.Errorf("%s exited with %v", c.cmd.Path, c.err)
+		return time.Since(begin), fmt.Errorf("%s exited with %w", c.cmd.Path, c.err)
 	}
 	return time.Since(begin), nil
 }

@@ -188,7 +188,7 @@ func fetchKernel(cache, pkg string) (kernel, error) {
 		// A CI machine that had every package of .ci/run may have no
 		// package lists yet.
 		if out, uerr := exec.Command("apt-get", "update", "-q").CombinedOutput(); uerr != nil {
-			return kernel{}, fmt.Errorf("%w; apt-get update: %v\n%s", err, uerr, out)
+			return kernel{}, fmt.Errorf("%w; apt-get update: %w\n%s", err, uerr, out)
 		}
 		if err := aptDownload(tmp, pkg); err != nil {
 			return kernel{}, err
