@@ -221,7 +221,7 @@ func TestPythonStacks(t *testing.T) {
 			return []pyFrame{{"gamma_burn", wl, 0}, {method(minor), wl, pyMark(t, "call-leaf")},
 				{"alpha", wl, pyMark(t, "call-method")}}, nil
 		}, nil, 0},
-		{"async", true, true, burn, func(minor int) ([]pyFrame, *pyFrame) {
+		{"async", true, true, burn, func(int) ([]pyFrame, *pyFrame) {
 			return []pyFrame{{"gamma_burn", wl, 0}, {"alpha_async", wl, pyMark(t, "call-burn-async")}},
 				&pyFrame{"<module>", wl, pyMark(t, "call-async")}
 		}, nil, 0},

@@ -64,7 +64,7 @@ func TestOffCPUOptionsRejected(t *testing.T) {
 // Off by default: the off-CPU programs are not even loaded.
 func TestOffCPUOffLoadsNothing(t *testing.T) {
 	tr := newTracer(t, Options{SamplesPerSecond: 19})
-	if tr.OffCPU() || tr.offCPU.OffCpu != nil || tr.offCPU.OffCpuUnwindUser != nil {
+	if tr.OffCPU() || tr.offCPU.OffCPU != nil || tr.offCPU.OffCPUUnwindUser != nil {
 		t.Errorf("off-CPU programs loaded with threshold 0: %+v", tr.offCPU)
 	}
 	if n := len(tr.links); n != 2 {

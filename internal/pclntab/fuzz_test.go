@@ -62,7 +62,7 @@ func FuzzOpenELFImage(f *testing.F) {
 	}
 	f.Add(seed)
 	f.Add(seed[:len(seed)/3])
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(_ *testing.T, data []byte) {
 		ef, err := elf.NewFile(bytes.NewReader(data))
 		if err != nil {
 			return

@@ -818,7 +818,7 @@ func TestProcessAlive(t *testing.T) {
 		alive bool
 		setup func(fs *fakeProcfs)
 	}{
-		{"running", true, func(fs *fakeProcfs) {}},
+		{"running", true, func(*fakeProcfs) {}},
 		{"leader exited, a thread runs on", true, func(fs *fakeProcfs) {
 			fs.write(100, "stat", statLine(100, "app", 'Z', 1, 0, 500))
 		}},
