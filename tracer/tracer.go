@@ -249,7 +249,7 @@ func New(opts Options) (_ *Tracer, err error) {
 	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked, filtering: opts.FilterPending > 0}
 	defer func() {
 		if err != nil {
-			t.Close()
+			_ = t.Close() // err, which made New fail, is the one to report
 		}
 	}()
 
