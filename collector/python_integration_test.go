@@ -88,7 +88,7 @@ func startPython(t *testing.T, bin, mode string, xargs ...string) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stdin.Close()
+		_ = stdin.Close() // a pipe: the workload is killed next anyway
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if len(xargs) > 0 {

@@ -345,7 +345,7 @@ func TestBothUnwinderBuildsLoad(t *testing.T) {
 				}
 				t.Fatalf("%s: %v", name, err)
 			}
-			defer objs.Prog.Close()
+			defer testutil.Close(t, objs.Prog)
 			info, err := objs.Prog.Info()
 			if err != nil {
 				t.Fatal(err)

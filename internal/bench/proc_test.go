@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // What the bench reads of a running process from /proc, and the
@@ -149,7 +151,7 @@ func freePort(b *testing.B) int {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	defer testutil.Close(b, l)
 	return l.Addr().(*net.TCPAddr).Port
 }
 
@@ -304,7 +306,7 @@ func scrape(url string) (promScrape, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scrape: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end below, or failed
 	var body bytes.Buffer
 	if _, err := io.Copy(&body, resp.Body); err != nil {
 		return nil, fmt.Errorf("scrape: %w", err)

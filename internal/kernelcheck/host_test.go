@@ -183,7 +183,7 @@ func fetchKernel(cache, pkg string) (kernel, error) {
 	if err != nil {
 		return kernel{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // a leftover in the cache is harmless
 	if err := aptDownload(tmp, pkg); err != nil && testutil.InCI() && os.Geteuid() == 0 {
 		// A CI machine that had every package of .ci/run may have no
 		// package lists yet.
