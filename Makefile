@@ -19,6 +19,10 @@ FUZZTIME     ?= 10s
 CI_FUZZTIME  ?= 3000x
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 CLANG_FORMAT ?= clang-format-19
+# golangci-lint, pinned in its own module (tools/go.mod) so its dependencies
+# stay out of the module graph of everyone who imports the receiver; go tool
+# builds it from the module proxy the first time (a few minutes).
+GOLANGCI_LINT ?= $(GO) tool -modfile=tools/go.mod golangci-lint
 
 # Debian 12 packages the tests and `make generate` use, in one place: clang and
 # llvm-strip for the eBPF objects, the C/C++ toolchains and binutils the test
@@ -98,9 +102,10 @@ chart-test: dist ## Render and check the Helm chart, validating its Collector co
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -count=1 ./deploy/...
 
 .PHONY: lint
-lint: cross ## gofmt, go vet, clang-format of the eBPF C (support/ebpf/.clang-format), and the cross builds
+lint: cross ## gofmt, go vet, golangci-lint (.golangci.yml), clang-format of the eBPF C (support/ebpf/.clang-format), and the cross builds
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 	$(CLANG_FORMAT) --dry-run -Werror $$(git ls-files 'support/ebpf/*.[ch]' | grep -v '/vmlinux\.h$$')
 
 .PHONY: cross

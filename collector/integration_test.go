@@ -215,11 +215,11 @@ func waitForSample(t *testing.T, sink *consumertest.ProfilesSink, pid int, timeo
 }
 
 // waitForExport returns once the sink holds more than n exports, or after
-// at most max. The receiver exports every reporter_interval.
-func waitForExport(sink *consumertest.ProfilesSink, n int, max time.Duration) {
+// at most limit. The receiver exports every reporter_interval.
+func waitForExport(sink *consumertest.ProfilesSink, n int, limit time.Duration) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	end := time.After(max)
+	end := time.After(limit)
 	for len(sink.AllProfiles()) <= n {
 		select {
 		case <-tick.C:

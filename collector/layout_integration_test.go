@@ -36,7 +36,7 @@ func perfShare(t *testing.T, pid int, match func([]string) bool, wait func()) (c
 	// perf passes its workload's end on: it dies by the sleep's SIGTERM,
 	// after it has written its data.
 	var exit *exec.ExitError
-	if err := rec.Wait(); err != nil && !(errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGTERM) {
+	if err := rec.Wait(); err != nil && (!errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM) {
 		t.Fatalf("perf record: %v\n%s", err, recErr.Bytes())
 	}
 	out, err := exec.Command(perf, "script", "-i", data, "-F", "tid,ip,sym").Output()

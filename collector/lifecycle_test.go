@@ -55,7 +55,11 @@ func TestFailingConsumerIsLoggedAndReceiverKeepsRunning(t *testing.T) {
 	if err := rcv.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
-	defer rcv.Shutdown(context.Background())
+	defer func() {
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	}()
 	testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChain))
 
 	select {

@@ -52,7 +52,7 @@ func bpfPrograms(t *testing.T) []string {
 			if pi, err := p.Info(); err == nil {
 				names = append(names, pi.Name)
 			}
-			p.Close()
+			testutil.Close(t, p)
 		}
 	}
 	return names

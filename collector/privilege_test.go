@@ -124,7 +124,11 @@ func TestLeastPrivilegeChild(t *testing.T) {
 		fmt.Printf("\nSTART: %v\n", err)
 		return
 	}
-	defer rcv.Shutdown(context.Background())
+	defer func() {
+		if err := rcv.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	}()
 	fmt.Printf("\nSTART: ok\n")
 	s, _ := waitForSample(t, sink, pid, 30*time.Second, func(s flatSample) bool {
 		return fullChain(s.Frames, []string{"c", "b", "a", "main"})

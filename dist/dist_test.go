@@ -407,7 +407,8 @@ service:
 	t.Cleanup(func() {
 		if !stopped {
 			_ = col.Process.Kill()
-			<-exited
+			err := <-exited
+			_ = err // killed: an error by construction
 		}
 	})
 	collectorLog := func() string {

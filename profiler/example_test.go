@@ -33,7 +33,11 @@ func Example() {
 		fmt.Println("cannot profile this host:", err)
 		return
 	}
-	defer p.Close()
+	defer func() {
+		if err := p.Close(); err != nil {
+			fmt.Println("close:", err)
+		}
+	}()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

@@ -32,11 +32,11 @@ func (s *sink) all() []pprofile.Profiles {
 	return append([]pprofile.Profiles(nil), s.got...)
 }
 
-// waitFor waits until the sink holds n intervals or max passes.
-func (s *sink) waitFor(n int, max time.Duration) {
+// waitFor waits until the sink holds n intervals or limit passes.
+func (s *sink) waitFor(n int, limit time.Duration) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	end := time.After(max)
+	end := time.After(limit)
 	for len(s.all()) < n {
 		select {
 		case <-tick.C:

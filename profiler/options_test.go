@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 func TestDefaultOptionsValid(t *testing.T) {
@@ -53,7 +55,7 @@ func TestNewRefusesNotAProcFS(t *testing.T) {
 		o.ProcFS = root
 		p, err := New(o)
 		if err == nil {
-			p.Close()
+			testutil.Close(t, p)
 			t.Fatalf("New with procfs %s: no error", root)
 		}
 		if !strings.Contains(err.Error(), "procfs "+root+" is not a mounted procfs") {

@@ -208,7 +208,7 @@ func TestRunFlushesLastInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer testutil.Close(t, p)
 	s := new(sink)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -105,7 +105,7 @@ func (pp *pythonProcs) prepare(proc *process.Process) {
 		return // gone, or not readable: stays native
 	}
 	in, err := python.FindWith(proc, mem, pp.layouts)
-	mem.Close()
+	_ = mem.Close() // read only
 	switch {
 	case errors.Is(err, python.ErrNotPython):
 		settled = false // libpython may not be mapped yet

@@ -55,7 +55,7 @@ func startPyWorkload(t *testing.T, bin, mode string) int {
 	}
 	cmd.Stderr = os.Stderr
 	testutil.StartCmd(t, cmd)
-	t.Cleanup(func() { stdin.Close() })
+	t.Cleanup(func() { testutil.Close(t, stdin) })
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("%s %s: %q, %v", bin, mode, line, err)
 	}

@@ -479,7 +479,7 @@ func (r *resolver) file(entry *procEntry, m process.Mapping) *fileEntry {
 				fe.info = fe.handle.FileInfo
 			}
 		}
-		if fe.err != nil && fe.err != errNotFile {
+		if fe.err != nil && !errors.Is(fe.err, errNotFile) {
 			r.stats.fileErrors.Add(1)
 			r.logOnce("cannot read mapped file; its frames stay unnamed", zap.String("file", m.Path), zap.Error(fe.err))
 		}

@@ -144,6 +144,7 @@ type OffCPUStats struct {
 // the eBPF side set on it. Each sample has exactly one.
 type StackOutcome uint8
 
+// Stack outcomes, and their number.
 const (
 	StackNone        StackOutcome = iota // no user stack: a kernel thread, or no user registers
 	StackComplete                        // an unwind row marked the outermost frame

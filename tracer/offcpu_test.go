@@ -55,7 +55,7 @@ func TestOffCPUOptionsRejected(t *testing.T) {
 		{SamplesPerSecond: 19, OffCPUThreshold: 1, OffCPUMinDuration: -time.Second},
 	} {
 		if tr, err := New(opts); err == nil {
-			tr.Close()
+			testutil.Close(t, tr)
 			t.Errorf("New(%+v) succeeded, want an error", opts)
 		}
 	}
@@ -64,7 +64,7 @@ func TestOffCPUOptionsRejected(t *testing.T) {
 // Off by default: the off-CPU programs are not even loaded.
 func TestOffCPUOffLoadsNothing(t *testing.T) {
 	tr := newTracer(t, Options{SamplesPerSecond: 19})
-	if tr.OffCPU() || tr.offCPU.OffCpu != nil || tr.offCPU.OffCpuUnwindUser != nil {
+	if tr.OffCPU() || tr.offCPU.OffCPU != nil || tr.offCPU.OffCPUUnwindUser != nil {
 		t.Errorf("off-CPU programs loaded with threshold 0: %+v", tr.offCPU)
 	}
 	if n := len(tr.links); n != 2 {
@@ -236,9 +236,9 @@ func TestBothOffCPUUnwinderBuildsLoad(t *testing.T) {
 				}
 				t.Fatalf("%s: %v", name, err)
 			}
-			defer objs.Switch.Close()
-			defer objs.Unwind.Close()
-			defer objs.Targets.Close()
+			defer testutil.Close(t, objs.Switch)
+			defer testutil.Close(t, objs.Unwind)
+			defer testutil.Close(t, objs.Targets)
 			// The kernel checks at insertion that the target may be
 			// tail-called from the array's owner.
 			if err := objs.Targets.Put(uint32(0), objs.Unwind); err != nil {

@@ -20,17 +20,20 @@ import (
 type RecordType uint32
 
 const (
+	// RecordSample is a CPU sample.
 	RecordSample = RecordType(support.SondeRecordTypeRECORD_SAMPLE)
-	RecordExec   = RecordType(support.SondeRecordTypeRECORD_EXEC)
-	RecordExit   = RecordType(support.SondeRecordTypeRECORD_EXIT)
-	// RecordUnknown: a process was sampled before its unwind information was
-	// prepared (or at an address outside its prepared mappings).
+	// RecordExec says a process called exec.
+	RecordExec = RecordType(support.SondeRecordTypeRECORD_EXEC)
+	// RecordExit says a process exited.
+	RecordExit = RecordType(support.SondeRecordTypeRECORD_EXIT)
+	// RecordUnknown says a process was sampled before its unwind information
+	// was prepared (or at an address outside its prepared mappings).
 	RecordUnknown = RecordType(support.SondeRecordTypeRECORD_UNKNOWN)
-	// RecordOffCPUStart: a thread left the CPU to wait. It is decoded like
+	// RecordOffCPUStart says a thread left the CPU to wait. It is decoded like
 	// a sample: Time is when it left, KTime the key its RecordOffCPUEnd
 	// names, and the stacks are where it waits.
 	RecordOffCPUStart = RecordType(support.SondeRecordTypeRECORD_OFFCPU_START)
-	// RecordOffCPUEnd: the thread TID of PID is back on a CPU. KTime is
+	// RecordOffCPUEnd says the thread TID of PID is back on a CPU. KTime is
 	// the KTime of its start record, Time that start as wall-clock time,
 	// OffCPU how long it was away; Flags may hold OffCPUShort.
 	RecordOffCPUEnd = RecordType(support.SondeRecordTypeRECORD_OFFCPU_END)
@@ -55,14 +58,14 @@ const (
 type FrameFlags uint8
 
 const (
-	// FrameFromFramePointer: no unwind table covered the callee, so this
-	// frame came from the frame-pointer chain.
+	// FrameFromFramePointer means no unwind table covered the callee, so
+	// this frame came from the frame-pointer chain.
 	FrameFromFramePointer FrameFlags = 1 << iota
-	// FrameInterrupted: the PC is where the thread was interrupted (the leaf,
-	// or the code a signal interrupted), not a return address; it is named as
-	// is, not at PC-1.
+	// FrameInterrupted means the PC is where the thread was interrupted (the
+	// leaf, or the code a signal interrupted), not a return address; it is
+	// named as is, not at PC-1.
 	FrameInterrupted
-	// FramePython: a CPython frame. Its User entry is the address of its
+	// FramePython marks a CPython frame. Its User entry is the address of its
 	// code object and its UserFiles entry has File 0 and, as Offset, the
 	// frame's instruction (f_lasti, or the instruction pointer from 3.11 on).
 	FramePython
@@ -318,10 +321,10 @@ func (rec *Record) setComm(b []byte) {
 type clock struct{ offset int64 }
 
 func newClock() clock {
-	var mono, real unix.Timespec
+	var mono, wall unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real)
-	return clock{offset: real.Nano() - mono.Nano()}
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &wall)
+	return clock{offset: wall.Nano() - mono.Nano()}
 }
 
 func (c clock) wall(ktime uint64) time.Time { return time.Unix(0, int64(ktime)+c.offset) }

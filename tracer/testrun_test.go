@@ -5,6 +5,7 @@ package tracer
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -62,8 +63,8 @@ func newTestrun(tb testing.TB) *testrun {
 		tb.Fatalf("load test programs: %v", err)
 	}
 	tb.Cleanup(func() {
-		for _, c := range []interface{ Close() error }{tr.FindRowTest, tr.StepTest, tr.Tables, tr.Counters} {
-			c.Close()
+		for _, c := range []io.Closer{tr.FindRowTest, tr.StepTest, tr.Tables, tr.Counters} {
+			testutil.Close(tb, c)
 		}
 	})
 	return &tr
@@ -232,7 +233,11 @@ func stackPages(t testing.TB, n int) (stack []uint64, base, guard uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Munmap(mem) })
+	t.Cleanup(func() {
+		if err := unix.Munmap(mem); err != nil {
+			t.Error(err)
+		}
+	})
 	if err := unix.Mprotect(mem[n*page:], unix.PROT_NONE); err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,7 @@ const DefaultPollInterval = 100 * time.Millisecond
 type objects struct {
 	support.SondeMaps
 	support.SondeVariables
-	SampleCpu  *ebpf.Program `ebpf:"sample_cpu"`
+	SampleCPU  *ebpf.Program `ebpf:"sample_cpu"`
 	UnwindUser *ebpf.Program `ebpf:"unwind_user"`
 	OnExec     *ebpf.Program `ebpf:"on_exec"`
 	OnExit     *ebpf.Program `ebpf:"on_exit"`
@@ -100,7 +100,7 @@ type objects struct {
 
 func (o *objects) Close() error {
 	errs := []error{o.SondeMaps.Close()}
-	for _, p := range []*ebpf.Program{o.SampleCpu, o.UnwindUser, o.OnExec, o.OnExit} {
+	for _, p := range []*ebpf.Program{o.SampleCPU, o.UnwindUser, o.OnExec, o.OnExit} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -111,13 +111,13 @@ func (o *objects) Close() error {
 // offCPUPrograms are loaded only when off-CPU profiling is on: the
 // context-switch program and one build of its unwinder.
 type offCPUPrograms struct {
-	OffCpu           *ebpf.Program `ebpf:"off_cpu"`
-	OffCpuUnwindUser *ebpf.Program `ebpf:"off_cpu_unwind_user"`
+	OffCPU           *ebpf.Program `ebpf:"off_cpu"`
+	OffCPUUnwindUser *ebpf.Program `ebpf:"off_cpu_unwind_user"`
 }
 
 func (o *offCPUPrograms) Close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.OffCpu, o.OffCpuUnwindUser} {
+	for _, p := range []*ebpf.Program{o.OffCPU, o.OffCPUUnwindUser} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -249,7 +249,7 @@ func New(opts Options) (_ *Tracer, err error) {
 	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked, filtering: opts.FilterPending > 0}
 	defer func() {
 		if err != nil {
-			t.Close()
+			_ = t.Close() // err, which made New fail, is the one to report
 		}
 	}()
 
@@ -265,7 +265,8 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err := spec.LoadAndAssign(dst, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load eBPF objects: verifier rejected a program: %+v", ve)
+			// %+v prints the whole verifier log; %w would print only its summary.
+			return nil, fmt.Errorf("load eBPF objects: verifier rejected a program: %+v", ve) //nolint:errorlint
 		}
 		return nil, fmt.Errorf("load eBPF objects: %w", err)
 	}
@@ -283,13 +284,13 @@ func New(opts Options) (_ *Tracer, err error) {
 		{"sched_process_exit", t.objs.OnExit},
 	}
 	if offCPU {
-		if err := t.objs.OffcpuUnwinders.Put(uint32(0), t.offCPU.OffCpuUnwindUser); err != nil {
+		if err := t.objs.OffcpuUnwinders.Put(uint32(0), t.offCPU.OffCPUUnwindUser); err != nil {
 			return nil, fmt.Errorf("install off-CPU unwinder: %w", err)
 		}
 		tracepoints = append(tracepoints, struct {
 			name string
 			prog *ebpf.Program
-		}{"sched_switch", t.offCPU.OffCpu})
+		}{"sched_switch", t.offCPU.OffCPU})
 	}
 
 	for _, tp := range tracepoints {
@@ -315,7 +316,7 @@ func New(opts Options) (_ *Tracer, err error) {
 			return nil, err
 		}
 		t.perf = append(t.perf, pe)
-		if err := pe.attach(t.objs.SampleCpu); err != nil {
+		if err := pe.attach(t.objs.SampleCPU); err != nil {
 			return nil, err
 		}
 	}
@@ -419,7 +420,7 @@ func (t *Tracer) CheckedMappings() bool { return t.checked }
 
 // OffCPU reports whether off-CPU profiling is on: its programs are loaded
 // and attached.
-func (t *Tracer) OffCPU() bool { return t.offCPU.OffCpu != nil }
+func (t *Tracer) OffCPU() bool { return t.offCPU.OffCPU != nil }
 
 // CPUs returns how many CPUs are sampled.
 func (t *Tracer) CPUs() int { return len(t.perf) }
@@ -555,7 +556,7 @@ const (
 	autoRecordBytes = 1 << 10
 )
 
-// RingBufferBytes is the ring buffer size for samplesPerSecond on cpus
+// RingBufferBytesFor is the ring buffer size for samplesPerSecond on cpus
 // CPUs when none is configured: two seconds of samples of 1 KiB from every
 // CPU, rounded up to a power of two, at least 256 KiB (4 MiB when off-CPU
 // profiling, whose record rate follows context switches, is on) and at

@@ -286,8 +286,8 @@ func openFDs(t *testing.T) int {
 // objectIDs returns the kernel ids of the tracer's programs, maps and links.
 func objectIDs(t *testing.T, tr *Tracer) (progs []ebpf.ProgramID, maps []ebpf.MapID, links []link.ID) {
 	t.Helper()
-	for _, p := range []*ebpf.Program{tr.objs.SampleCpu, tr.objs.UnwindUser, tr.objs.OnExec, tr.objs.OnExit,
-		tr.offCPU.OffCpu, tr.offCPU.OffCpuUnwindUser} {
+	for _, p := range []*ebpf.Program{tr.objs.SampleCPU, tr.objs.UnwindUser, tr.objs.OnExec, tr.objs.OnExit,
+		tr.offCPU.OffCPU, tr.offCPU.OffCPUUnwindUser} {
 		if p == nil {
 			continue
 		}
@@ -345,7 +345,7 @@ func TestBothUnwinderBuildsLoad(t *testing.T) {
 				}
 				t.Fatalf("%s: %v", name, err)
 			}
-			defer objs.Prog.Close()
+			defer testutil.Close(t, objs.Prog)
 			info, err := objs.Prog.Info()
 			if err != nil {
 				t.Fatal(err)

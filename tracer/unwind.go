@@ -128,7 +128,7 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
 	if err != nil {
 		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
 	}
-	defer inner.Close() // the outer map holds its own reference
+	defer func() { _ = inner.Close() }() // the outer map holds its own reference
 	keys := make([]uint32, len(rows))
 	for i := range keys {
 		keys[i] = uint32(i)

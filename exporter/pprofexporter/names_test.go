@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,7 +120,7 @@ func TestCxxNamesThroughPprof(t *testing.T) {
 	if err != nil || len(files) != 1 {
 		t.Fatalf("pprof files %v, %v", files, err)
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin := testutil.RequireTool(t, "go")
 	cmd := exec.Command(goBin, "tool", "pprof", "-traces", files[0])
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -119,7 +119,6 @@ type distEnv struct {
 	nodeWindow, pythonWindow time.Duration
 	idleConfig               string
 	floorKiB                 float64 // peak RSS of the distribution running no profiler
-	statsOn                  bool
 }
 
 func newDistEnv(b *testing.B) *distEnv {
@@ -573,7 +572,7 @@ func (e *distEnv) run(b *testing.B, sc scenario) *scenarioResult {
 	if err != nil {
 		b.Fatalf("enable BPF run-time statistics: %v", err)
 	}
-	defer stats.Close()
+	defer testutil.Close(b, stats)
 
 	port := freePort(b)
 	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
@@ -837,10 +836,11 @@ func (r *scenarioResult) report(b *testing.B) {
 
 // print writes the scenario's table.
 func (r *scenarioResult) print(w io.Writer) {
-	fmt.Fprintf(w, "== %s: %s (%d Hz, %.0f s, steady from %.0f s); ready %s, first export %s, shutdown %.2f s\n",
+	// w is os.Stdout: a failed write there has nowhere better to go.
+	_, _ = fmt.Fprintf(w, "== %s: %s (%d Hz, %.0f s, steady from %.0f s); ready %s, first export %s, shutdown %.2f s\n",
 		r.Scenario, r.Title, r.Hz, r.WindowS, r.WarmS, fmtS(r.ReadyS), fmtS(r.FirstExportS), r.ShutdownS)
 	row := func(what, format string, args ...any) {
-		fmt.Fprintf(w, "   %-14s "+format+"\n", append([]any{what}, args...)...)
+		_, _ = fmt.Fprintf(w, "   %-14s "+format+"\n", append([]any{what}, args...)...)
 	}
 	row("RSS", "peak %.1f MiB (%+.1f over the idle binary's %.1f), anon %.1f, file %.1f | steady anon %.1f, file %.1f MiB",
 		r.PeakRSSMiB, r.AddedRSSMiB, r.IdleRSSMiB, r.PeakAnonMiB, r.PeakFileMiB, r.SteadyAnonMiB, r.SteadyFileMiB)

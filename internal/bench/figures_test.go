@@ -90,7 +90,7 @@ func (k *figureKeeper) collect() (map[string]int64, error) {
 		for _, dp := range dps {
 			var kv []string
 			for _, a := range dp.Attributes.ToSlice() {
-				kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+				kv = append(kv, string(a.Key)+"="+a.Value.String())
 			}
 			slices.Sort(kv)
 			key := name

@@ -78,7 +78,7 @@ func agentObjects(b *testing.B, pid int) (map[string]*ebpf.Map, map[string]*ebpf
 					maps[mi.Name] = m
 					continue
 				}
-				m.Close()
+				testutil.Close(b, m)
 			}
 			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
 				id, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
@@ -90,7 +90,7 @@ func agentObjects(b *testing.B, pid int) (map[string]*ebpf.Map, map[string]*ebpf
 					progs[pi.Name] = p
 					continue
 				}
-				p.Close()
+				testutil.Close(b, p)
 			}
 		}
 	}
@@ -108,10 +108,10 @@ func readOffCPUFigures(b *testing.B, pid int) offCPUFigures {
 	maps, progs := agentObjects(b, pid)
 	defer func() {
 		for _, m := range maps {
-			m.Close()
+			testutil.Close(b, m)
 		}
 		for _, p := range progs {
-			p.Close()
+			testutil.Close(b, p)
 		}
 	}()
 	counters := maps["counters"]
@@ -172,7 +172,7 @@ func BenchmarkOffCPUOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatalf("enable BPF run-time statistics: %v", err)
 	}
-	defer stats.Close()
+	defer testutil.Close(b, stats)
 
 	for _, threshold := range []float64{0.01, 0.1, 1} {
 		b.Run(fmt.Sprintf("threshold=%g", threshold), func(b *testing.B) {

@@ -47,8 +47,11 @@ func writeHeapProfile(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	return pprof.Lookup("heap").WriteTo(f, 0)
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func TestMain(m *testing.M) {
@@ -178,7 +181,7 @@ func bpfStats(b *testing.B, names ...string) map[string]ebpf.ProgramStats {
 		if info, err := p.Info(); err == nil && slices.Contains(names, info.Name) && id > newest[info.Name] {
 			newest[info.Name] = id
 		}
-		p.Close()
+		testutil.Close(b, p)
 	}
 	out := map[string]ebpf.ProgramStats{}
 	for name, id := range newest {
@@ -187,7 +190,7 @@ func bpfStats(b *testing.B, names ...string) map[string]ebpf.ProgramStats {
 			b.Fatal(err)
 		}
 		st, err := p.Stats()
-		p.Close()
+		testutil.Close(b, p)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -243,7 +246,7 @@ func BenchmarkReceiverOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatalf("enable BPF run-time statistics: %v", err)
 	}
-	defer stats.Close()
+	defer testutil.Close(b, stats)
 
 	for _, hz := range []int{19, 99} {
 		b.Run(fmt.Sprintf("%dHz", hz), func(b *testing.B) {

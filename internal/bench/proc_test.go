@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // What the bench reads of a running process from /proc, and the
@@ -149,7 +151,7 @@ func freePort(b *testing.B) int {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	defer testutil.Close(b, l)
 	return l.Addr().(*net.TCPAddr).Port
 }
 
@@ -280,7 +282,7 @@ func (c *distProcess) awaitReady(b *testing.B, within time.Duration) {
 // and an error if the collector did not exit cleanly.
 func (c *distProcess) stop(within time.Duration) (time.Duration, error) {
 	if c.exited() {
-		return 0, fmt.Errorf("%s had exited: %v", c.cmd.Path, c.err)
+		return 0, fmt.Errorf("%s had exited: %w", c.cmd.Path, c.err)
 	}
 	begin := time.Now()
 	_ = c.cmd.Process.Signal(os.Interrupt)
@@ -292,7 +294,7 @@ func (c *distProcess) stop(within time.Duration) (time.Duration, error) {
 		return time.Since(begin), fmt.Errorf("%s did not exit within %v of SIGINT", c.cmd.Path, within)
 	}
 	if c.err != nil {
-		return time.Since(begin), fmt.Errorf("%s exited with %v", c.cmd.Path, c.err)
+		return time.Since(begin), fmt.Errorf("%s exited with %w", c.cmd.Path, c.err)
 	}
 	return time.Since(begin), nil
 }
@@ -304,7 +306,7 @@ func scrape(url string) (promScrape, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scrape: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end below, or failed
 	var body bytes.Buffer
 	if _, err := io.Copy(&body, resp.Body); err != nil {
 		return nil, fmt.Errorf("scrape: %w", err)

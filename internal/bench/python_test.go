@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // pyPhase is one phase of the Python comparison: which burners ran (the
@@ -70,7 +72,7 @@ func (e *distEnv) pythonVsNative(b *testing.B, py, burn, native string) *pyCompa
 	if err != nil {
 		b.Fatalf("enable BPF run-time statistics: %v", err)
 	}
-	defer stats.Close()
+	defer testutil.Close(b, stats)
 	port := freePort(b)
 	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	cfg := filepath.Join(e.results, "python-vs-native.yaml")

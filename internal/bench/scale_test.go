@@ -264,7 +264,10 @@ func buildHuge(b *testing.B, n int) string {
 	inner, leaf := asmFunction(b, string(out), "tmpl_inner"), asmFunction(b, string(out), "tmpl_leaf")
 
 	const parts = 8
+	// A bufio.Writer keeps its first error for Flush, which is checked, so
+	// the writes into it below are not.
 	files := make([]*bufio.Writer, parts)
+	osFiles := make([]*os.File, parts)
 	var paths []string
 	for p := range parts {
 		path := filepath.Join(dir, fmt.Sprintf("part%d.s", p))
@@ -272,9 +275,10 @@ func buildHuge(b *testing.B, n int) string {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer f.Close()
+		defer f.Close() // on failure; closed and checked after the flush
+		osFiles[p] = f
 		files[p] = bufio.NewWriter(f)
-		fmt.Fprintln(files[p], "\t.text")
+		_, _ = fmt.Fprintln(files[p], "\t.text")
 		paths = append(paths, path)
 	}
 	for i := range n {
@@ -284,18 +288,21 @@ func buildHuge(b *testing.B, n int) string {
 		labels := fmt.Sprintf(".L%d_", i)
 		c1, c2 := 2*i+1, 2*i+2
 		if c1 >= n {
-			strings.NewReplacer("tmpl_leaf", name, "987654321", constant, ".L", labels).WriteString(w, leaf)
+			_, _ = strings.NewReplacer("tmpl_leaf", name, "987654321", constant, ".L", labels).WriteString(w, leaf)
 			continue
 		}
 		if c2 >= n {
 			c2 = c1
 		}
-		strings.NewReplacer("tmpl_inner", name, "tmpl_c1", fmt.Sprintf("f%d", c1), "tmpl_c2", fmt.Sprintf("f%d", c2),
+		_, _ = strings.NewReplacer("tmpl_inner", name, "tmpl_c1", fmt.Sprintf("f%d", c1), "tmpl_c2", fmt.Sprintf("f%d", c2),
 			"987654321", constant, ".L", labels).WriteString(w, inner)
 	}
-	for _, w := range files {
-		fmt.Fprintln(w, "\t.section\t.note.GNU-stack,\"\",@progbits")
+	for p, w := range files {
+		_, _ = fmt.Fprintln(w, "\t.section\t.note.GNU-stack,\"\",@progbits")
 		if err := w.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		if err := osFiles[p].Close(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -349,7 +356,7 @@ func bpfMemory(pid int) (total, tables uint64, err error) {
 		}
 		info, err := m.Info()
 		if err != nil {
-			m.Close()
+			_ = m.Close() // our own handle of the agent's map
 			continue
 		}
 		if mem, ok := info.Memlock(); ok {
@@ -370,10 +377,10 @@ func bpfMemory(pid int) (total, tables uint64, err error) {
 						tables += mem
 					}
 				}
-				im.Close()
+				_ = im.Close()
 			}
 		}
-		m.Close()
+		_ = m.Close()
 	}
 	return total + tables, tables, nil
 }

@@ -117,7 +117,7 @@ func findDebug(t *testing.T, path string, v View, dirs []string) (where, how str
 	if df == nil {
 		return "", ""
 	}
-	defer df.Close()
+	defer testutil.Close(t, df)
 	if df.ELF.Section(".debug_info") == nil {
 		t.Errorf("%s: the debug file found has no .debug_info", df.Path)
 	}
@@ -184,8 +184,12 @@ func TestFindDebugFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f2.Write([]byte{0})
-		f2.Close()
+		if _, err := f2.Write([]byte{0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f2.Close(); err != nil {
+			t.Fatal(err)
+		}
 		if where, _ := findDebug(t, stripped, ViewOf(stripped), nil); where != "" {
 			t.Errorf("a debug file with the wrong CRC was used: %s", where)
 		}

@@ -210,7 +210,7 @@ func readLayer(t *testing.T, l v1.Layer) map[string]entry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer testutil.Close(t, rc)
 	tr := tar.NewReader(rc)
 	got := map[string]entry{}
 	for {

@@ -110,12 +110,12 @@ func initMain() {
 		cmd.Stdout = os.Stdout
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stdout, "\nguest: %v\n", err)
+			fmt.Printf("\nguest: %v\n", err)
 		}
 	}
 	unix.Sync()
 	err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
-	fmt.Fprintf(os.Stdout, "power off: %v\n", err)
+	fmt.Printf("power off: %v\n", err)
 	os.Exit(1)
 }
 
@@ -131,7 +131,7 @@ func printReport(r report) {
 		b = []byte(fmt.Sprintf(`{"setup":%q}`, "encode report: "+err.Error()))
 	}
 	// On a line of its own, so no kernel message shares it.
-	fmt.Fprintf(os.Stdout, "\n%s%s\n", resultPrefix, b)
+	fmt.Printf("\n%s%s\n", resultPrefix, b)
 }
 
 func guest() report {

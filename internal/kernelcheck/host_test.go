@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -184,12 +183,12 @@ func fetchKernel(cache, pkg string) (kernel, error) {
 	if err != nil {
 		return kernel{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // a leftover in the cache is harmless
 	if err := aptDownload(tmp, pkg); err != nil && testutil.InCI() && os.Geteuid() == 0 {
 		// A CI machine that had every package of .ci/run may have no
 		// package lists yet.
 		if out, uerr := exec.Command("apt-get", "update", "-q").CombinedOutput(); uerr != nil {
-			return kernel{}, fmt.Errorf("%w; apt-get update: %v\n%s", err, uerr, out)
+			return kernel{}, fmt.Errorf("%w; apt-get update: %w\n%s", err, uerr, out)
 		}
 		if err := aptDownload(tmp, pkg); err != nil {
 			return kernel{}, err
@@ -276,10 +275,7 @@ func buildInitramfs(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "init")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	goTool := testutil.RequireTool(t, "go")
 	cmd := exec.Command(goTool, "test", "-c", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -56,8 +56,8 @@ func startSleeperCmd(t *testing.T, cmd *exec.Cmd) *sleeper {
 	s := &sleeper{cmd: cmd, pid: cmd.Process.Pid}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait() // killed: an error by construction
 		}
 	})
 	line, err := bufio.NewReader(out).ReadString('\n')
@@ -218,7 +218,7 @@ func TestRealProcess(t *testing.T) {
 	if _, err := tab.Get(s.pid); !errors.Is(err, ErrGone) {
 		t.Errorf("Get(zombie) after Exec = %v, want ErrGone", err)
 	}
-	s.cmd.Wait()
+	_ = s.cmd.Wait() // reaps the zombie; killed, so an error by construction
 	if _, err := tab.Get(s.pid); !errors.Is(err, ErrGone) {
 		t.Errorf("Get(reaped) = %v, want ErrGone", err)
 	}
@@ -378,7 +378,7 @@ func TestRealAlive(t *testing.T) {
 	if err := p.Alive(); !errors.Is(err, ErrGone) {
 		t.Errorf("zombie: Alive() = %v, want ErrGone", err)
 	}
-	s.cmd.Wait()
+	_ = s.cmd.Wait() // reaps the zombie; killed, so an error by construction
 	if err := p.Alive(); !errors.Is(err, ErrGone) {
 		t.Errorf("reaped: Alive() = %v, want ErrGone", err)
 	}

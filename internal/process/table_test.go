@@ -508,12 +508,16 @@ func TestTableChangeMidRead(t *testing.T) {
 			// belongs to a new process; the retry reads the new one.
 			err := serveFIFO(maps, mapsText(textInit), func() {
 				fs.write(100, "stat", statLine(100, "python3", 'S', 1, 0, 9000))
-				os.Remove(filepath.Join(fs.dir(100), "exe"))
-				os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe"))
-				// A fresh FIFO for the retry, so the second write cannot
-				// reach the first reader.
-				os.Remove(maps)
-				unix.Mkfifo(maps, 0o644)
+				if err := errors.Join(
+					os.Remove(filepath.Join(fs.dir(100), "exe")),
+					os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
+					// A fresh FIFO for the retry, so the second write cannot
+					// reach the first reader.
+					os.Remove(maps),
+					unix.Mkfifo(maps, 0o644),
+				); err != nil {
+					t.Error(err)
+				}
 			})
 			if err == nil {
 				err = serveFIFO(maps, mapsText(textNew), nil)
@@ -526,8 +530,7 @@ func TestTableChangeMidRead(t *testing.T) {
 			if f, oerr := os.OpenFile(maps, os.O_RDONLY|syscall.O_NONBLOCK, 0); oerr == nil {
 				f.Close()
 			}
-			<-errc
-			t.Fatalf("Get() = %v", err)
+			t.Fatalf("Get() = %v (helper: %v)", err, <-errc)
 		}
 		if serr := <-errc; serr != nil {
 			t.Fatal(serr)
@@ -818,7 +821,7 @@ func TestProcessAlive(t *testing.T) {
 		alive bool
 		setup func(fs *fakeProcfs)
 	}{
-		{"running", true, func(fs *fakeProcfs) {}},
+		{"running", true, func(*fakeProcfs) {}},
 		{"leader exited, a thread runs on", true, func(fs *fakeProcfs) {
 			fs.write(100, "stat", statLine(100, "app", 'Z', 1, 0, 500))
 		}},

@@ -97,7 +97,7 @@ func Check(p pprofile.Profiles) error {
 		in(fmt.Sprintf("mapping_table[%d].filename", i), m.FilenameStrindex(), nStr)
 		inAll(fmt.Sprintf("mapping_table[%d].attributes", i), m.AttributeIndices(), nAttr)
 		uniqueKeys(fmt.Sprintf("mapping_table[%d].attributes", i), m.AttributeIndices())
-		if !(m.MemoryStart() == 0 && m.MemoryLimit() == 0) && m.MemoryStart() >= m.MemoryLimit() {
+		if (m.MemoryStart() != 0 || m.MemoryLimit() != 0) && m.MemoryStart() >= m.MemoryLimit() {
 			bad("mapping_table[%d]: memory_start %#x, memory_limit %#x: must be both zero or start < limit", i, m.MemoryStart(), m.MemoryLimit())
 		}
 	}

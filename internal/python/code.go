@@ -28,6 +28,7 @@ func OpenMem(procfs string, pid int) (*ProcMem, error) {
 	return &ProcMem{f: f}, nil
 }
 
+// ReadAt fills p from the process's memory at addr; a short read is an error.
 func (m *ProcMem) ReadAt(p []byte, addr uint64) error {
 	if addr > 1<<63 {
 		return fmt.Errorf("read %#x: address out of range", addr)
@@ -42,6 +43,7 @@ func (m *ProcMem) ReadAt(p []byte, addr uint64) error {
 	return fmt.Errorf("read %d bytes at %#x: %w", len(p), addr, err)
 }
 
+// Close closes the process's memory file.
 func (m *ProcMem) Close() error { return m.f.Close() }
 
 // Bounds of what is read for one name.

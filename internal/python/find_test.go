@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sonde-dev/sonde/internal/process"
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // workloadPath is the absolute path of testdata/workload.py.
@@ -62,7 +63,7 @@ func startWorkload(t testing.TB, bin, mode string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stdin.Close()
+		_ = stdin.Close() // a pipe: the workload is killed next anyway
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
@@ -101,7 +102,7 @@ func findInterp(t testing.TB, pid int) (*Interp, *ProcMem) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mem.Close() })
+	t.Cleanup(func() { testutil.Close(t, mem) })
 	in, err := Find(p, mem)
 	if err != nil {
 		t.Fatalf("find interpreter of %d: %v", pid, err)

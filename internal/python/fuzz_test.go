@@ -77,7 +77,7 @@ func FuzzDecodeString(f *testing.F) {
 		}
 		for _, minor := range []int{11, 12} {
 			l, _ := LayoutFor(minor)
-			read := func(off int64, p []byte) error {
+			read := func(_ int64, p []byte) error {
 				if int64(len(p)) > int64(len(body)) {
 					return fmt.Errorf("short")
 				}

@@ -76,7 +76,7 @@ func (n *Namer) forgetLocked(pid int) {
 	if !ok {
 		return
 	}
-	p.mem.Close()
+	_ = p.mem.Close() // read only
 	delete(n.procs, pid)
 	for k, c := range n.codes {
 		if k.pid == pid {

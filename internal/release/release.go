@@ -164,6 +164,7 @@ func fileSHA256(path string) (string, error) {
 
 // CycloneDX 1.5 JSON, the part of it an SBOM of a Go binary needs.
 type (
+	// BOM is the document.
 	BOM struct {
 		BOMFormat    string       `json:"bomFormat"`
 		SpecVersion  string       `json:"specVersion"`
@@ -173,14 +174,19 @@ type (
 		Components   []Component  `json:"components"`
 		Dependencies []Dependency `json:"dependencies"`
 	}
+	// BOMMetadata says when and by which tool the BOM was written, and of
+	// which binary.
 	BOMMetadata struct {
 		Timestamp string    `json:"timestamp"`
 		Tools     BOMTools  `json:"tools"`
 		Component Component `json:"component"`
 	}
+	// BOMTools lists the tools that wrote the BOM.
 	BOMTools struct {
 		Components []Component `json:"components"`
 	}
+	// Component is the binary, or a module or the standard library linked
+	// into it.
 	Component struct {
 		Type       string     `json:"type"`
 		BOMRef     string     `json:"bom-ref,omitempty"`
@@ -191,19 +197,23 @@ type (
 		Licenses   []License  `json:"licenses,omitempty"`
 		Properties []Property `json:"properties,omitempty"`
 	}
+	// Hash is a digest of a component.
 	Hash struct {
 		Alg     string `json:"alg"`
 		Content string `json:"content"`
 	}
+	// License is a component's licence, as an SPDX identifier.
 	License struct {
 		License struct {
 			ID string `json:"id"`
 		} `json:"license"`
 	}
+	// Property is a name-value pair CycloneDX has no field for.
 	Property struct {
 		Name  string `json:"name"`
 		Value string `json:"value"`
 	}
+	// Dependency lists the components one component depends on.
 	Dependency struct {
 		Ref       string   `json:"ref"`
 		DependsOn []string `json:"dependsOn"`

@@ -388,7 +388,7 @@ func TestReleaseDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer testutil.Close(t, rc)
 	tr := tar.NewReader(rc)
 	found := false
 	for {

@@ -84,7 +84,9 @@ func BenchmarkSymbolizeCached(b *testing.B) {
 	}
 	offs = offs[:min(len(offs), 1024)]
 	for _, off := range offs {
-		s.Symbolize(info.ID, off)
+		if _, err := s.Symbolize(info.ID, off); err != nil {
+			b.Fatal(err)
+		}
 	}
 	benchSymbolize(b, s, info.ID, offs)
 }

@@ -124,13 +124,13 @@ func TestDebugFileByDebuglink(t *testing.T) {
 	}
 	t.Run("next to the file", func(t *testing.T) {
 		place(t, filepath.Dir(stripped))
-		defer os.Remove(filepath.Join(filepath.Dir(stripped), name))
+		defer remove(t, filepath.Join(filepath.Dir(stripped), name))
 		requireAgreement(t, New(zaptest.NewLogger(t), Options{DebugDirs: []string{}}), stripped, full)
 	})
 	t.Run(".debug subdirectory", func(t *testing.T) {
 		sub := filepath.Join(filepath.Dir(stripped), ".debug")
 		place(t, sub)
-		defer os.RemoveAll(sub)
+		defer remove(t, sub)
 		requireAgreement(t, New(zaptest.NewLogger(t), Options{DebugDirs: []string{}}), stripped, full)
 	})
 	t.Run("under a debug dir", func(t *testing.T) {
@@ -141,13 +141,17 @@ func TestDebugFileByDebuglink(t *testing.T) {
 	t.Run("CRC mismatch", func(t *testing.T) {
 		p := filepath.Join(filepath.Dir(stripped), name)
 		place(t, filepath.Dir(stripped))
-		defer os.Remove(p)
+		defer remove(t, p)
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Write([]byte{0}) // same ELF content, different checksum
-		f.Close()
+		if _, err := f.Write([]byte{0}); err != nil { // same ELF content, different checksum
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
 		requireUnnamed(t, New(zaptest.NewLogger(t), Options{DebugDirs: []string{}}), stripped, full)
 	})
 }
@@ -295,4 +299,13 @@ func execMapping(t *testing.T, pid int, file string) string {
 		}
 	}
 	return ""
+}
+
+// remove removes path and what it holds, for the next subtest; it fails t
+// if that fails.
+func remove(t *testing.T, path string) {
+	t.Helper()
+	if err := os.RemoveAll(path); err != nil {
+		t.Error(err)
+	}
 }

@@ -54,7 +54,7 @@ func TestArangesMatchUnitEntries(t *testing.T) {
 			return testutil.BuildCXX(t, "cxxprog", []string{"-O2", "-g"}, testdata("cxxprog.cc"))
 		},
 		"libc-debug": func(t *testing.T) string {
-			p := libcDebugFile(t)
+			p := libcDebugFile()
 			if p == "" {
 				t.Skip("libc6-dbg is not installed")
 			}
@@ -88,7 +88,7 @@ func TestArangesMatchUnitEntries(t *testing.T) {
 
 // libcDebugFile returns the path of libc's separate debug file, "" when it
 // is not installed.
-func libcDebugFile(t *testing.T) string {
+func libcDebugFile() string {
 	f, err := elf.Open(libcPath)
 	if err != nil {
 		return ""
@@ -104,9 +104,11 @@ func libcDebugFile(t *testing.T) string {
 	}
 	id := b[16:]
 	p := filepath.Join("/usr/lib/debug/.build-id", hexString(id[:1]), hexString(id[1:])+".debug")
-	if _, err := elf.Open(p); err != nil {
+	df, err := elf.Open(p)
+	if err != nil {
 		return ""
 	}
+	df.Close()
 	return p
 }
 

@@ -70,7 +70,7 @@ func FuzzGoTable(f *testing.F) {
 		f.Add(append(hdr(magic, 8, 2), make([]byte, 128)...))
 	}
 	f.Add(hdr(0xfffffff1, 8, 1<<40))
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(_ *testing.T, data []byte) {
 		g, err := newGoTable(data, 0x401000, binary.LittleEndian)
 		if err != nil {
 			return

@@ -133,11 +133,11 @@ func unxzTo(data []byte, limit int, w io.Writer) (int64, error) {
 	p := hdr[2 : hdrLen-4]
 	for _, present := range []bool{flags&0x40 != 0, flags&0x80 != 0} { // compressed, uncompressed size
 		if present {
-			if _, n := binary.Uvarint(p); n <= 0 {
+			_, n := binary.Uvarint(p)
+			if n <= 0 {
 				return 0, errors.New("xz: bad block size field")
-			} else {
-				p = p[n:]
 			}
+			p = p[n:]
 		}
 	}
 	if flags&0x03 != 0 {

@@ -357,7 +357,7 @@ func rustSymbol(raw string) bool {
 		return false
 	}
 	for _, c := range raw[len(raw)-hashSeg+3 : len(raw)-1] {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}

@@ -378,6 +378,7 @@ func TestConcurrentSymbolize(t *testing.T) {
 				j := jobs[(w+i)%len(jobs)]
 				frames, err := s.Symbolize(j.id, j.off)
 				if err != nil || len(frames) != 1 || frames[0].Function != j.want {
+					//nolint:errorlint // err may be nil: it is shown beside the frames, not wrapped
 					errs <- fmt.Errorf("Symbolize(%s) = %+v, %v", j.want, frames, err)
 					return
 				}

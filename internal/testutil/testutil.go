@@ -7,6 +7,7 @@
 package testutil
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -103,4 +104,13 @@ func CopyForNobody(tb testing.TB) string {
 		}
 	}
 	return bin
+}
+
+// Close closes c and fails tb if that fails: `defer testutil.Close(t, p)`
+// checks the error a bare `defer p.Close()` drops.
+func Close(tb testing.TB, c io.Closer) {
+	tb.Helper()
+	if err := c.Close(); err != nil {
+		tb.Errorf("close %T: %v", c, err)
+	}
 }

@@ -68,7 +68,7 @@ func TestUnwinderEndsGoStacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer testutil.Close(t, tr)
 	recs := make(chan tracer.Record, 1024)
 	go func() {
 		defer close(recs)
@@ -94,7 +94,7 @@ func TestUnwinderEndsGoStacks(t *testing.T) {
 	if err := l.Prepare(p); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Forget(p.PID)
+	defer forget(t, l, p.PID)
 	// Samples taken before the tables were in are the frame-pointer walk's
 	// (a leaf alone where the walk finds no frame pointer): not checked.
 	prepared := time.Now()

@@ -188,7 +188,7 @@ func TestFileRowsKeepRules(t *testing.T) {
 		name string
 		path func(t *testing.T) string
 	}{
-		{"libc", func(t *testing.T) string { return "/lib/x86_64-linux-gnu/libc.so.6" }},
+		{"libc", func(*testing.T) string { return "/lib/x86_64-linux-gnu/libc.so.6" }},
 		{"go-cgo", func(t *testing.T) string { return testutil.BuildWorkload(t, testutil.GoCgo) }},
 		{"go", func(t *testing.T) string { return testutil.BuildWorkload(t, testutil.GoChain) }},
 		{"c-lld-bolt", func(t *testing.T) string {

@@ -558,7 +558,7 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (_ *loadedFile,
 			log.Debug("debug file lookup", zap.String("file", path), zap.Error(err))
 		}
 		if df != nil {
-			defer df.Close()
+			defer func() { _ = df.Close() }() // read only
 			if hasSection(df.ELF, ".debug_frame") {
 				debug, lf.debug = df.ELF, df.Path
 			}

@@ -46,7 +46,7 @@ func TestLoaderSharesAndEvicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer testutil.Close(t, tr)
 	procs := process.NewTable("/proc", nil, process.Options{})
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	start := func() *process.Process {
@@ -467,7 +467,7 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer testutil.Close(t, tr)
 	procs := process.NewTable("/proc", nil, process.Options{})
 	cmd := testutil.StartWorkload(t, bin)
 	p, binMapping := execMapping(t, procs, cmd.Process.Pid, bin)
@@ -480,7 +480,7 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 		if err := l.Prepare(p); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { l.Forget(p.PID) })
+		t.Cleanup(func() { forget(t, l, p.PID) })
 		for _, m := range k.mappings[uint32(p.PID)] {
 			if m.Start == binMapping.Start {
 				return l, k, m
@@ -627,5 +627,13 @@ func TestLoaderRetriesRefused(t *testing.T) {
 				t.Errorf("pid %d mapping %+v does not point at the static binary's table (%+v)", b.PID, m, lf)
 			}
 		}
+	}
+}
+
+// forget has l forget pid, failing t if that fails.
+func forget(t *testing.T, l *Loader, pid int) {
+	t.Helper()
+	if err := l.Forget(pid); err != nil {
+		t.Errorf("forget %d: %v", pid, err)
 	}
 }

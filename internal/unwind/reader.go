@@ -111,16 +111,16 @@ func (b *buf) sleb() int64 {
 	}
 }
 
-// cstring reads a NUL-terminated string of at most max bytes.
-func (b *buf) cstring(max int) string {
-	for i := b.off; i < len(b.data) && i-b.off <= max; i++ {
+// cstring reads a NUL-terminated string of at most limit bytes.
+func (b *buf) cstring(limit int) string {
+	for i := b.off; i < len(b.data) && i-b.off <= limit; i++ {
 		if b.data[i] == 0 {
 			s := string(b.data[b.off:i])
 			b.off = i + 1
 			return s
 		}
 	}
-	b.fail(fmt.Errorf("string longer than %d bytes or unterminated", max))
+	b.fail(fmt.Errorf("string longer than %d bytes or unterminated", limit))
 	return ""
 }
 

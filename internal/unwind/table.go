@@ -9,21 +9,21 @@ import (
 type CFAType uint8
 
 const (
-	// CFAUnknown: no usable rule (no FDE covers the PC, or an expression we
-	// do not know): the unwinder stops cleanly.
+	// CFAUnknown means no usable rule (no FDE covers the PC, or an
+	// expression we do not know): the unwinder stops cleanly.
 	CFAUnknown CFAType = iota
-	// CFASP: CFA = RSP + CFAOffset.
+	// CFASP means CFA = RSP + CFAOffset.
 	CFASP
-	// CFAFP: CFA = RBP + CFAOffset.
+	// CFAFP means CFA = RBP + CFAOffset.
 	CFAFP
-	// CFAPLT: the classic .plt stub expression:
+	// CFAPLT is the classic .plt stub expression:
 	// CFA = RSP + CFAOffset + ((RIP & 15) >= 11 ? 8 : 0); CFAOffset is 8.
 	CFAPLT
-	// CFASignal: signal trampoline (__restore_rt; FDE augmentation 'S'):
-	// registers come from the ucontext on the stack.
+	// CFASignal is a signal trampoline (__restore_rt; FDE augmentation
+	// 'S'): registers come from the ucontext on the stack.
 	CFASignal
-	// CFAEnd: outermost frame: the return address is undefined (_start,
-	// clone/thread start): the stack is complete.
+	// CFAEnd is the outermost frame: the return address is undefined
+	// (_start, clone/thread start): the stack is complete.
 	CFAEnd
 )
 
@@ -50,12 +50,12 @@ func (c CFAType) String() string {
 type FPRule uint8
 
 const (
-	// FPSame: RBP keeps its value in the caller.
+	// FPSame means RBP keeps its value in the caller.
 	FPSame FPRule = iota
-	// FPOffset: RBP of the caller is saved at CFA + FPOffset.
+	// FPOffset means RBP of the caller is saved at CFA + FPOffset.
 	FPOffset
-	// FPUnknown: any other rule (register, expression): the caller's RBP is
-	// unknown.
+	// FPUnknown is any other rule (register, expression): the caller's RBP
+	// is unknown.
 	FPUnknown
 )
 

@@ -65,7 +65,11 @@ func main() { fmt.Print(version.Version) }
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(cmdDir) })
+	t.Cleanup(func() {
+		if err := os.RemoveAll(cmdDir); err != nil {
+			t.Error(err)
+		}
+	})
 	if err := os.Rename(src, filepath.Join(cmdDir, "main.go")); err != nil {
 		t.Fatal(err)
 	}
