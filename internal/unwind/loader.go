@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -578,23 +579,23 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (_ *loadedFile,
 	if startsPrograms(ef) {
 		t = t.EndAtEntry(ef.Entry)
 	}
-	// t's rows live outside the heap (fileRows re-keys them in place),
-	// and so do the kernel rows, until the caller has loaded them.
-	defer t.release()
+	// t's rows live outside the heap: fileRows re-keys them and kernelRows
+	// converts them in place, so the kernel rows are t's memory, released
+	// once the caller has loaded them.
 	byOffset, err := fileRows(t.Rows, lf.segments)
 	if err != nil {
+		t.release()
 		lf.err = fmt.Errorf("%s: %w", path, err)
 		return lf, nil, free
 	}
-	var mem releases
-	rows, base, err := kernelRows(&mem, byOffset)
+	rows, base, err := kernelRows(byOffset)
 	if err != nil {
-		mem.run()
+		t.release()
 		lf.err = fmt.Errorf("%s: %w", path, err)
 		return lf, nil, free
 	}
 	lf.base = base
-	return lf, rows, mem.run
+	return lf, rows, t.release
 }
 
 // startsPrograms reports whether f's entry point is where a process's
@@ -621,14 +622,20 @@ func hasSection(f *elf.File, name string) bool {
 	return s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0
 }
 
+// A kernel row is no larger than a Row, so kernelRows can write each over
+// the rows it has read (this fails to compile otherwise).
+var _ [unsafe.Sizeof(Row{}) - unsafe.Sizeof(tracer.Row{})]byte
+
 // kernelRows converts a table to the eBPF side's compact rows, with PCs
-// relative to the table's first row.
-func kernelRows(mem *releases, rows []Row) ([]tracer.Row, uint64, error) {
+// relative to the table's first row. It converts in place: the result
+// shares rows' memory (row i is written over the first bytes of rows[i:]
+// only after rows[i] was read), and rows must not be used after it.
+func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 	if len(rows) == 0 {
 		return nil, 0, ErrNoCFI
 	}
 	base := rows[0].PC
-	out := reserve[tracer.Row](mem, len(rows), len(rows))[:len(rows)]
+	out := unsafe.Slice((*tracer.Row)(unsafe.Pointer(unsafe.SliceData(rows))), len(rows))
 	for i, r := range rows {
 		if r.PC-base > 0xffffffff {
 			return nil, 0, fmt.Errorf("unwind table spans more than 4 GiB")
