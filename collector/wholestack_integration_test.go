@@ -1,0 +1,237 @@
+package collector_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/profiler"
+)
+
+// The issue "Whole stacks on real programs, from their first sample": each
+// program below runs under `perf record --call-graph dwarf` and under the
+// receiver at the same time, from its start; every sample of it that the
+// receiver exported counts, warm-up included.
+
+// wholeFlags build the fixtures without frame pointers, keeping calls as
+// calls so the chain is real: only the unwind tables find the callers.
+var wholeFlags = []string{"-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-fno-inline"}
+
+// wholeRate is the sampling rate of both the receiver and perf.
+const wholeRate = 499
+
+// rooted reports whether a stack's names (leaf first, kernel frames
+// included or not) reach the process's root: through libc's
+// __libc_start_main (perf names it __libc_start_main_impl with libc's
+// debug information), or ending at _start (the dynamic loader's, before
+// main). chain, when given, is the workload's chain leaf first: a stack
+// that holds its leaf must show it whole.
+func rooted(names, chain []string) bool {
+	if len(names) == 0 {
+		return false
+	}
+	root := names[len(names)-1] == "_start" ||
+		slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "__libc_start_main") })
+	if !root {
+		return false
+	}
+	if len(chain) > 0 && slices.Contains(names, chain[0]) {
+		return followsChain(names, chain)
+	}
+	return true
+}
+
+// perfSample is one sample perf script printed.
+type perfSample struct {
+	pid, tid int
+	comm     string
+	syms     []string // leaf first, kernel frames included
+}
+
+// perfRun runs args under `perf record --call-graph dwarf`, which follows
+// the workload's children (fork and exec), waits until the workload and
+// perf exit (at most timeout), and returns perf's samples and the
+// workload's PID.
+func perfRun(t *testing.T, timeout time.Duration, args ...string) ([]perfSample, int) {
+	t.Helper()
+	perf := testutil.RequireTool(t, "perf")
+	data := filepath.Join(t.TempDir(), "perf.data")
+	rec := exec.Command(perf, append([]string{"record", "-q", "-F", strconv.Itoa(wholeRate), "--call-graph", "dwarf", "-o", data, "--"}, args...)...)
+	var out bytes.Buffer
+	rec.Stdout, rec.Stderr = &out, &out
+	testutil.StartCmd(t, rec)
+	pid := 0
+	done := make(chan error, 1)
+	go func() { done <- rec.Wait() }()
+	// perf forks the workload at once; it execs when perf has its events.
+	for deadline := time.Now().Add(10 * time.Second); pid == 0 && time.Now().Before(deadline); {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", rec.Process.Pid, rec.Process.Pid))
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			pid, _ = strconv.Atoi(f[0])
+		} else {
+			time.Sleep(time.Millisecond) // poll interval of the condition above
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("perf record %s: %v\n%s", strings.Join(args, " "), err, out.Bytes())
+		}
+	case <-time.After(timeout):
+		_ = rec.Process.Kill()
+		<-done
+		t.Fatalf("perf record %s: not done in %v", strings.Join(args, " "), timeout)
+	}
+	script, err := exec.Command(perf, "script", "-i", data, "-F", "comm,pid,tid,ip,sym").Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	var samples []perfSample
+	sc := bufio.NewScanner(bytes.NewReader(script))
+	sc.Buffer(nil, 1<<20)
+	var cur *perfSample
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.TrimSpace(line) == "":
+			cur = nil
+		case !strings.HasPrefix(line, "\t"):
+			// "comm pid/tid": the command may hold spaces.
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			ids := strings.SplitN(f[len(f)-1], "/", 2)
+			if len(ids) != 2 {
+				continue
+			}
+			p, _ := strconv.Atoi(ids[0])
+			tid, _ := strconv.Atoi(ids[1])
+			samples = append(samples, perfSample{pid: p, tid: tid, comm: strings.Join(f[:len(f)-1], " ")})
+			cur = &samples[len(samples)-1]
+		case cur != nil:
+			if f := strings.Fields(line); len(f) >= 2 {
+				cur.syms = append(cur.syms, f[1])
+			}
+		}
+	}
+	return samples, pid
+}
+
+// sondeSamples stops the receiver, so it hands over everything it holds,
+// and returns every on-CPU sample it exported that keep selects.
+func sondeSamples(t *testing.T, sink *consumertest.ProfilesSink, rcv xreceiver.Profiles, keep func(flatSample) bool) []flatSample {
+	t.Helper()
+	if err := rcv.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	var out []flatSample
+	for _, pd := range sink.AllProfiles() {
+		for _, s := range flatten(pd) {
+			if s.Type == "samples" && keep(s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// wholeShares counts the whole samples of both tools and logs the figures
+// and a few of Sonde's stacks that were not whole. Sonde's stack is whole
+// when rooted and not marked [truncated].
+func wholeShares(t *testing.T, what string, sonde []flatSample, perf []perfSample, chain []string) (share, perfShare float64, total, perfTotal int) {
+	t.Helper()
+	complete := 0
+	var bad []flatSample
+	badBy := map[int64]int{}
+	for _, s := range sonde {
+		user := userNames(s.Frames)
+		total += s.Count
+		if !slices.Contains(user, profiler.TruncatedFrame) && rooted(user, chain) {
+			complete += s.Count
+			continue
+		}
+		badBy[s.PID] += s.Count
+		if len(bad) < 8 {
+			bad = append(bad, s)
+		}
+	}
+	perfComplete := 0
+	var perfBad [][]string
+	for _, s := range perf {
+		perfTotal++
+		if rooted(s.syms, chain) {
+			perfComplete++
+		} else if len(perfBad) < 3 {
+			perfBad = append(perfBad, s.syms)
+		}
+	}
+	share = 100 * float64(complete) / float64(max(total, 1))
+	perfShare = 100 * float64(perfComplete) / float64(max(perfTotal, 1))
+	t.Logf("%s: Sonde %d of %d samples whole (%.2f %%), all from the first export; perf --call-graph dwarf %d of %d (%.2f %%)",
+		what, complete, total, share, perfComplete, perfTotal, perfShare)
+	if len(badBy) > 0 {
+		t.Logf("  Sonde's samples not whole, by process: %v", badBy)
+	}
+	for _, s := range bad {
+		t.Logf("  Sonde, not whole (pid %d): %s", s.PID, functions(s.Frames))
+	}
+	for _, syms := range perfBad {
+		t.Logf("  perf, not whole: %s", strings.Join(syms, " <- "))
+	}
+	return share, perfShare, total, perfTotal
+}
+
+// A program forks children that never exec: each runs main -> child_work
+// -> burn in the parent's image. The children are new processes the
+// profiler never saw exec; their stacks unwind whole and named from their
+// first sample, from the file tables the parent's image already has.
+func TestWholeStacksForkedChildren(t *testing.T) {
+	testutil.RequireRoot(t, "perf record of forked children")
+	bin := testutil.BuildC(t, "forkchild", wholeFlags, filepath.Join("testdata", "wholestack", "forkchild.c"))
+	sink, rcv := startReceiverWith(t, wholeRate)
+	// Eight children of 1.5 s each, one at a time.
+	perf, parent := perfRun(t, 60*time.Second, bin, "8", "1500")
+	const comm = "forkchild-w"
+	var child []perfSample
+	for _, s := range perf {
+		if s.comm == comm && s.pid != parent {
+			child = append(child, s)
+		}
+	}
+	sonde := sondeSamples(t, sink, rcv, func(s flatSample) bool {
+		return s.ExePath == bin && s.PID != int64(parent) && s.ThreadName == comm
+	})
+	chain := []string{"burn", "child_work", "main"}
+	share, perfShare, total, perfTotal := wholeShares(t, "forked children", sonde, child, chain)
+	if total < 2000 || share < 99.5 {
+		t.Errorf("forked children: %.2f %% of %d samples whole, want at least 99.5 %% of at least 2000", share, total)
+	}
+	if perfTotal < 1000 || share < perfShare-1 {
+		t.Errorf("forked children: Sonde %.2f %% whole, perf %.2f %% of %d; want perf's share at least (less 1 point) over at least 1000", share, perfShare, perfTotal)
+	}
+	// Every child's leaf is named: the chain is read from the parent's
+	// image, whose symbols the children share.
+	named := 0
+	for _, s := range sonde {
+		if followsChain(userNames(s.Frames), chain) {
+			named += s.Count
+		}
+	}
+	if named*2 < total {
+		t.Errorf("forked children: %d of %d samples show %s, want most", named, total, strings.Join(chain, " <- "))
+	}
+}
