@@ -33,25 +33,36 @@ var wholeFlags = []string{"-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-
 // wholeRate is the sampling rate of both the receiver and perf.
 const wholeRate = 499
 
-// rooted reports whether a stack's names (leaf first, kernel frames
-// included or not) reach the process's root: through libc's
-// __libc_start_main (perf names it __libc_start_main_impl with libc's
-// debug information), or ending at _start (the dynamic loader's, before
-// main). chain, when given, is the workload's chain leaf first: a stack
-// that holds its leaf must show it whole.
+// rooted reports whether a stack perf unwound (its names, leaf first,
+// kernel frames included) reaches the process's root, as far as names tell:
+// main (the existing tests' root: TestUnwindLayoutsAgainstPerf), libc's
+// __libc_start_main below a main without a name (a stripped program), or
+// the dynamic loader's _start (samples before main). perf has no mark for
+// a stack it could not finish; Sonde has one: see sondeWhole.
 func rooted(names, chain []string) bool {
 	if len(names) == 0 {
 		return false
 	}
-	root := names[len(names)-1] == "_start" ||
+	root := names[len(names)-1] == "_start" || slices.Contains(names, "main") ||
 		slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "__libc_start_main") })
-	if !root {
-		return false
-	}
+	return root && chained(names, chain)
+}
+
+// chained reports whether a stack that holds the leaf of chain (leaf
+// first) shows the whole chain below it.
+func chained(names, chain []string) bool {
 	if len(chain) > 0 && slices.Contains(names, chain[0]) {
 		return followsChain(names, chain)
 	}
 	return true
+}
+
+// sondeWhole reports whether Sonde's stack is whole: its unwinder reached
+// the outermost frame (an unwind row that ends the stack: _start, a
+// thread's start, the loader's entry), so it did not mark the stack
+// [truncated], and where it holds the workload's leaf it names the chain.
+func sondeWhole(user, chain []string) bool {
+	return len(user) > 0 && !slices.Contains(user, profiler.TruncatedFrame) && chained(user, chain)
 }
 
 // perfSample is one sample perf script printed.
@@ -150,8 +161,7 @@ func sondeSamples(t *testing.T, sink *consumertest.ProfilesSink, rcv xreceiver.P
 }
 
 // wholeShares counts the whole samples of both tools and logs the figures
-// and a few of Sonde's stacks that were not whole. Sonde's stack is whole
-// when rooted and not marked [truncated].
+// and a few of the stacks that were not whole.
 func wholeShares(t *testing.T, what string, sonde []flatSample, perf []perfSample, chain []string) (share, perfShare float64, total, perfTotal int) {
 	t.Helper()
 	complete := 0
@@ -160,7 +170,7 @@ func wholeShares(t *testing.T, what string, sonde []flatSample, perf []perfSampl
 	for _, s := range sonde {
 		user := userNames(s.Frames)
 		total += s.Count
-		if !slices.Contains(user, profiler.TruncatedFrame) && rooted(user, chain) {
+		if sondeWhole(user, chain) {
 			complete += s.Count
 			continue
 		}
@@ -233,5 +243,114 @@ func TestWholeStacksForkedChildren(t *testing.T) {
 	}
 	if named*2 < total {
 		t.Errorf("forked children: %d of %d samples show %s, want most", named, total, strings.Join(chain, " <- "))
+	}
+}
+
+// fillerAsm writes n small functions with CFI (local symbols, so the
+// dynamic symbol table stays small) to an assembly file in dir.
+func fillerAsm(t *testing.T, dir, name string, n int) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("\t.text\n")
+	for i := range n {
+		fmt.Fprintf(&b, `	.type %[1]s_%[2]d, @function
+%[1]s_%[2]d:
+	.cfi_startproc
+	pushq %%rbx
+	.cfi_def_cfa_offset 16
+	.cfi_offset 3, -16
+	leaq %[2]d(%%rdi), %%rbx
+	movq %%rbx, %%rax
+	popq %%rbx
+	.cfi_def_cfa_offset 8
+	ret
+	.cfi_endproc
+	.size %[1]s_%[2]d, .-%[1]s_%[2]d
+`, name, i)
+	}
+	b.WriteString("\t.section .note.GNU-stack,\"\",@progbits\n")
+	path := filepath.Join(dir, name+".s")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A long-running program loads a big library (100,000 functions besides
+// its chain, megabytes of CFI) a second after the agent started, and burns
+// CPU in it: main -> lib_outer -> lib_middle -> lib_inner. The library is
+// new to the agent, so its table is built while the program already runs
+// in it; at least 99.5 % of the program's samples are whole all the same.
+func TestWholeStacksLateBigLibrary(t *testing.T) {
+	testutil.RequireRoot(t, "perf record of a program loading a library late")
+	dir := t.TempDir()
+	lib := testutil.BuildC(t, "biglib.so", append([]string{"-shared", "-fPIC"}, wholeFlags...),
+		fillerAsm(t, dir, "before", 50000), filepath.Join("testdata", "wholestack", "biglib.c"), fillerAsm(t, dir, "after", 50000))
+	bin := testutil.BuildC(t, "lateload", wholeFlags, filepath.Join("testdata", "wholestack", "lateload.c"))
+	sink, rcv := startReceiverWith(t, wholeRate)
+	perf, _ := perfRun(t, 60*time.Second, bin, lib, "6000")
+	var main []perfSample
+	for _, s := range perf {
+		if s.comm == "lateload" && s.pid == s.tid {
+			main = append(main, s)
+		}
+	}
+	sonde := sondeSamples(t, sink, rcv, func(s flatSample) bool { return s.ExePath == bin && s.TID == s.PID })
+	chain := []string{"lib_inner", "lib_middle", "lib_outer", "main"}
+	share, perfShare, total, perfTotal := wholeShares(t, "late big library", sonde, main, chain)
+	if total < 1500 || share < 99.5 {
+		t.Errorf("late big library: %.2f %% of %d samples whole, want at least 99.5 %% of at least 1500", share, total)
+	}
+	if perfTotal < 1000 || share < perfShare-1 {
+		t.Errorf("late big library: Sonde %.2f %% whole, perf %.2f %% of %d; want perf's share at least (less 1 point) over at least 1000", share, perfShare, perfTotal)
+	}
+}
+
+// A loop runs one short program after another, each exec'd anew and
+// living 300 ms on the CPU (main -> work -> burn): most of a process's
+// life is its start, when its tables are being prepared.
+func TestWholeStacksShortProcesses(t *testing.T) {
+	testutil.RequireRoot(t, "perf record of a loop of short processes")
+	bin := testutil.BuildC(t, "shortburn", wholeFlags, filepath.Join("testdata", "wholestack", "shortburn.c"))
+	sink, rcv := startReceiverWith(t, wholeRate)
+	perf, _ := perfRun(t, 60*time.Second, "/bin/sh", "-c", `for i in $(seq 20); do "$0" 300 || exit 1; done`, bin)
+	var runs []perfSample
+	for _, s := range perf {
+		if s.comm == "shortburn" {
+			runs = append(runs, s)
+		}
+	}
+	sonde := sondeSamples(t, sink, rcv, func(s flatSample) bool { return s.ExePath == bin })
+	chain := []string{"burn", "work", "main"}
+	share, perfShare, total, perfTotal := wholeShares(t, "300 ms processes", sonde, runs, chain)
+	if total < 1000 || perfTotal < 1000 || share < perfShare-1 {
+		t.Errorf("300 ms processes: Sonde %.2f %% of %d samples whole, perf %.2f %% of %d; want perf's share at least (less 1 point) over at least 1000 each",
+			share, total, perfShare, perfTotal)
+	}
+}
+
+// A loop compiles a C++ file again and again with g++: each compile is a
+// new cc1plus (a big stripped binary) living a second or two. Its stacks
+// reach __libc_start_main below cc1plus's main (unnamed: stripped).
+func TestWholeStacksCompileLoop(t *testing.T) {
+	testutil.RequireRoot(t, "perf record of a compile loop")
+	gxx := testutil.RequireTool(t, "g++")
+	src, err := filepath.Abs(filepath.Join("testdata", "wholestack", "compile.cc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, rcv := startReceiverWith(t, wholeRate)
+	perf, _ := perfRun(t, 90*time.Second, "/bin/sh", "-c", `for i in 1 2 3 4 5 6; do "$0" -O1 -c "$1" -o /dev/null || exit 1; done`, gxx, src)
+	var cc1 []perfSample
+	for _, s := range perf {
+		if s.comm == "cc1plus" {
+			cc1 = append(cc1, s)
+		}
+	}
+	sonde := sondeSamples(t, sink, rcv, func(s flatSample) bool { return s.ExeName == "cc1plus" })
+	share, perfShare, total, perfTotal := wholeShares(t, "cc1plus", sonde, cc1, nil)
+	if total < 1000 || perfTotal < 1000 || share < perfShare-1 {
+		t.Errorf("cc1plus: Sonde %.2f %% of %d samples whole, perf %.2f %% of %d; want perf's share at least (less 1 point) over at least 1000 each",
+			share, total, perfShare, perfTotal)
 	}
 }
