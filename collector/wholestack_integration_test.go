@@ -76,11 +76,11 @@ type perfSample struct {
 // the workload's children (fork and exec), waits until the workload and
 // perf exit (at most timeout), and returns perf's samples and the
 // workload's PID.
-func perfRun(t *testing.T, timeout time.Duration, args ...string) ([]perfSample, int) {
+func perfRun(t *testing.T, rate int, timeout time.Duration, args ...string) ([]perfSample, int) {
 	t.Helper()
 	perf := testutil.RequireTool(t, "perf")
 	data := filepath.Join(t.TempDir(), "perf.data")
-	rec := exec.Command(perf, append([]string{"record", "-q", "-F", strconv.Itoa(wholeRate), "--call-graph", "dwarf", "-o", data, "--"}, args...)...)
+	rec := exec.Command(perf, append([]string{"record", "-q", "-F", strconv.Itoa(rate), "--call-graph", "dwarf", "-o", data, "--"}, args...)...)
 	var out bytes.Buffer
 	rec.Stdout, rec.Stderr = &out, &out
 	testutil.StartCmd(t, rec)
@@ -214,7 +214,7 @@ func TestWholeStacksForkedChildren(t *testing.T) {
 	bin := testutil.BuildC(t, "forkchild", wholeFlags, filepath.Join("testdata", "wholestack", "forkchild.c"))
 	sink, rcv := startReceiverWith(t, wholeRate)
 	// Eight children of 1.5 s each, one at a time.
-	perf, parent := perfRun(t, 60*time.Second, bin, "8", "1500")
+	perf, parent := perfRun(t, wholeRate, 60*time.Second, bin, "8", "1500")
 	const comm = "forkchild-w"
 	var child []perfSample
 	for _, s := range perf {
@@ -288,7 +288,7 @@ func TestWholeStacksLateBigLibrary(t *testing.T) {
 		fillerAsm(t, dir, "before", 50000), filepath.Join("testdata", "wholestack", "biglib.c"), fillerAsm(t, dir, "after", 50000))
 	bin := testutil.BuildC(t, "lateload", wholeFlags, filepath.Join("testdata", "wholestack", "lateload.c"))
 	sink, rcv := startReceiverWith(t, wholeRate)
-	perf, _ := perfRun(t, 60*time.Second, bin, lib, "6000")
+	perf, _ := perfRun(t, wholeRate, 60*time.Second, bin, lib, "6000")
 	var main []perfSample
 	for _, s := range perf {
 		if s.comm == "lateload" && s.pid == s.tid {
@@ -313,7 +313,7 @@ func TestWholeStacksShortProcesses(t *testing.T) {
 	testutil.RequireRoot(t, "perf record of a loop of short processes")
 	bin := testutil.BuildC(t, "shortburn", wholeFlags, filepath.Join("testdata", "wholestack", "shortburn.c"))
 	sink, rcv := startReceiverWith(t, wholeRate)
-	perf, _ := perfRun(t, 60*time.Second, "/bin/sh", "-c", `for i in $(seq 20); do "$0" 300 || exit 1; done`, bin)
+	perf, _ := perfRun(t, wholeRate, 60*time.Second, "/bin/sh", "-c", `for i in $(seq 20); do "$0" 300 || exit 1; done`, bin)
 	var runs []perfSample
 	for _, s := range perf {
 		if s.comm == "shortburn" {
@@ -339,18 +339,25 @@ func TestWholeStacksCompileLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink, rcv := startReceiverWith(t, wholeRate)
-	perf, _ := perfRun(t, 90*time.Second, "/bin/sh", "-c", `for i in 1 2 3 4 5 6; do "$0" -O1 -c "$1" -o /dev/null || exit 1; done`, gxx, src)
+	// A lower rate than the other tests: perf's DWARF unwinding of
+	// cc1plus's deep stacks (perf script) costs far more than the compiles.
+	const rate = 199
+	sink, rcv := startReceiverWith(t, rate)
+	perf, _ := perfRun(t, rate, 90*time.Second, "/bin/sh", "-c", `for i in 1 2 3; do "$0" -O1 -c "$1" -o /dev/null || exit 1; done`, gxx, src)
+	// The loop's compilers, as perf saw them: other compiles may run on
+	// the host, which Sonde profiles too.
 	var cc1 []perfSample
+	pids := map[int64]bool{}
 	for _, s := range perf {
 		if s.comm == "cc1plus" {
 			cc1 = append(cc1, s)
+			pids[int64(s.pid)] = true
 		}
 	}
-	sonde := sondeSamples(t, sink, rcv, func(s flatSample) bool { return s.ExeName == "cc1plus" })
+	sonde := sondeSamples(t, sink, rcv, func(s flatSample) bool { return s.ExeName == "cc1plus" && pids[s.PID] })
 	share, perfShare, total, perfTotal := wholeShares(t, "cc1plus", sonde, cc1, nil)
-	if total < 1000 || perfTotal < 1000 || share < perfShare-1 {
-		t.Errorf("cc1plus: Sonde %.2f %% of %d samples whole, perf %.2f %% of %d; want perf's share at least (less 1 point) over at least 1000 each",
+	if total < 500 || perfTotal < 500 || share < perfShare-1 {
+		t.Errorf("cc1plus: Sonde %.2f %% of %d samples whole, perf %.2f %% of %d; want perf's share at least (less 1 point) over at least 500 each",
 			share, total, perfShare, perfTotal)
 	}
 }
