@@ -142,10 +142,17 @@ func perfRun(t *testing.T, rate int, timeout time.Duration, args ...string) ([]p
 	return samples, pid
 }
 
-// sondeSamples stops the receiver, so it hands over everything it holds,
+// sondeSamples waits until the receiver exported an interval that ends
+// after the workload did (on a busy host it lags; Shutdown hands over only
+// what it resolves within its grace), stops it so it hands over the rest,
 // and returns every on-CPU sample it exported that keep selects.
 func sondeSamples(t *testing.T, sink *consumertest.ProfilesSink, rcv xreceiver.Profiles, keep func(flatSample) bool) []flatSample {
 	t.Helper()
+	ended := time.Now()
+	deadline := ended.Add(30 * time.Second)
+	for latestEnd(sink).Before(ended) && time.Now().Before(deadline) {
+		waitForExport(sink, len(sink.AllProfiles()), time.Until(deadline))
+	}
 	if err := rcv.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
