@@ -137,14 +137,17 @@ type Loader struct {
 	keys map[tracer.FileKey]*loadedFile
 
 	// The files left to the background (LoaderOptions.Background), and
-	// whether its goroutine runs; it ends when nothing is left to build.
-	// loading counts the tables being loaded.
+	// whether each lane's goroutine runs (buildDeferred); a lane ends when
+	// nothing it takes is left. inBuild counts the files being built,
+	// loading the tables being loaded; loads bounds those (maxLoads).
 	background bool
 	since      func() time.Time
 	loaded     func(time.Time, []int)
 	pending    []*deferredBuild
-	building   bool
+	building   [2]bool
+	inBuild    int
 	loading    int
+	loads      chan struct{}
 	idle       *sync.Cond // on mu: nothing is left to build or load
 }
 
@@ -163,6 +166,16 @@ type deferredBuild struct {
 const (
 	maxPendingBuilds = 256
 	maxLoads         = 4
+)
+
+// Background builds run in two lanes: the first takes any file, the second
+// only files of at most smallUnwindBytes of unwind information, so that a
+// new program's small table never waits for a big one's build (hundreds of
+// milliseconds). At most two builds run at once.
+const (
+	laneAny          = 0
+	laneSmall        = 1
+	smallUnwindBytes = 1 << 20
 )
 
 // maxRetiredHandles bounds the handles of evicted files still answered.
@@ -233,6 +246,7 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 		loaded:     opts.Loaded,
 	}
 	l.idle = sync.NewCond(&l.mu)
+	l.loads = make(chan struct{}, maxLoads)
 	return l
 }
 
@@ -285,10 +299,7 @@ func (l *Loader) Prepare(p *process.Process) error {
 	l.procs[p.PID] = next
 	l.stats.Processes = len(l.procs)
 	err = errors.Join(err, l.setFileTables(next))
-	if len(l.pending) > 0 && !l.building {
-		l.building = true
-		go l.buildDeferred()
-	}
+	l.startBuilds()
 	return err
 }
 
@@ -631,31 +642,58 @@ func (l *Loader) deferFile(id elfx.FileID, size int64) *loadedFile {
 	l.add(id, lf)
 	l.pending = append(l.pending, &deferredBuild{id: id, lf: lf, size: size, since: since})
 	l.stats.Deferred++
-	l.stats.Pending = len(l.pending) + l.loading
+	l.countPending()
 	return lf
 }
 
-// buildDeferred builds the deferred files, smallest first, until none is
-// left, and has each table loaded (loadDeferred). A file no running process
-// maps any more is dropped unbuilt: the next process that maps it asks
-// again.
-func (l *Loader) buildDeferred() {
-	loads := make(chan struct{}, maxLoads)
+// startBuilds starts the lanes that have files to take. Called with l.mu
+// held.
+func (l *Loader) startBuilds() {
+	for lane := range l.building {
+		if !l.building[lane] && l.next(lane) >= 0 {
+			l.building[lane] = true
+			go l.buildDeferred(lane)
+		}
+	}
+}
+
+// next returns the index in l.pending of the file lane takes next, the
+// smallest, or -1. Called with l.mu held.
+func (l *Loader) next(lane int) int {
+	i := -1
+	for j, d := range l.pending {
+		if lane == laneSmall && d.size > smallUnwindBytes {
+			continue
+		}
+		if i < 0 || d.size < l.pending[i].size {
+			i = j
+		}
+	}
+	return i
+}
+
+// countPending sets the Pending gauge. Called with l.mu held.
+func (l *Loader) countPending() {
+	l.stats.Pending = len(l.pending) + l.inBuild + l.loading
+}
+
+// buildDeferred builds the deferred files lane takes, smallest first,
+// until none is left, and has each table loaded (loadDeferred). A file no
+// running process maps any more is dropped unbuilt: the next process that
+// maps it asks again.
+func (l *Loader) buildDeferred(lane int) {
 	for {
 		l.mu.Lock()
-		if len(l.pending) == 0 {
-			l.building = false
+		i := l.next(lane)
+		if i < 0 {
+			l.building[lane] = false
 			l.idle.Broadcast()
 			l.mu.Unlock()
 			return
 		}
-		i := 0
-		for j, d := range l.pending {
-			if d.size < l.pending[i].size {
-				i = j
-			}
-		}
 		d := l.pending[i]
+		l.pending = slices.Delete(l.pending, i, i+1)
+		l.inBuild++
 		path := l.pathOf(d.lf)
 		l.mu.Unlock()
 
@@ -666,11 +704,12 @@ func (l *Loader) buildDeferred() {
 		}
 
 		l.mu.Lock()
-		l.pending = slices.Delete(l.pending, i, i+1)
+		l.inBuild--
 		lf := d.lf
 		if path != "" && vanished(built.err) && l.pathOf(lf) != "" {
 			// Its process went away; another one maps it.
 			l.pending = append(l.pending, d)
+			l.countPending()
 			l.mu.Unlock()
 			continue
 		}
@@ -679,14 +718,14 @@ func (l *Loader) buildDeferred() {
 			// that maps it builds it.
 			lf.deferred = false
 			l.drop(d.id, lf)
-			l.stats.Pending = len(l.pending) + l.loading
+			l.countPending()
 			l.mu.Unlock()
 			continue
 		}
 		lf.base, lf.segments, lf.debug, lf.err = built.base, built.segments, built.debug, built.err
 		if !l.counted(lf, path) {
 			lf.deferred = false
-			l.stats.Pending = len(l.pending) + l.loading
+			l.countPending()
 			l.mu.Unlock()
 			continue
 		}
@@ -694,15 +733,15 @@ func (l *Loader) buildDeferred() {
 		if err != nil {
 			lf.deferred = false
 			l.loadFailed(lf, len(rows), path, err)
-			l.stats.Pending = len(l.pending) + l.loading
+			l.countPending()
 			l.mu.Unlock()
 			continue
 		}
 		l.loading++
 		l.mu.Unlock()
-		loads <- struct{}{}
+		l.loads <- struct{}{}
 		go func() {
-			defer func() { <-loads }()
+			defer func() { <-l.loads }()
 			l.loadDeferred(d, path, id, need, rows)
 		}()
 	}
@@ -716,7 +755,7 @@ func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int
 	lf := d.lf
 	lf.deferred = false
 	l.loading--
-	l.stats.Pending = len(l.pending) + l.loading
+	l.countPending()
 	defer l.idle.Broadcast()
 	if err = l.commit(lf, id, len(rows), need, err); err != nil {
 		l.loadFailed(lf, len(rows), path, err)
@@ -740,7 +779,7 @@ func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int
 func (l *Loader) Wait() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.building || l.loading > 0 {
+	for l.building[laneAny] || l.building[laneSmall] || l.loading > 0 {
 		l.idle.Wait()
 	}
 }
