@@ -142,7 +142,8 @@ type Options struct {
 	// newly loaded in the kernel, with the time from the first sample that
 	// could not be unwound for want of it (of the process the table was
 	// built for) to the load: 0 when the table came before any such
-	// sample. It runs on the preparer goroutine and must not block.
+	// sample. It runs on the preparer's goroutines, one call at a time,
+	// and must not block.
 	TableLoaded func(delay time.Duration)
 
 	// BeforeResolve, when set, runs on the resolver goroutine before each

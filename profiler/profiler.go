@@ -236,10 +236,14 @@ func (p *Profiler) Run(ctx context.Context, emit EmitFunc) error {
 		defer p.wg.Done()
 		p.preparer.run(runCtx)
 	}()
-	p.readers.Add(2)
+	p.readers.Add(3)
 	go func() {
 		defer p.readers.Done()
 		p.read(records, free)
+	}()
+	go func() {
+		defer p.readers.Done()
+		p.readNotices()
 	}()
 	go func() {
 		defer p.readers.Done()
@@ -373,10 +377,33 @@ type queued struct {
 	procErr error
 }
 
+// readNotices hands the requests for unwind information to the preparer
+// until the tracer is closed or drained. They have a ring buffer and a
+// reader of their own: read reads no faster than the resolver names frames,
+// and a resolver loading a big file's symbols would otherwise leave new
+// processes and libraries unwound by frame pointers meanwhile.
+func (p *Profiler) readNotices() {
+	var rec tracer.Record
+	for {
+		err := p.tracer.ReadNotice(&rec)
+		if errors.Is(err, tracer.ErrClosed) || errors.Is(err, tracer.ErrDrained) {
+			return
+		}
+		p.records.Add(1)
+		if err != nil {
+			p.decodeErrors.Add(1)
+			continue
+		}
+		if rec.Type == tracer.RecordUnknown {
+			p.preparer.misses.note(int(rec.PID), rec.Time)
+			p.preparer.enqueue(int(rec.PID), prepareUnknown)
+		}
+	}
+}
+
 // read decodes records until the tracer is closed or drained. Samples, exec
-// and exit go in order to the resolver; requests for unwind information go
-// straight to the preparer, so a resolver busy naming frames never delays
-// unwinding.
+// and exit go in order to the resolver; requests for unwind information
+// come through readNotices.
 func (p *Profiler) read(records chan<- queued, free chan *tracer.Record) {
 	defer close(records)
 	var loggedDecode bool

@@ -57,6 +57,9 @@ type preparer struct {
 	// after that first sample it was.
 	misses      missLog
 	tableLoaded func(delay time.Duration)
+	// reported serializes the calls of tableLoaded: tables loaded in the
+	// background are reported from the Loader's goroutines.
+	reported sync.Mutex
 
 	// warm holds back the cut-short samples of the processes running at
 	// start until they are prepared.
@@ -88,6 +91,14 @@ func (m *missLog) note(pid int, t time.Time) {
 	m.first[pid] = t
 }
 
+// peek returns pid's first miss.
+func (m *missLog) peek(pid int) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.first[pid]
+	return t, ok
+}
+
 // take returns and forgets pid's first miss.
 func (m *missLog) take(pid int) (time.Time, bool) {
 	m.mu.Lock()
@@ -95,6 +106,17 @@ func (m *missLog) take(pid int) (time.Time, bool) {
 	t, ok := m.first[pid]
 	delete(m.first, pid)
 	return t, ok
+}
+
+// reportTable tells tableLoaded, if set, of a table loaded d after the
+// first miss.
+func (p *preparer) reportTable(d time.Duration) {
+	if p.tableLoaded == nil {
+		return
+	}
+	p.reported.Lock()
+	defer p.reported.Unlock()
+	p.tableLoaded(d)
 }
 
 // tableDelay is how long after the first miss at t a table loaded at now
@@ -153,6 +175,25 @@ func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *
 	loader := unwind.NewLoader(k, identify, log, unwind.LoaderOptions{
 		BudgetBytes: budget,
 		DebugDirs:   append([]string{}, debugDirs...),
+		// New files' tables are built and loaded off this goroutine: a
+		// new process's mappings, of files mostly known already, are set
+		// in milliseconds, not after another file's build or a grace
+		// period.
+		Background: true,
+		// Asked while p.pid is being prepared: its first miss is taken
+		// after Prepare returns.
+		Since: func() time.Time {
+			t, _ := p.misses.peek(p.pid)
+			return t
+		},
+		Loaded: func(since time.Time, pids []int) {
+			p.reportTable(tableDelay(since, !since.IsZero(), time.Now()))
+			for _, pid := range pids {
+				if !p.loader.Pending(pid) {
+					p.warm.prepared(pid, monotonic())
+				}
+			}
+		},
 	})
 	p = &preparer{
 		log:    log,
@@ -263,15 +304,22 @@ func (p *preparer) handle(w prepareWork) {
 	}
 	// A Process from the table's cache may have exited since: Prepare then
 	// sets nothing and forgets the pid.
-	built := p.loader.Stats().Built
+	before := p.loader.Stats()
 	err = p.loader.Prepare(proc)
-	p.warm.prepared(w.pid, monotonic())
+	// A process of the start-up scan is held back until all its tables
+	// are loaded, those built in the background too (Loaded).
+	if !p.loader.Pending(w.pid) {
+		p.warm.prepared(w.pid, monotonic())
+	}
 	if err == nil {
 		missed, ok := p.misses.take(w.pid)
-		if n := p.loader.Stats().Built - built; n > 0 && p.tableLoaded != nil {
+		// Tables built in the background meanwhile are reported by the
+		// Loader's Loaded.
+		after := p.loader.Stats()
+		if n := (after.Built - before.Built) - (after.BuiltLater - before.BuiltLater); n > 0 && p.tableLoaded != nil {
 			d := tableDelay(missed, ok, time.Now())
 			for range n {
-				p.tableLoaded(d)
+				p.reportTable(d)
 			}
 		}
 	}

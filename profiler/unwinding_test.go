@@ -104,6 +104,7 @@ func testPreparerProcessGone(t *testing.T, bin string, filters Filters) {
 	// One process stays, sharing the tables.
 	keep := start()
 	p.handle(prepareWork{keep.Process.Pid, prepareUnknown})
+	p.loader.Wait() // its new files' tables are loaded in the background
 	if !p.loader.Prepared(keep.Process.Pid) {
 		t.Fatalf("running process %d not prepared", keep.Process.Pid)
 	}
@@ -205,6 +206,7 @@ func TestPreparerTableDelay(t *testing.T) {
 		b := p.loader.Stats().Built
 		before = time.Now()
 		p.handle(prepareWork{pid, prepareUnknown})
+		p.loader.Wait() // new files' tables are loaded in the background
 		after = time.Now()
 		if !p.loader.Prepared(pid) {
 			t.Fatalf("running process %d not prepared", pid)

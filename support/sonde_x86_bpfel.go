@@ -270,6 +270,7 @@ const (
 	SondeMapFileTables                 = "file_tables"
 	SondeMapKnownPids                  = "known_pids"
 	SondeMapMappings                   = "mappings"
+	SondeMapNotices                    = "notices"
 	SondeMapNotified                   = "notified"
 	SondeMapOffcpuScratch              = "offcpu_scratch"
 	SondeMapOffcpuStarts               = "offcpu_starts"
@@ -380,6 +381,7 @@ type SondeMapSpecs struct {
 	FileTables          *ebpf.MapSpec `ebpf:"file_tables"`
 	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
 	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
+	Notices             *ebpf.MapSpec `ebpf:"notices"`
 	Notified            *ebpf.MapSpec `ebpf:"notified"`
 	OffcpuScratch       *ebpf.MapSpec `ebpf:"offcpu_scratch"`
 	OffcpuStarts        *ebpf.MapSpec `ebpf:"offcpu_starts"`
@@ -452,6 +454,7 @@ type SondeMaps struct {
 	FileTables          *ebpf.Map `ebpf:"file_tables"`
 	KnownPids           *ebpf.Map `ebpf:"known_pids"`
 	Mappings            *ebpf.Map `ebpf:"mappings"`
+	Notices             *ebpf.Map `ebpf:"notices"`
 	Notified            *ebpf.Map `ebpf:"notified"`
 	OffcpuScratch       *ebpf.Map `ebpf:"offcpu_scratch"`
 	OffcpuStarts        *ebpf.Map `ebpf:"offcpu_starts"`
@@ -474,6 +477,7 @@ func (m *SondeMaps) Close() error {
 		m.FileTables,
 		m.KnownPids,
 		m.Mappings,
+		m.Notices,
 		m.Notified,
 		m.OffcpuScratch,
 		m.OffcpuStarts,

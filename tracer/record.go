@@ -167,16 +167,28 @@ var ErrMalformed = errors.New("malformed record")
 // is full) or the poll interval passes, whichever comes first; then it reads
 // without blocking what the ring buffer holds.
 func (t *Tracer) ReadInto(rec *Record) error {
+	return t.readFrom(t.events, rec)
+}
+
+// ReadNotice is ReadInto for the requests for unwind information
+// (RecordUnknown), which have a ring buffer of their own so that a slow
+// reader of the samples never delays them. It is safe to call from another
+// goroutine than ReadInto, one at a time.
+func (t *Tracer) ReadNotice(rec *Record) error {
+	return t.readFrom(t.notices, rec)
+}
+
+func (t *Tracer) readFrom(r *ring, rec *Record) error {
 	for {
 		// A deadline already passed: the reader takes what is there and
 		// never blocks.
-		t.reader.SetDeadline(time.Now())
-		err := t.reader.ReadInto(&rec.raw)
+		r.reader.SetDeadline(time.Now())
+		err := r.reader.ReadInto(&rec.raw)
 		switch {
 		case err == nil:
 			return rec.decode(rec.raw.RawSample, t.clock)
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			t.wait()
+			r.wait(t.poll)
 			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			return ErrClosed
@@ -186,24 +198,6 @@ func (t *Tracer) ReadInto(rec *Record) error {
 			return fmt.Errorf("read ring buffer: %w", err)
 		}
 	}
-}
-
-// wait parks until the kernel wakes the ring buffer's readers, the poll
-// interval passes, Stop sets the deadline to now, or Close closes the file.
-// The runtime's poller is edge-triggered: a wake-up that came while records
-// were being read ends the next wait at once.
-func (t *Tracer) wait() {
-	if err := t.ready.SetReadDeadline(time.Now().Add(t.poll)); err != nil {
-		return // closed: the reader says so next
-	}
-	waited := false
-	_ = t.readyConn.Read(func(uintptr) bool {
-		if waited {
-			return true
-		}
-		waited = true
-		return false // park until readable or the deadline
-	})
 }
 
 func (rec *Record) decode(b []byte, c clock) error {

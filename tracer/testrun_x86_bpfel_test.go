@@ -166,6 +166,7 @@ const (
 	testrunMapFileTables           = "file_tables"
 	testrunMapKnownPids            = "known_pids"
 	testrunMapMappings             = "mappings"
+	testrunMapNotices              = "notices"
 	testrunMapNotified             = "notified"
 	testrunMapOffcpuScratch        = "offcpu_scratch"
 	testrunMapOffcpuStarts         = "offcpu_starts"
@@ -247,6 +248,7 @@ type testrunMapSpecs struct {
 	FileTables          *ebpf.MapSpec `ebpf:"file_tables"`
 	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
 	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
+	Notices             *ebpf.MapSpec `ebpf:"notices"`
 	Notified            *ebpf.MapSpec `ebpf:"notified"`
 	OffcpuScratch       *ebpf.MapSpec `ebpf:"offcpu_scratch"`
 	OffcpuStarts        *ebpf.MapSpec `ebpf:"offcpu_starts"`
@@ -302,6 +304,7 @@ type testrunMaps struct {
 	FileTables          *ebpf.Map `ebpf:"file_tables"`
 	KnownPids           *ebpf.Map `ebpf:"known_pids"`
 	Mappings            *ebpf.Map `ebpf:"mappings"`
+	Notices             *ebpf.Map `ebpf:"notices"`
 	Notified            *ebpf.Map `ebpf:"notified"`
 	OffcpuScratch       *ebpf.Map `ebpf:"offcpu_scratch"`
 	OffcpuStarts        *ebpf.Map `ebpf:"offcpu_starts"`
@@ -324,6 +327,7 @@ func (m *testrunMaps) Close() error {
 		m.FileTables,
 		m.KnownPids,
 		m.Mappings,
+		m.Notices,
 		m.Notified,
 		m.OffcpuScratch,
 		m.OffcpuStarts,

@@ -4,7 +4,7 @@
 // context-switch tracepoint, and decodes what arrives on the ring buffer.
 //
 // A Tracer owns every file descriptor it opens (programs, maps, links, perf
-// events, the ring buffer reader) and closes all of them in Close, also on
+// events, the ring buffer readers) and closes all of them in Close, also on
 // every error path of New. Read must be called from one goroutine at a time;
 // Close and Counters are safe to call concurrently with Read.
 package tracer
@@ -17,7 +17,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -25,9 +24,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/caps"
 	"github.com/sonde-dev/sonde/support"
@@ -149,14 +146,8 @@ type Tracer struct {
 	filtering bool
 	links     []link.Link
 	perf      []*perfEvent
-	reader    *ringbuf.Reader
-	// ready is a non-blocking duplicate of the ring buffer's descriptor,
-	// registered with the Go runtime's network poller: ReadInto parks on it
-	// instead of blocking a thread in epoll_wait, which would keep the
-	// runtime's sysmon polling every 20 µs while it lasts. Owned by the
-	// Tracer; closed in Close.
-	ready     *os.File
-	readyConn syscall.RawConn
+	events    *ring // samples, exec, exit and off-CPU records (ReadInto)
+	notices   *ring // requests for unwind information (ReadNotice)
 	clock     clock
 	poll      time.Duration
 
@@ -301,13 +292,12 @@ func New(opts Options) (_ *Tracer, err error) {
 		t.links = append(t.links, l)
 	}
 
-	// The reader exists before sampling starts so no record waits unread.
-	t.reader, err = ringbuf.NewReader(t.objs.Events)
-	if err != nil {
+	// The readers exist before sampling starts so no record waits unread.
+	if t.events, err = newRing(t.objs.Events); err != nil {
 		return nil, fmt.Errorf("ring buffer reader: %w", err)
 	}
-	if t.ready, t.readyConn, err = pollable(t.objs.Events.FD()); err != nil {
-		return nil, fmt.Errorf("ring buffer reader: %w", err)
+	if t.notices, err = newRing(t.objs.Notices); err != nil {
+		return nil, fmt.Errorf("notice ring buffer reader: %w", err)
 	}
 
 	for _, cpu := range cpus {
@@ -370,12 +360,7 @@ func (t *Tracer) Close() error {
 	t.closeOnce.Do(func() {
 		// Stop the producers first, then the reader, then the objects.
 		errs := []error{t.stopProducers()}
-		if t.ready != nil {
-			errs = append(errs, t.ready.Close()) // wakes a parked ReadInto
-		}
-		if t.reader != nil {
-			errs = append(errs, t.reader.Close())
-		}
+		errs = append(errs, t.events.close(), t.notices.close())
 		errs = append(errs, t.offCPU.Close(), t.objs.Close())
 		t.closeErr = errors.Join(errs...)
 	})
@@ -389,14 +374,7 @@ func (t *Tracer) Close() error {
 // another goroutine is blocked in ReadInto.
 func (t *Tracer) Stop() error {
 	err := t.stopProducers()
-	if t.reader != nil {
-		err = errors.Join(err, t.reader.Flush())
-	}
-	if t.ready != nil {
-		// Wake a ReadInto parked in the poller: it reads what is left.
-		_ = t.ready.SetReadDeadline(time.Now())
-	}
-	return err
+	return errors.Join(err, t.events.flush(), t.notices.flush())
 }
 
 // stopProducers detaches the perf events and programs, once.
@@ -524,26 +502,6 @@ func (t *Tracer) Counters() (Counters, error) {
 		}
 	}
 	return c, nil
-}
-
-// pollable returns a non-blocking duplicate of fd registered with the Go
-// runtime's poller, and its RawConn. The caller owns the file.
-func pollable(fd int) (*os.File, syscall.RawConn, error) {
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("dup: %w", err)
-	}
-	if err := unix.SetNonblock(dup, true); err != nil {
-		_ = unix.Close(dup)
-		return nil, nil, fmt.Errorf("set non-blocking: %w", err)
-	}
-	f := os.NewFile(uintptr(dup), "sonde ring buffer")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		_ = f.Close()
-		return nil, nil, err
-	}
-	return f, rc, nil
 }
 
 // Bounds of RingBufferBytesFor.

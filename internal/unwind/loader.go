@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
@@ -47,6 +48,23 @@ type LoaderOptions struct {
 	// seen through /proc/PID/root or /proc/PID/map_files. Default
 	// ["/usr/lib/debug"]; a non-nil empty slice searches no host directory.
 	DebugDirs []string
+	// Background makes Prepare leave each new file's table to a background
+	// goroutine, which builds them one at a time, smallest first, and loads
+	// them into the kernel a few at a time. Until its table is loaded, a
+	// file's frames use frame pointers. Building a big file's table takes
+	// hundreds of milliseconds, and loading any table into the kernel waits
+	// for an RCU grace period (tens to hundreds of milliseconds on a busy
+	// host): done in Prepare, both would hold up the processes prepared
+	// after it, whose files are mostly known already.
+	Background bool
+	// Since, when set, is asked by Prepare (on its caller's goroutine)
+	// when the process being prepared first needed a table, or the zero
+	// time; it stamps the files Prepare defers.
+	Since func() time.Time
+	// Loaded, when set, is called for each deferred table once it is
+	// loaded, with its stamp (Since; zero without one) and the processes
+	// that map the file, without the Loader's lock held.
+	Loaded func(since time.Time, pids []int)
 }
 
 // DefaultBudgetBytes is the default bound on table memory in the kernel.
@@ -75,8 +93,15 @@ type LoaderStats struct {
 	// Refused is a gauge: files mapped by running processes whose table
 	// did not fit; their frames use frame pointers until room frees, when
 	// they are built and loaded again.
-	Refused    int
-	Retried    uint64 // refused tables loaded later, once room freed
+	Refused int
+	Retried uint64 // refused tables loaded later, once room freed
+	// Deferred counts the files Prepare left to the background
+	// (LoaderOptions.Background); BuiltLater the tables loaded there (also
+	// counted in Built). Pending is a gauge: files waiting to be built or
+	// loaded there.
+	Deferred   uint64
+	BuiltLater uint64
+	Pending    int
 	Failures   uint64 // files that could not be read or parsed
 	DebugFiles uint64 // tables built with a separate debug file's .debug_frame
 }
@@ -113,7 +138,48 @@ type Loader struct {
 	// keys says which file's table the kernel holds under each file
 	// identity (FileKernel).
 	keys map[tracer.FileKey]*loadedFile
+
+	// The files left to the background (LoaderOptions.Background), and
+	// whether each lane's goroutine runs (buildDeferred); a lane ends when
+	// nothing it takes is left. inBuild counts the files being built,
+	// loading the tables being loaded; loads bounds those (maxLoads).
+	background bool
+	since      func() time.Time
+	loaded     func(time.Time, []int)
+	pending    []*deferredBuild
+	building   [2]bool
+	inBuild    int
+	loading    int
+	loads      chan struct{}
+	idle       *sync.Cond // on mu: nothing is left to build or load
 }
+
+// deferredBuild is a file left to the background build.
+type deferredBuild struct {
+	id    elfx.FileID
+	lf    *loadedFile
+	size  int64 // its unwind information's bytes: the smallest go first
+	since time.Time
+}
+
+// maxPendingBuilds bounds the files waiting for the background build;
+// beyond it Prepare builds them itself. maxLoads bounds the tables being
+// loaded at once: a load mostly waits for a grace period, which loads at
+// the same time share, while it holds the table's rows.
+const (
+	maxPendingBuilds = 256
+	maxLoads         = 4
+)
+
+// Background builds run in two lanes: the first takes any file, the second
+// only files of at most smallUnwindBytes of unwind information, so that a
+// new program's small table never waits for a big one's build (hundreds of
+// milliseconds). At most two builds run at once.
+const (
+	laneAny          = 0
+	laneSmall        = 1
+	smallUnwindBytes = 1 << 20
+)
 
 // maxRetiredHandles bounds the handles of evicted files still answered.
 const maxRetiredHandles = 4096
@@ -137,6 +203,9 @@ type loadedFile struct {
 	// what it takes. Retried when processes that map it run and room frees.
 	refused bool
 	need    int64
+	// deferred: its table is being built in the background (no table and
+	// no error yet); it is not evicted meanwhile.
+	deferred bool
 }
 
 // FileKernel is what a Kernel may also do: hold each file's table by the
@@ -164,18 +233,24 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 	if opts.DebugDirs == nil {
 		opts.DebugDirs = []string{elfx.DefaultDebugDir}
 	}
-	return &Loader{
-		k:        k,
-		identify: identify,
-		log:      log,
-		budget:   opts.BudgetBytes,
-		debug:    append([]string(nil), opts.DebugDirs...),
-		files:    make(map[elfx.FileID]*loadedFile),
-		procs:    make(map[int][]procMapping),
-		nextID:   1,
-		handles:  make(map[uint32]elfx.FileID),
-		keys:     make(map[tracer.FileKey]*loadedFile),
+	l := &Loader{
+		k:          k,
+		identify:   identify,
+		log:        log,
+		budget:     opts.BudgetBytes,
+		debug:      append([]string(nil), opts.DebugDirs...),
+		files:      make(map[elfx.FileID]*loadedFile),
+		procs:      make(map[int][]procMapping),
+		nextID:     1,
+		handles:    make(map[uint32]elfx.FileID),
+		keys:       make(map[tracer.FileKey]*loadedFile),
+		background: opts.Background,
+		since:      opts.Since,
+		loaded:     opts.Loaded,
 	}
+	l.idle = sync.NewCond(&l.mu)
+	l.loads = make(chan struct{}, maxLoads)
+	return l
 }
 
 // Prepare loads the tables of every executable file p maps and sets p's
@@ -200,9 +275,6 @@ func (l *Loader) Prepare(p *process.Process) error {
 			Start: m.Start, End: m.End,
 			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
 		}, file: lf, key: tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}, path: path}
-		if lf.id != 0 {
-			pm.m.Bias, pm.m.Table, pm.m.Rows = lf.bias(m), lf.id, lf.rows
-		}
 		next = append(next, pm)
 	}
 	// Its files vanish with the process: mappings set now would outlive it
@@ -214,15 +286,24 @@ func (l *Loader) Prepare(p *process.Process) error {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, pm := range next {
+	for i := range next {
+		pm := &next[i]
 		pm.file.refs++
+		// Read under the lock: a table built in the background may have
+		// been loaded since file returned. The bias makes an address a PC
+		// relative to the table's first row: rows are keyed by file offset.
+		if lf := pm.file; lf.id != 0 {
+			pm.m.Bias, pm.m.Table, pm.m.Rows = pm.m.FileBias+lf.base, lf.id, lf.rows
+		}
 	}
 	old := l.procs[p.PID]
 	err := l.k.SetMappings(uint32(p.PID), mappingsOf(old), mappingsOf(next))
 	l.release(old)
 	l.procs[p.PID] = next
 	l.stats.Processes = len(l.procs)
-	return errors.Join(err, l.setFileTables(next))
+	err = errors.Join(err, l.setFileTables(next))
+	l.startBuilds()
+	return err
 }
 
 // setFileTables gives the kernel the table of each file in pms it does not
@@ -469,8 +550,13 @@ func (l *Loader) file(path string) *loadedFile {
 	}
 	l.mu.Unlock()
 
+	if l.background {
+		if lf := l.deferFile(id, unwindBytes(path)); lf != nil {
+			return lf
+		}
+	}
 	lf, rows, free := buildFile(path, l.debug, l.log)
-	defer free() // after l.load below, which runs with l.mu held
+	defer free() // after finish loads the rows below, with l.mu held
 	if vanished(lf.err) {
 		// The path went away with its process between identify and
 		// here: nothing is wrong with the file, so it is not recorded as
@@ -482,6 +568,12 @@ func (l *Loader) file(path string) *loadedFile {
 	if existing, ok := l.files[id]; ok {
 		return existing
 	}
+	l.add(id, lf)
+	return l.finish(lf, rows, path)
+}
+
+// add records lf as file id's, with a new handle. Called with l.mu held.
+func (l *Loader) add(id elfx.FileID, lf *loadedFile) {
 	l.clock++
 	lf.lastUsed = l.clock
 	l.files[id] = lf
@@ -491,32 +583,266 @@ func (l *Loader) file(path string) *loadedFile {
 	}
 	lf.handle = l.nextHandle
 	l.handles[lf.handle] = id
+}
+
+// finish counts what building lf gave and loads its rows. Called with l.mu
+// held.
+func (l *Loader) finish(lf *loadedFile, rows []tracer.Row, path string) *loadedFile {
+	if !l.counted(lf, path) {
+		return lf
+	}
+	if err := l.load(lf, rows); err != nil {
+		l.loadFailed(lf, len(rows), path, err)
+	}
+	return lf
+}
+
+// counted counts what building lf gave, and reports whether it has rows to
+// load. Called with l.mu held.
+func (l *Loader) counted(lf *loadedFile, path string) bool {
 	if lf.debug != "" {
 		l.stats.DebugFiles++
 	}
 	switch {
 	case errors.Is(lf.err, ErrNoCFI):
 		l.stats.NoCFI++
-		return lf
+		return false
 	case lf.err != nil:
 		l.stats.Failures++
 		l.log.Debug("no unwind table for file; frame pointers there", zap.String("file", path), zap.Error(lf.err))
-		return lf
+		return false
 	}
-	if err := l.load(lf, rows); err != nil {
-		lf.err = err
-		if errors.Is(err, errNoRoom) {
-			lf.refused, lf.need = true, tableBytes(len(rows))
-			l.stats.Refused++
-			if !l.budgetLogged {
-				l.budgetLogged = true
-				l.log.Warn("unwind table budget full: files beyond it are unwound by frame pointers until room frees; raise limits::unwind_table_bytes (counted in the over-budget table failures, logged once)",
-					zap.String("file", path), zap.Int64("table_bytes", lf.need), zap.Int64("budget_bytes", l.budget), zap.Int64("used_bytes", l.stats.Bytes))
-			}
+	return true
+}
+
+// loadFailed records that lf's table of n rows could not be loaded. Called
+// with l.mu held.
+func (l *Loader) loadFailed(lf *loadedFile, n int, path string, err error) {
+	lf.err = err
+	if errors.Is(err, errNoRoom) {
+		lf.refused, lf.need = true, tableBytes(n)
+		l.stats.Refused++
+		if !l.budgetLogged {
+			l.budgetLogged = true
+			l.log.Warn("unwind table budget full: files beyond it are unwound by frame pointers until room frees; raise limits::unwind_table_bytes (counted in the over-budget table failures, logged once)",
+				zap.String("file", path), zap.Int64("table_bytes", lf.need), zap.Int64("budget_bytes", l.budget), zap.Int64("used_bytes", l.stats.Bytes))
 		}
-		l.log.Debug("unwind table not loaded; frame pointers there", zap.String("file", path), zap.Error(err))
 	}
+	l.log.Debug("unwind table not loaded; frame pointers there", zap.String("file", path), zap.Error(err))
+}
+
+// deferFile records file id as being built in the background and queues
+// its build, or returns nil when the queue is full (the caller builds it).
+func (l *Loader) deferFile(id elfx.FileID, size int64) *loadedFile {
+	var since time.Time
+	if l.since != nil {
+		since = l.since()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if existing, ok := l.files[id]; ok {
+		return existing
+	}
+	if len(l.pending) >= maxPendingBuilds {
+		return nil
+	}
+	lf := &loadedFile{deferred: true}
+	l.add(id, lf)
+	l.pending = append(l.pending, &deferredBuild{id: id, lf: lf, size: size, since: since})
+	l.stats.Deferred++
+	l.countPending()
 	return lf
+}
+
+// startBuilds starts the lanes that have files to take. Called with l.mu
+// held.
+func (l *Loader) startBuilds() {
+	for lane := range l.building {
+		if !l.building[lane] && l.next(lane) >= 0 {
+			l.building[lane] = true
+			go l.buildDeferred(lane)
+		}
+	}
+}
+
+// next returns the index in l.pending of the file lane takes next, the
+// smallest, or -1. Called with l.mu held.
+func (l *Loader) next(lane int) int {
+	i := -1
+	for j, d := range l.pending {
+		if lane == laneSmall && d.size > smallUnwindBytes {
+			continue
+		}
+		if i < 0 || d.size < l.pending[i].size {
+			i = j
+		}
+	}
+	return i
+}
+
+// countPending sets the Pending gauge. Called with l.mu held.
+func (l *Loader) countPending() {
+	l.stats.Pending = len(l.pending) + l.inBuild + l.loading
+}
+
+// buildDeferred builds the deferred files lane takes, smallest first,
+// until none is left, and has each table loaded (loadDeferred). A file no
+// running process maps any more is dropped unbuilt: the next process that
+// maps it asks again.
+func (l *Loader) buildDeferred(lane int) {
+	for {
+		l.mu.Lock()
+		i := l.next(lane)
+		if i < 0 {
+			l.building[lane] = false
+			l.idle.Broadcast()
+			l.mu.Unlock()
+			return
+		}
+		d := l.pending[i]
+		l.pending = slices.Delete(l.pending, i, i+1)
+		l.inBuild++
+		path := l.pathOf(d.lf)
+		l.mu.Unlock()
+
+		var built *loadedFile
+		var rows []tracer.Row
+		free := func() {} // rows's buffer, once they are loaded or dropped
+		if path != "" {
+			built, rows, free = buildFile(path, l.debug, l.log)
+		}
+
+		l.mu.Lock()
+		l.inBuild--
+		lf := d.lf
+		if path != "" && vanished(built.err) && l.pathOf(lf) != "" {
+			// Its process went away; another one maps it.
+			l.pending = append(l.pending, d)
+			l.countPending()
+			l.mu.Unlock()
+			free()
+			continue
+		}
+		if path == "" || vanished(built.err) {
+			// Nothing maps it now: forget it, so that the next process
+			// that maps it builds it.
+			lf.deferred = false
+			l.drop(d.id, lf)
+			l.countPending()
+			l.mu.Unlock()
+			free()
+			continue
+		}
+		lf.base, lf.segments, lf.debug, lf.err = built.base, built.segments, built.debug, built.err
+		if !l.counted(lf, path) {
+			lf.deferred = false
+			l.countPending()
+			l.mu.Unlock()
+			free()
+			continue
+		}
+		id, need, err := l.reserve(lf, len(rows))
+		if err != nil {
+			lf.deferred = false
+			l.loadFailed(lf, len(rows), path, err)
+			l.countPending()
+			l.mu.Unlock()
+			free()
+			continue
+		}
+		l.loading++
+		l.mu.Unlock()
+		l.loads <- struct{}{}
+		go func() {
+			defer func() { <-l.loads }()
+			defer free()
+			l.loadDeferred(d, path, id, need, rows)
+		}()
+	}
+}
+
+// loadDeferred loads a deferred file's rows as table id, reserved for it,
+// and points the processes that map the file at it.
+func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int64, rows []tracer.Row) {
+	err := l.k.LoadTable(id, rows)
+	l.mu.Lock()
+	lf := d.lf
+	lf.deferred = false
+	l.loading--
+	l.countPending()
+	defer l.idle.Broadcast()
+	if err = l.commit(lf, id, len(rows), need, err); err != nil {
+		l.loadFailed(lf, len(rows), path, err)
+		l.mu.Unlock()
+		return
+	}
+	l.stats.BuiltLater++
+	err = l.repoint(lf)
+	pids := l.mappers(lf)
+	l.mu.Unlock()
+	if err != nil {
+		l.log.Debug("pointing processes at a file's unwind table failed", zap.String("file", path), zap.Error(err))
+	}
+	if l.loaded != nil {
+		l.loaded(d.since, pids)
+	}
+}
+
+// Wait waits until the tables left to the background are built and
+// loaded, or given up.
+func (l *Loader) Wait() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.building[laneAny] || l.building[laneSmall] || l.loading > 0 {
+		l.idle.Wait()
+	}
+}
+
+// mappers returns the processes that map lf. Called with l.mu held.
+func (l *Loader) mappers(lf *loadedFile) []int {
+	var pids []int
+	for pid, pms := range l.procs {
+		if slices.ContainsFunc(pms, func(pm procMapping) bool { return pm.file == lf }) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Pending reports whether a file pid maps waits for its table to be built
+// in the background.
+func (l *Loader) Pending(pid int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.procs[pid], func(pm procMapping) bool { return pm.file.deferred })
+}
+
+// drop forgets file id, which has no table, and no process maps. Called
+// with l.mu held.
+func (l *Loader) drop(id elfx.FileID, lf *loadedFile) {
+	if l.files[id] == lf {
+		delete(l.files, id)
+	}
+	l.dropFileTables(lf)
+	l.retire(lf.handle)
+}
+
+// unwindBytes is the size of the unwind information of the ELF file at
+// path (.eh_frame, .debug_frame, .gopclntab), read from its section
+// headers; 0 when it cannot tell.
+func unwindBytes(path string) int64 {
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var n int64
+	for _, name := range []string{".eh_frame", ".debug_frame", ".gopclntab"} {
+		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS {
+			n += int64(s.Size)
+		}
+	}
+	return n
 }
 
 // vanished reports whether err says a path through procfs no longer
@@ -682,34 +1008,52 @@ var errNoRoom = errors.New("unwind table budget full")
 // load puts lf's rows in the kernel, evicting unreferenced tables if the
 // budget needs it. Called with l.mu held.
 func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
-	need := tableBytes(len(rows))
+	id, need, err := l.reserve(lf, len(rows))
+	if err != nil {
+		return err
+	}
+	return l.commit(lf, id, len(rows), need, l.k.LoadTable(id, rows))
+}
+
+// reserve finds room and a table id for lf's table of n rows, evicting
+// unreferenced tables if the budget needs it, and counts its bytes as used;
+// commit then records the load's outcome. Called with l.mu held.
+func (l *Loader) reserve(lf *loadedFile, n int) (id uint32, need int64, err error) {
+	need = tableBytes(n)
 	if need > l.budget {
 		l.stats.OverBudget++
-		return fmt.Errorf("table of %d bytes exceeds the %d-byte budget: %w", need, l.budget, errNoRoom)
+		return 0, 0, fmt.Errorf("table of %d bytes exceeds the %d-byte budget: %w", need, l.budget, errNoRoom)
 	}
 	for l.stats.Bytes+need > l.budget || len(l.ids) == 0 && l.nextID >= tracer.MaxTables {
 		if !l.evictOne(lf) {
 			l.stats.OverBudget++
-			return fmt.Errorf("no room for a table of %d bytes: %d of %d bytes used by tables in use: %w", need, l.stats.Bytes, l.budget, errNoRoom)
+			return 0, 0, fmt.Errorf("no room for a table of %d bytes: %d of %d bytes used by tables in use: %w", need, l.stats.Bytes, l.budget, errNoRoom)
 		}
 	}
-	var id uint32
-	if n := len(l.ids); n > 0 {
-		id, l.ids = l.ids[n-1], l.ids[:n-1]
+	if k := len(l.ids); k > 0 {
+		id, l.ids = l.ids[k-1], l.ids[:k-1]
 	} else {
 		id = l.nextID
 		l.nextID++
 	}
-	if err := l.k.LoadTable(id, rows); err != nil {
+	l.stats.Bytes += need
+	return id, need, nil
+}
+
+// commit records that lf's table of n rows was loaded as table id, or
+// gives back what reserve took if loading failed (err). Called with l.mu
+// held.
+func (l *Loader) commit(lf *loadedFile, id uint32, n int, need int64, err error) error {
+	if err != nil {
 		l.ids = append(l.ids, id)
+		l.stats.Bytes -= need
 		l.stats.Failures++
 		return err
 	}
-	lf.id, lf.rows, lf.bytes = id, uint32(len(rows)), need
+	lf.id, lf.rows, lf.bytes = id, uint32(n), need
 	l.stats.Built++
 	l.stats.Tables++
-	l.stats.Rows += int64(len(rows))
-	l.stats.Bytes += need
+	l.stats.Rows += int64(n)
 	return nil
 }
 
@@ -720,7 +1064,7 @@ func (l *Loader) evictOne(keep *loadedFile) bool {
 	var victim *loadedFile
 	var victimID elfx.FileID
 	for fid, lf := range l.files {
-		if lf.refs == 0 && lf != keep && (victim == nil || lf.lastUsed < victim.lastUsed) {
+		if lf.refs == 0 && lf != keep && !lf.deferred && (victim == nil || lf.lastUsed < victim.lastUsed) {
 			victim, victimID = lf, fid
 		}
 	}
@@ -752,12 +1096,4 @@ func (l *Loader) evictOne(keep *loadedFile) bool {
 // by file offset (fileRows), so it is the table's base.
 func (lf *loadedFile) delta() int64 {
 	return int64(lf.base)
-}
-
-// bias is what the unwinder subtracts from an address in m to get a PC
-// relative to the table's first row: m's start minus its file offset (the
-// file offset of the address is then exact, whatever segment m maps) plus
-// the table's base.
-func (lf *loadedFile) bias(m process.Mapping) uint64 {
-	return m.Start - m.Offset + lf.base
 }

@@ -637,3 +637,99 @@ func forget(t *testing.T, l *Loader, pid int) {
 		t.Errorf("forget %d: %v", pid, err)
 	}
 }
+
+// With Background, Prepare sets a process's mappings at once and leaves its
+// new files' tables to a goroutine, which loads them and points the
+// process's mappings at them; a second process of the same files gets the
+// tables from Prepare itself.
+func TestLoaderBackground(t *testing.T) {
+	testutil.RequirePrivileges(t, "loading unwind tables")
+	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	procs := process.NewTable("/proc", nil, process.Options{})
+	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
+	start := func() *process.Process {
+		cmd := testutil.StartWorkload(t, bin)
+		for {
+			p, err := procs.Refresh(cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(p.Mappings, func(m process.Mapping) bool {
+				return m.Executable() && contains(m.Path, "libc.so")
+			}) {
+				return p
+			}
+		}
+	}
+	var mu sync.Mutex
+	loaded := map[int]int{} // pid -> tables loaded for it
+	missed := time.Now().Add(-time.Second)
+	var stamps []time.Time
+	l := NewLoader(tr, identifyFile, zaptest.NewLogger(t), LoaderOptions{
+		Background: true,
+		Since:      func() time.Time { return missed },
+		Loaded: func(since time.Time, pids []int) {
+			mu.Lock()
+			defer mu.Unlock()
+			stamps = append(stamps, since)
+			for _, pid := range pids {
+				loaded[pid]++
+			}
+		},
+	})
+	a := start()
+	if err := l.Prepare(a); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Prepared(a.PID) {
+		t.Fatalf("pid %d not prepared", a.PID)
+	}
+	l.Wait()
+	first := l.Stats()
+	if first.Deferred < 2 || first.Built < 2 || first.BuiltLater != first.Built || first.Pending != 0 {
+		t.Fatalf("after the background build: %+v; want every table built there, none pending", first)
+	}
+	mu.Lock()
+	if loaded[a.PID] != int(first.Built) || len(stamps) != int(first.Built) {
+		t.Errorf("Loaded told of %d tables for pid %d (%d calls), want %d", loaded[a.PID], a.PID, len(stamps), first.Built)
+	}
+	for _, s := range stamps {
+		if !s.Equal(missed) {
+			t.Errorf("Loaded stamp %v, want Since's %v", s, missed)
+		}
+	}
+	mu.Unlock()
+	// Every mapping of a file with a table points at it.
+	check := func(pid int) {
+		t.Helper()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		with := 0
+		for _, pm := range l.procs[pid] {
+			if pm.file.id == 0 {
+				continue
+			}
+			with++
+			if pm.m.Table != pm.file.id || pm.m.Rows != pm.file.rows || pm.m.Bias != pm.m.FileBias+pm.file.base {
+				t.Errorf("pid %d: mapping %+v, want table %d of %d rows, base %#x", pid, pm.m, pm.file.id, pm.file.rows, pm.file.base)
+			}
+		}
+		if with < 2 {
+			t.Errorf("pid %d: %d mappings with a table, want the program's and libc's", pid, with)
+		}
+	}
+	check(a.PID)
+
+	b := start()
+	if err := l.Prepare(b); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Built != first.Built || s.Deferred != first.Deferred || s.Pending != 0 {
+		t.Errorf("a second process of the same files: %+v, want nothing new (%+v)", s, first)
+	}
+	check(b.PID)
+}

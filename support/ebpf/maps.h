@@ -23,6 +23,15 @@ struct {
 	__uint(max_entries, 4 << 20); // resized by the loader (limits.ring_buffer_bytes)
 } events SEC(".maps");
 
+// Requests for unwind information (RECORD_UNKNOWN) have a ring of their
+// own: user space reads it apart from the samples, so a resolver slow to
+// name frames (a big file's symbols) never holds back the tables that new
+// processes and libraries need to be unwound at all.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 10);
+} notices SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNTER_MAX);

@@ -214,6 +214,36 @@ static __always_inline struct mapping_info *cache_mapping(struct ustack_state *s
 	return use_mapping(st, mi);
 }
 
+// forked_entry returns the entry covering addr of the process the current
+// one was forked from, or NULL. A child forked without exec runs in a copy
+// of its parent's address space: until user space has set the child's own
+// entries, where the live mapping cannot be looked at (the VMA check is
+// busy: it runs once per stack; or the kernel has no bpf_find_vma), the
+// parent's entries are as good as the child's own would be. Only while
+// neither has exec'd since the fork, and the parent runs the same program
+// (a reaper that adopted an orphan does not).
+static __always_inline struct mapping_info *forked_entry(__u64 addr)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	struct task_struct *parent = BPF_CORE_READ(leader, real_parent);
+	// self_exec_id moves at every exec; parent_exec_id is the parent's at
+	// the fork.
+	__u64 forked_at = BPF_CORE_READ(leader, parent_exec_id);
+	if (!parent || BPF_CORE_READ(leader, self_exec_id) != forked_at ||
+	    BPF_CORE_READ(parent, self_exec_id) != forked_at)
+		return NULL;
+	__u64 ino = BPF_CORE_READ(leader, mm, exe_file, f_inode, i_ino);
+	if (ino == 0 || ino != BPF_CORE_READ(parent, mm, exe_file, f_inode, i_ino))
+		return NULL;
+	struct mapping_key key = {
+	        .prefixlen = 96,
+	        .pid = BPF_CORE_READ(parent, tgid),
+	        .addr_be = bpf_cpu_to_be64(addr),
+	};
+	return bpf_map_lookup_elem(&mappings, &key);
+}
+
 // find_mapping returns the mapping of pid covering addr: the one cached in
 // st when addr is in it, else the process's entry in the trie. Where the
 // kernel lets us look at the live VMA (vma true: bpf_find_vma, 5.17+), the
@@ -240,7 +270,9 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		// A stale entry is trusted until user space replaces it.
 		if (!mi) {
 			notify_unknown(pid, NOTIFY_GAP_NS);
-			return NULL;
+			mi = forked_entry(addr);
+			if (!mi)
+				return NULL;
 		}
 		return use_mapping(st, mi);
 	}
@@ -248,11 +280,13 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		return cache_mapping(st, pid, mi);
 	struct vma_info v = {};
 	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
-	if (err == -16 /* EBUSY: the mm lock is taken; trust the entry */) {
+	if (err == -16 /* EBUSY: the mm lock is taken, or this stack looked already */) {
 		count(COUNTER_VMA_CHECK_BUSY);
 		if (!mi) {
 			notify_unknown(pid, NOTIFY_GAP_NS);
-			return NULL;
+			mi = forked_entry(addr);
+			if (!mi)
+				return NULL;
 		}
 		return use_mapping(st, mi);
 	}

@@ -88,7 +88,7 @@ static __always_inline void notify_unknown(__u32 pid, __u64 gap)
 	if (last && now - *last < gap)
 		return;
 	bpf_map_update_elem(&notified, &pid, &now, BPF_ANY);
-	struct task_record *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct task_record *r = bpf_ringbuf_reserve(&notices, sizeof(*r), 0);
 	if (!r) {
 		count(COUNTER_UNKNOWN_LOST);
 		return;

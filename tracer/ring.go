@@ -1,0 +1,98 @@
+package tracer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// ring is the reader of one BPF ring buffer. Its reader is used from one
+// goroutine at a time; flush and close are safe to call concurrently with a
+// read. The ring owns both descriptors and closes them in close.
+type ring struct {
+	reader *ringbuf.Reader
+	// ready is a non-blocking duplicate of the ring buffer's descriptor,
+	// registered with the Go runtime's network poller: a reader parks on it
+	// instead of blocking a thread in epoll_wait, which would keep the
+	// runtime's sysmon polling every 20 µs while it lasts.
+	ready     *os.File
+	readyConn syscall.RawConn
+}
+
+// newRing opens a reader of m. On error nothing is left open.
+func newRing(m *ebpf.Map) (*ring, error) {
+	rd, err := ringbuf.NewReader(m)
+	if err != nil {
+		return nil, err
+	}
+	r := &ring{reader: rd}
+	if r.ready, r.readyConn, err = pollable(m.FD()); err != nil {
+		_ = rd.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// wait parks until the kernel wakes the ring buffer's readers, poll passes,
+// flush sets the deadline to now, or close closes the file. The runtime's
+// poller is edge-triggered: a wake-up that came while records were being
+// read ends the next wait at once.
+func (r *ring) wait(poll time.Duration) {
+	if err := r.ready.SetReadDeadline(time.Now().Add(poll)); err != nil {
+		return // closed: the reader says so next
+	}
+	waited := false
+	_ = r.readyConn.Read(func(uintptr) bool {
+		if waited {
+			return true
+		}
+		waited = true
+		return false // park until readable or the deadline
+	})
+}
+
+// flush makes the reader return what is left, then ringbuf.ErrFlushed.
+func (r *ring) flush() error {
+	if r == nil {
+		return nil
+	}
+	err := r.reader.Flush()
+	// Wake a reader parked in the poller: it reads what is left.
+	_ = r.ready.SetReadDeadline(time.Now())
+	return err
+}
+
+// close closes the poller's file first, which wakes a parked reader, then
+// the reader.
+func (r *ring) close() error {
+	if r == nil {
+		return nil
+	}
+	return errors.Join(r.ready.Close(), r.reader.Close())
+}
+
+// pollable returns a non-blocking duplicate of fd registered with the Go
+// runtime's poller, and its RawConn. The caller owns the file.
+func pollable(fd int) (*os.File, syscall.RawConn, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dup: %w", err)
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		_ = unix.Close(dup)
+		return nil, nil, fmt.Errorf("set non-blocking: %w", err)
+	}
+	f := os.NewFile(uintptr(dup), "sonde ring buffer")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
+}
