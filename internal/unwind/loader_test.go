@@ -648,7 +648,7 @@ func TestLoaderBackground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer testutil.Close(t, tr)
 	procs := process.NewTable("/proc", nil, process.Options{})
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	start := func() *process.Process {
