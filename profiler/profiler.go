@@ -315,6 +315,9 @@ func (p *Profiler) stop() error {
 		}
 		p.runMu.Unlock()
 		p.wg.Wait()
+		// The preparer has stopped; the tables it left to the background
+		// must be done with the tracer's maps before they close.
+		p.preparer.loader.Close()
 		// Nothing is written once the producers stop: the counters read
 		// then say how many samples were sent, and so how many were not
 		// read.

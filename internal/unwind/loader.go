@@ -152,6 +152,7 @@ type Loader struct {
 	loading    int
 	loads      chan struct{}
 	idle       *sync.Cond // on mu: nothing is left to build or load
+	closed     bool       // Close was called: nothing more is built or loaded
 }
 
 // deferredBuild is a file left to the background build.
@@ -657,6 +658,9 @@ func (l *Loader) deferFile(id elfx.FileID, size int64) *loadedFile {
 // startBuilds starts the lanes that have files to take. Called with l.mu
 // held.
 func (l *Loader) startBuilds() {
+	if l.closed {
+		return
+	}
 	for lane := range l.building {
 		if !l.building[lane] && l.next(lane) >= 0 {
 			l.building[lane] = true
@@ -715,6 +719,14 @@ func (l *Loader) buildDeferred(lane int) {
 		l.mu.Lock()
 		l.inBuild--
 		lf := d.lf
+		if l.closed {
+			// The kernel side is going away: the table is not loaded.
+			lf.deferred = false
+			l.countPending()
+			l.mu.Unlock()
+			free()
+			continue
+		}
 		if path != "" && vanished(built.err) && l.pathOf(lf) != "" {
 			// Its process went away; another one maps it.
 			l.pending = append(l.pending, d)
@@ -786,6 +798,22 @@ func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int
 	if l.loaded != nil {
 		l.loaded(d.since, pids)
 	}
+}
+
+// Close stops the background builds before the kernel side (the tracer)
+// is closed: the files still queued are dropped, a build under way is not
+// loaded, and Close waits for the goroutines to end and for the loads
+// already started. The Loader is not used after.
+func (l *Loader) Close() {
+	l.mu.Lock()
+	l.closed = true
+	for _, d := range l.pending {
+		d.lf.deferred = false
+	}
+	l.pending = nil
+	l.countPending()
+	l.mu.Unlock()
+	l.Wait()
 }
 
 // Wait waits until the tables left to the background are built and

@@ -733,3 +733,36 @@ func TestLoaderBackground(t *testing.T) {
 	}
 	check(b.PID)
 }
+
+// Close stops the background builds before the kernel side goes away: it
+// returns once no build or load is under way, with nothing left queued,
+// and the goroutines have ended.
+func TestLoaderCloseStopsBackground(t *testing.T) {
+	procs := process.NewTable("/proc", nil, process.Options{})
+	cmd := testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChainNoFP))
+	var p *process.Process
+	for p == nil || !slices.ContainsFunc(p.Mappings, func(m process.Mapping) bool { return m.Executable() && contains(m.Path, "libc.so") }) {
+		var err error
+		if p, err = procs.Refresh(cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := newMapsKernel(t)
+	l := NewLoader(k, identifyFile, zaptest.NewLogger(t), LoaderOptions{Background: true})
+	if err := l.Prepare(p); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Stats(); s.Deferred < 2 {
+		t.Fatalf("%+v: want the program's and libc's tables left to the background", s)
+	}
+	l.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.building[laneAny] || l.building[laneSmall] || l.inBuild != 0 || l.loading != 0 || len(l.pending) != 0 || l.stats.Pending != 0 {
+		t.Errorf("after Close: building %v, %d in build, %d loading, %d queued (gauge %d); want nothing", l.building, l.inBuild, l.loading, len(l.pending), l.stats.Pending)
+	}
+	l.startBuilds()
+	if l.building[laneAny] || l.building[laneSmall] {
+		t.Error("a lane started after Close")
+	}
+}
