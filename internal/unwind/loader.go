@@ -161,6 +161,12 @@ type deferredBuild struct {
 	lf    *loadedFile
 	size  int64 // its unwind information's bytes: the smallest go first
 	since time.Time
+	// ready: the Prepare that deferred it has set its process's mappings
+	// (or given up), so a lane that finds no process mapping the file may
+	// drop it. Before that, a lane already running would find none and
+	// drop a file the process is about to map, which nothing asks for
+	// again while the process runs.
+	ready bool
 }
 
 // maxPendingBuilds bounds the files waiting for the background build;
@@ -282,6 +288,9 @@ func (l *Loader) Prepare(p *process.Process) error {
 	// if its exit was already handled, or its exit record lost. One that
 	// exits after this check is forgotten on its exit.
 	if err := p.Alive(); errors.Is(err, process.ErrGone) {
+		l.mu.Lock()
+		l.queueDeferred()
+		l.mu.Unlock()
 		return errors.Join(fmt.Errorf("prepare unwinding: %w", err), l.Forget(p.PID))
 	}
 
@@ -303,8 +312,20 @@ func (l *Loader) Prepare(p *process.Process) error {
 	l.procs[p.PID] = next
 	l.stats.Processes = len(l.procs)
 	err = errors.Join(err, l.setFileTables(next))
-	l.startBuilds()
+	l.queueDeferred()
 	return err
+}
+
+// queueDeferred lets the lanes take the files deferred by the Prepare
+// that calls it, now that the process's mappings are set or given up, and
+// starts the lanes. (The preparer calls Prepare from one goroutine; two
+// Prepares at once would let each other's files go early, as before
+// there was a ready mark.) Called with l.mu held.
+func (l *Loader) queueDeferred() {
+	for _, d := range l.pending {
+		d.ready = true
+	}
+	l.startBuilds()
 }
 
 // setFileTables gives the kernel the table of each file in pms it does not
@@ -674,7 +695,7 @@ func (l *Loader) startBuilds() {
 func (l *Loader) next(lane int) int {
 	i := -1
 	for j, d := range l.pending {
-		if lane == laneSmall && d.size > smallUnwindBytes {
+		if !d.ready || lane == laneSmall && d.size > smallUnwindBytes {
 			continue
 		}
 		if i < 0 || d.size < l.pending[i].size {

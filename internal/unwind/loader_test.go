@@ -766,3 +766,23 @@ func TestLoaderCloseStopsBackground(t *testing.T) {
 		t.Error("a lane started after Close")
 	}
 }
+
+// A file deferred by a Prepare waits for that Prepare to set its process's
+// mappings: a lane already running would otherwise find no process mapping
+// it, drop it, and leave the process without its table for good.
+func TestDeferredWaitsForItsPrepare(t *testing.T) {
+	l := NewLoader(newMapsKernel(t), identifyFile, zaptest.NewLogger(t), LoaderOptions{Background: true})
+	defer l.Close()
+	if lf := l.deferFile(elfx.FileID{1}, 4096); lf == nil || !lf.deferred {
+		t.Fatalf("deferFile: %+v, want a deferred file", lf)
+	}
+	l.mu.Lock()
+	if i, j := l.next(laneAny), l.next(laneSmall); i >= 0 || j >= 0 {
+		t.Errorf("lanes may take a file before its Prepare ended (%d, %d)", i, j)
+	}
+	l.queueDeferred()
+	if i := l.next(laneAny); i < 0 || !l.building[laneAny] {
+		t.Errorf("after its Prepare: next %d, lane running %v; want it taken", i, l.building[laneAny])
+	}
+	l.mu.Unlock()
+}
