@@ -175,14 +175,11 @@ func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *
 	loader := unwind.NewLoader(k, identify, log, unwind.LoaderOptions{
 		BudgetBytes: budget,
 		DebugDirs:   append([]string{}, debugDirs...),
-		// Not yet: with new files' tables built and loaded off this
-		// goroutine, a new process's mappings are set in milliseconds, but
-		// a build the background drops (its path gone) is never asked for
-		// again while the process runs (the eBPF side asks only for
-		// mappings it lacks), and a CPython 3.8 process once stayed
-		// without libpython's table for a whole test. Until that is
-		// settled, tables are built here, as before.
-		Background: false,
+		// New files' tables are built and loaded off this goroutine: a
+		// new process's mappings, of files mostly known already, are set
+		// in milliseconds, not after another file's build or a grace
+		// period.
+		Background: true,
 		// Asked while p.pid is being prepared: its first miss is taken
 		// after Prepare returns.
 		Since: func() time.Time {
