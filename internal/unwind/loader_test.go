@@ -50,20 +50,8 @@ func TestLoaderSharesAndEvicts(t *testing.T) {
 	procs := process.NewTable("/proc", nil, process.Options{})
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	start := func() *process.Process {
-		cmd := testutil.StartWorkload(t, bin)
-		// Wait until the dynamic loader has mapped libc: the process is
-		// then in main's loop.
-		for {
-			p, err := procs.Refresh(cmd.Process.Pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range p.Mappings {
-				if m.Executable() && len(m.Path) > 0 && contains(m.Path, "libc.so") {
-					return p
-				}
-			}
-		}
+		p, _ := startWithLibc(t, procs, bin)
+		return p
 	}
 
 	// A budget that holds libc's table and the workload's, not two libcs.
@@ -652,18 +640,8 @@ func TestLoaderBackground(t *testing.T) {
 	procs := process.NewTable("/proc", nil, process.Options{})
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	start := func() *process.Process {
-		cmd := testutil.StartWorkload(t, bin)
-		for {
-			p, err := procs.Refresh(cmd.Process.Pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if slices.ContainsFunc(p.Mappings, func(m process.Mapping) bool {
-				return m.Executable() && contains(m.Path, "libc.so")
-			}) {
-				return p
-			}
-		}
+		p, _ := startWithLibc(t, procs, bin)
+		return p
 	}
 	var mu sync.Mutex
 	loaded := map[int]int{} // pid -> tables loaded for it
@@ -738,15 +716,7 @@ func TestLoaderBackground(t *testing.T) {
 // returns once no build or load is under way, with nothing left queued,
 // and the goroutines have ended.
 func TestLoaderCloseStopsBackground(t *testing.T) {
-	procs := process.NewTable("/proc", nil, process.Options{})
-	cmd := testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChainNoFP))
-	var p *process.Process
-	for p == nil || !slices.ContainsFunc(p.Mappings, func(m process.Mapping) bool { return m.Executable() && contains(m.Path, "libc.so") }) {
-		var err error
-		if p, err = procs.Refresh(cmd.Process.Pid); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p, _ := startWithLibc(t, process.NewTable("/proc", nil, process.Options{}), testutil.BuildWorkload(t, testutil.CChainNoFP))
 	k := newMapsKernel(t)
 	l := NewLoader(k, identifyFile, zaptest.NewLogger(t), LoaderOptions{Background: true})
 	if err := l.Prepare(p); err != nil {
