@@ -1,8 +1,13 @@
 package collector_test
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,7 +88,30 @@ func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, ma
 	if total == 0 {
 		bad = early
 	}
+	if total < n {
+		t.Logf("pid %d: %d samples of %d counted after %d warm-up ones; its main thread had run %v on CPU",
+			pid, total, n, warmup, threadCPU(pid, pid))
+	}
 	return complete, total, warmup, bad
+}
+
+// threadCPU is the CPU time thread tid of pid has run, from its stat file
+// (0 if it cannot be read).
+func threadCPU(pid, tid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces): state is the 3rd
+	// field, utime and stime the 14th and 15th, in clock ticks (100 Hz).
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
 // userNames are the names of the user frames, leaf first.

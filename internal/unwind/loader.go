@@ -213,6 +213,9 @@ type loadedFile struct {
 	// deferred: its table is being built in the background (no table and
 	// no error yet); it is not evicted meanwhile.
 	deferred bool
+	// loading: its table is going into the kernel under an id reserved
+	// for it (Prepare waits for it); it is not evicted meanwhile.
+	loading bool
 }
 
 // FileKernel is what a Kernel may also do: hold each file's table by the
@@ -269,6 +272,10 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 // forgotten, and the error matches process.ErrGone.
 func (l *Loader) Prepare(p *process.Process) error {
 	var next []procMapping
+	// The tables of new files go into the kernel while the next file is
+	// built: a load mostly waits for a grace period, which loads at the
+	// same time share, and it does not hold l.mu meanwhile.
+	var loads sync.WaitGroup
 	for _, m := range p.Mappings {
 		if !m.Executable() || !m.FileBacked() {
 			continue
@@ -277,13 +284,14 @@ func (l *Loader) Prepare(p *process.Process) error {
 		if path == "" {
 			continue
 		}
-		lf := l.file(path)
+		lf := l.file(path, &loads)
 		pm := procMapping{m: tracer.Mapping{
 			Start: m.Start, End: m.End,
 			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
 		}, file: lf, key: tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}, path: path}
 		next = append(next, pm)
 	}
+	loads.Wait()
 	// Its files vanish with the process: mappings set now would outlive it
 	// if its exit was already handled, or its exit record lost. One that
 	// exits after this check is forgotten on its exit.
@@ -555,10 +563,11 @@ func mappingsOf(pms []procMapping) []tracer.Mapping {
 	return ms
 }
 
-// file returns the loaded table of the file at path, building it on first
-// use. Building happens outside the lock; two processes racing for a new
+// file returns the table of the file at path, building it on first use
+// and loading it into the kernel in a goroutine loads waits for. Building
+// and loading happen outside the lock; two processes racing for a new
 // file may both parse it, and the second result is dropped.
-func (l *Loader) file(path string) *loadedFile {
+func (l *Loader) file(path string, loads *sync.WaitGroup) *loadedFile {
 	id, err := l.identify(path)
 	if err != nil {
 		return &loadedFile{err: err}
@@ -578,20 +587,44 @@ func (l *Loader) file(path string) *loadedFile {
 		}
 	}
 	lf, rows, free := buildFile(path, l.debug, l.log)
-	defer free() // after finish loads the rows below, with l.mu held
 	if vanished(lf.err) {
 		// The path went away with its process between identify and
 		// here: nothing is wrong with the file, so it is not recorded as
 		// unusable for the next process that maps it.
+		free()
 		return lf
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if existing, ok := l.files[id]; ok {
+		free()
 		return existing
 	}
 	l.add(id, lf)
-	return l.finish(lf, rows, path)
+	if !l.counted(lf, path) {
+		free()
+		return lf
+	}
+	tid, need, err := l.reserve(lf, len(rows))
+	if err != nil {
+		l.loadFailed(lf, len(rows), path, err)
+		free()
+		return lf
+	}
+	lf.loading = true
+	loads.Add(1)
+	go func() {
+		defer loads.Done()
+		err := l.k.LoadTable(tid, rows)
+		free()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		lf.loading = false
+		if err = l.commit(lf, tid, len(rows), need, err); err != nil {
+			l.loadFailed(lf, len(rows), path, err)
+		}
+	}()
+	return lf
 }
 
 // add records lf as file id's, with a new handle. Called with l.mu held.
@@ -605,18 +638,6 @@ func (l *Loader) add(id elfx.FileID, lf *loadedFile) {
 	}
 	lf.handle = l.nextHandle
 	l.handles[lf.handle] = id
-}
-
-// finish counts what building lf gave and loads its rows. Called with l.mu
-// held.
-func (l *Loader) finish(lf *loadedFile, rows []tracer.Row, path string) *loadedFile {
-	if !l.counted(lf, path) {
-		return lf
-	}
-	if err := l.load(lf, rows); err != nil {
-		l.loadFailed(lf, len(rows), path, err)
-	}
-	return lf
 }
 
 // counted counts what building lf gave, and reports whether it has rows to
@@ -1113,7 +1134,7 @@ func (l *Loader) evictOne(keep *loadedFile) bool {
 	var victim *loadedFile
 	var victimID elfx.FileID
 	for fid, lf := range l.files {
-		if lf.refs == 0 && lf != keep && !lf.deferred && (victim == nil || lf.lastUsed < victim.lastUsed) {
+		if lf.refs == 0 && lf != keep && !lf.deferred && !lf.loading && (victim == nil || lf.lastUsed < victim.lastUsed) {
 			victim, victimID = lf, fid
 		}
 	}

@@ -128,9 +128,10 @@ func contains(s, sub string) bool {
 // mapsKernel keeps what the Loader set, as the tracer's maps would:
 // loaded tables, each pid's mappings and the prepared pids, and checks
 // that only what was set is removed. Unlike recordingKernel it needs no
-// tracer. It is used from one goroutine.
+// tracer. The Loader loads tables from goroutines of its own.
 type mapsKernel struct {
 	t        *testing.T
+	mu       sync.Mutex
 	tables   map[uint32]int // id -> rows
 	rows     map[uint32][]tracer.Row
 	mappings map[uint32]map[tracer.Mapping]bool
@@ -142,18 +143,24 @@ func newMapsKernel(t *testing.T) *mapsKernel {
 }
 
 func (k *mapsKernel) LoadTable(id uint32, rows []tracer.Row) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.tables[id] = len(rows)
 	k.rows[id] = slices.Clone(rows)
 	return nil
 }
 
 func (k *mapsKernel) UnloadTable(id uint32) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	delete(k.tables, id)
 	delete(k.rows, id)
 	return nil
 }
 
 func (k *mapsKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	for _, m := range old {
 		if !k.mappings[pid][m] {
 			k.t.Errorf("pid %d: removing %+v, which was never set", pid, m)
@@ -172,6 +179,8 @@ func (k *mapsKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) err
 
 func (k *mapsKernel) ForgetProcess(pid uint32, old []tracer.Mapping) error {
 	_ = k.SetMappings(pid, old, nil)
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	delete(k.known, pid)
 	return nil
 }
@@ -755,4 +764,72 @@ func TestDeferredWaitsForItsPrepare(t *testing.T) {
 		t.Errorf("after its Prepare: next %d, lane running %v; want it taken", i, l.building[laneAny])
 	}
 	l.mu.Unlock()
+}
+
+// gatedKernel holds each LoadTable until the test lets it go, as the
+// kernel's grace period does after installing a table.
+type gatedKernel struct {
+	*mapsKernel
+	entered chan uint32
+	release chan struct{}
+}
+
+func (k *gatedKernel) LoadTable(id uint32, rows []tracer.Row) error {
+	k.entered <- id
+	<-k.release
+	return k.mapsKernel.LoadTable(id, rows)
+}
+
+// A table goes into the kernel without the Loader's lock: while a load
+// waits, the resolver's File and the telemetry's Stats still answer, and
+// the process's next file is built meanwhile. Prepare returns only once
+// its loads are done, with every table in the process's mappings.
+func TestLoaderLoadsOutsideLock(t *testing.T) {
+	if _, err := os.Stat("/proc/self/map_files"); err != nil {
+		t.Skipf("no procfs: %v", err)
+	}
+	procs := process.NewTable("/proc", nil, process.Options{})
+	p, _ := startWithLibc(t, procs, testutil.BuildWorkload(t, testutil.CChainNoFP))
+	k := &gatedKernel{mapsKernel: newMapsKernel(t), entered: make(chan uint32, 64), release: make(chan struct{})}
+	l := NewLoader(k, identifyFile, zaptest.NewLogger(t), LoaderOptions{DebugDirs: []string{}})
+	done := make(chan error, 1)
+	go func() { done <- l.Prepare(p) }()
+
+	// Both the program's and libc's loads start before either ends: the
+	// second file was built while the first one's load waited.
+	for i := range 2 {
+		select {
+		case <-k.entered:
+		case err := <-done:
+			t.Fatalf("Prepare returned (%v) before its loads were let go", err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("load %d did not start while the first one waited", i+1)
+		}
+	}
+	s := l.Stats() // blocks if a load holds the lock
+	if s.Tables != 0 || s.Bytes == 0 {
+		t.Errorf("while loading: %+v; want no table loaded yet, their bytes reserved", s)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Prepare returned (%v) before its loads were let go", err)
+	default:
+	}
+	close(k.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s = l.Stats()
+	with := 0
+	for m := range k.mappings[uint32(p.PID)] {
+		if m.Table != 0 {
+			with++
+			if _, ok := l.File(m.File); !ok {
+				t.Errorf("mapping %+v: handle unknown", m)
+			}
+		}
+	}
+	if s.Tables < 2 || with < 2 || len(k.tables) != s.Tables {
+		t.Errorf("after Prepare: %+v, %d mappings with a table, kernel holds %d; want at least 2, all of them set", s, with, len(k.tables))
+	}
 }
