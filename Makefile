@@ -17,7 +17,13 @@ FUZZTIME     ?= 10s
 # deadline exceeded" at the deadline, with no failing input (golang/go#75804,
 # fixed in Go 1.27). A count has no deadline to race.
 CI_FUZZTIME  ?= 3000x
-GOTEST_FLAGS ?= -count=1 -timeout 45m
+# One test package at a time (-p 1): as root, the integration packages
+# (collector, profiler, python, symbolize, kernelcheck) each run their own
+# host-wide profilers, perf record and CPU-bound workloads. Two at once on a
+# 2-CPU machine is two agents on one host, which no user runs, and their
+# workloads starve each other: a CI run saw a cgo workload's main thread
+# sampled under 1,000 times in 120 s. Packages run in about 12 minutes so.
+GOTEST_FLAGS ?= -count=1 -timeout 45m -p 1
 CLANG_FORMAT ?= clang-format-19
 # golangci-lint, pinned in its own module (tools/go.mod) so its dependencies
 # stay out of the module graph of everyone who imports the receiver; go tool
