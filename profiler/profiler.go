@@ -511,7 +511,7 @@ func (p *Profiler) resolve(records <-chan queued, free chan<- *tracer.Record) {
 		case tracer.RecordExec:
 			p.resolver.exec(int(rec.PID))
 		case tracer.RecordExit:
-			p.resolver.exit(int(rec.PID))
+			p.resolver.exit(int(rec.PID), rec.Time)
 		}
 		p.mu.Lock()
 		if captured.After(p.newest) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -52,6 +53,10 @@ type resolver struct {
 	// could be read, from its first sample to its exit: every sample of
 	// one process carries the same resource, whichever thread it is of.
 	gone map[int]*profile.Resource
+	// exited keeps the resource of each process whose exit was resolved,
+	// for its samples taken while the kernel finished the exit: they come
+	// after the exit record, when the process can no longer be read.
+	exited map[int]exitedProc
 
 	stats     resolverStats
 	loggedErr atomic.Bool // a resolution error was logged this interval
@@ -154,6 +159,7 @@ func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symboliz
 		kernelPCs:  make(map[uint64]kernelEntry),
 		kernelMaps: make(map[string]*profile.Mapping),
 		gone:       make(map[int]*profile.Resource),
+		exited:     make(map[int]exitedProc),
 		vdso:       readVDSO(log),
 	}
 }
@@ -169,8 +175,20 @@ func readVDSO(log *zap.Logger) *symbolize.VDSO {
 	return v
 }
 
-// maxGone bounds the resources kept for processes gone before they were read.
+// maxGone bounds the resources kept for processes gone before they were
+// read, and for those that exited (exited).
 const maxGone = 4096
+
+// exitedProc is the resource of a process as it was when its exit record
+// was resolved, and that record's time. Samples within exitTail after it
+// are the process's last ones (the kernel finishing its exit), not a new
+// process's that reused the pid.
+type exitedProc struct {
+	res *profile.Resource
+	at  time.Time
+}
+
+const exitTail = 2 * time.Second
 
 // resolve fills s from rec, finding its process in the table now.
 func (r *resolver) resolve(rec *tracer.Record, s *profile.Sample) {
@@ -200,7 +218,7 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		r.stats.processGone.Add(1)
 		// A process that exited before we read it still has its samples,
 		// named by what the kernel told us of its first one.
-		s.Resource = r.goneResource(pid, rec.Comm)
+		s.Resource = r.goneResource(pid, rec.Comm, rec.Time)
 		for i, pc := range rec.User {
 			if rec.UserFlags[i]&tracer.FramePython != 0 {
 				r.frames = append(r.frames, r.pythonFrame(pid, pc, fileRef(rec, i).Offset))
@@ -542,9 +560,17 @@ func (r *resolver) kernelMapping(module string) *profile.Mapping {
 	return m
 }
 
-// goneResource is the resource of pid, gone before it was read, named comm
-// if this is its first sample.
-func (r *resolver) goneResource(pid int, comm string) *profile.Resource {
+// goneResource is the resource of pid, which could not be read for its
+// sample taken at t: the one it had when its exit was resolved, if it
+// exited just before t; else the one of a process gone before it was read,
+// named comm if this is its first sample.
+func (r *resolver) goneResource(pid int, comm string, t time.Time) *profile.Resource {
+	if x, ok := r.exited[pid]; ok {
+		if d := t.Sub(x.at); d >= -exitTail && d <= exitTail {
+			return x.res
+		}
+		delete(r.exited, pid)
+	}
 	if res, ok := r.gone[pid]; ok {
 		return res
 	}
@@ -598,16 +624,33 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 func (r *resolver) exec(pid int) {
 	// The reader has marked the image stale in the process table.
 	r.forget(pid)
+	delete(r.exited, pid)
 }
 
-// exit forgets pid once every sample queued before its exit is resolved.
-func (r *resolver) exit(pid int) {
+// exit forgets pid, which exited at t, once every sample queued before its
+// exit is resolved. Its resource stays for the samples the kernel took
+// while finishing the exit, which may come after (exitedProc).
+func (r *resolver) exit(pid int, t time.Time) {
+	var res *profile.Resource
+	if e, ok := r.procsByPID[pid]; ok {
+		c := e.resource
+		res = &c
+	} else if g, ok := r.gone[pid]; ok {
+		res = g
+	}
 	r.procs.Exit(pid)
 	if r.python != nil {
 		r.python.namer.Forget(pid)
 	}
 	r.forget(pid)
 	r.holds.release(pid)
+	if res != nil {
+		if len(r.exited) >= maxGone {
+			clear(r.exited)
+			r.stats.cacheResets.Add(1)
+		}
+		r.exited[pid] = exitedProc{res: res, at: t}
+	}
 }
 
 // forget drops what the resolver derived from pid and releases its files.

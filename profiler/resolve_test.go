@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
@@ -69,6 +70,41 @@ func TestResolveGoneProcess(t *testing.T) {
 	}
 	if got := r.stats.processGone.Load(); got != 1 {
 		t.Errorf("processGone = %d, want 1", got)
+	}
+}
+
+// The samples the kernel takes while a process finishes its exit come
+// after its exit record, when /proc no longer has it: they carry the
+// resource the process had, its executable's path included, not one named
+// by the thread alone. A sample long after the exit is another process's.
+func TestResolveAfterExit(t *testing.T) {
+	sleep := testutil.RequireTool(t, "sleep")
+	cmd := exec.Command(sleep, "600")
+	testutil.StartCmd(t, cmd)
+	pid := cmd.Process.Pid
+	testutil.WaitExec(t, pid, cmd.Args)
+	procs := process.NewTable("/proc", nil, process.Options{})
+	r := newResolver(zap.NewNop(), procs, nil, true, nil)
+	t0 := time.Now()
+	var s profile.Sample
+	r.resolve(&tracer.Record{Type: tracer.RecordSample, PID: uint32(pid), TID: uint32(pid), Comm: "sleep", Time: t0}, &s)
+	before := *s.Resource
+	if before.ExecutablePath == "" {
+		t.Fatalf("live process's resource %+v has no path", before)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	r.exit(pid, t0.Add(time.Millisecond))
+
+	r.resolve(&tracer.Record{Type: tracer.RecordSample, PID: uint32(pid), TID: uint32(pid), Comm: "sleep", Time: t0.Add(2 * time.Millisecond)}, &s)
+	if diff := cmp.Diff(&before, s.Resource); diff != "" {
+		t.Errorf("sample right after the exit: resource (-want +got):\n%s", diff)
+	}
+	r.resolve(&tracer.Record{Type: tracer.RecordSample, PID: uint32(pid), TID: uint32(pid), Comm: "other", Time: t0.Add(time.Minute)}, &s)
+	if diff := cmp.Diff(&profile.Resource{PID: int64(pid), ExecutableName: "other"}, s.Resource); diff != "" {
+		t.Errorf("sample a minute after the exit: resource (-want +got):\n%s", diff)
 	}
 }
 
