@@ -129,23 +129,43 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
 		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
 	}
 	defer func() { _ = inner.Close() }() // the outer map holds its own reference
-	keys := make([]uint32, len(rows))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := inner.BatchUpdate(keys, rows, nil); err != nil {
-		// Batch operations on arrays need 5.6; fall back to one by one.
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return fmt.Errorf("unwind table %d: fill: %w", id, err)
-		}
-		for i := range rows {
-			if err := inner.Put(uint32(i), rows[i]); err != nil {
-				return fmt.Errorf("unwind table %d: fill row %d: %w", id, i, err)
-			}
-		}
+	if err := fill(inner, rows); err != nil {
+		return fmt.Errorf("unwind table %d: fill: %w", id, err)
 	}
 	if err := tables.Put(id, inner); err != nil {
 		return fmt.Errorf("unwind table %d: install: %w", id, err)
+	}
+	return nil
+}
+
+// fillChunk is the rows one batch update writes: its keys are rewritten for
+// every chunk, so filling a table of a million rows does not allocate a
+// million keys.
+const fillChunk = 1 << 14
+
+// fill writes rows at indexes 0..len(rows)-1 of the array inner, a chunk
+// per batch update; one by one where batch operations on arrays are not
+// supported (before 5.6).
+func fill(inner *ebpf.Map, rows []Row) error {
+	keys := make([]uint32, min(len(rows), fillChunk))
+	for start := 0; start < len(rows); start += fillChunk {
+		chunk := rows[start:min(start+fillChunk, len(rows))]
+		for i := range chunk {
+			keys[i] = uint32(start + i)
+		}
+		_, err := inner.BatchUpdate(keys[:len(chunk)], chunk, nil)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+		for i := start; i < len(rows); i++ {
+			if err := inner.Put(uint32(i), rows[i]); err != nil {
+				return fmt.Errorf("row %d: %w", i, err)
+			}
+		}
+		return nil
 	}
 	return nil
 }
