@@ -196,24 +196,41 @@ type Mapping struct {
 	Inode      uint64
 }
 
-// SetMappings makes mappings the unwind mappings of pid, after removing old
-// (what was set before for pid), and marks pid as prepared.
+// SetMappings makes mappings the unwind mappings of pid in place of old
+// (what was set before for pid), and marks pid as prepared. Only what
+// differs is written: a process that re-maps one library (dlopen,
+// dlclose) keeps the trie entries of its other mappings untouched, and
+// none of its addresses is without an entry meanwhile.
 func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 	var errs []error
-	for _, m := range old {
-		for _, k := range mappingKeys(pid, m.Start, m.End) {
-			if err := t.objs.Mappings.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
+	next := make(map[support.SondeMappingKey]support.SondeMappingInfo, 2*len(mappings))
 	for _, m := range mappings {
 		info := support.SondeMappingInfo{
 			Start: m.Start, End: m.End, Bias: m.Bias, FileBias: m.FileBias, Inode: m.Inode,
 			TableId: m.Table, Rows: m.Rows, File: m.File,
 		}
 		for _, k := range mappingKeys(pid, m.Start, m.End) {
-			if err := t.objs.Mappings.Put(k, info); err != nil {
+			next[k] = info
+		}
+	}
+	was := make(map[support.SondeMappingKey]Mapping, 2*len(old))
+	for _, m := range old {
+		for _, k := range mappingKeys(pid, m.Start, m.End) {
+			if _, kept := next[k]; kept {
+				was[k] = m
+				continue
+			}
+			if err := t.objs.Mappings.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, m := range mappings {
+		for _, k := range mappingKeys(pid, m.Start, m.End) {
+			if prev, ok := was[k]; ok && prev == m {
+				continue
+			}
+			if err := t.objs.Mappings.Put(k, next[k]); err != nil {
 				errs = append(errs, fmt.Errorf("pid %d mapping %#x-%#x: %w", pid, m.Start, m.End, err))
 				break
 			}

@@ -101,6 +101,64 @@ func TestMappingsLookupInKernel(t *testing.T) {
 	}
 }
 
+// Re-setting a process's mappings leaves the trie holding exactly the new
+// ones: kept mappings, changed ones, dropped ones and added ones alike.
+func TestSetMappingsReplaces(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1})
+	const pid = 4242
+	first := []Mapping{
+		{Start: 0x400000, End: 0x401234, Bias: 0x400000, Table: 3, Rows: 10},
+		{Start: 0x401234, End: 0x5f0000, Bias: 0x1000, Table: 4, Rows: 20},
+		{Start: 0x7f1200003000, End: 0x7f1200187000, Bias: 0x7f1200000000, Table: 5, Rows: 30},
+	}
+	second := []Mapping{
+		first[0], // kept
+		{Start: 0x401234, End: 0x5f0000, Bias: 0x1000, Table: 9, Rows: 21},                      // same range, new table
+		{Start: 0x7f1200003000, End: 0x7f1200100000, Bias: 0x7f1200000000, Table: 5, Rows: 30}, // shrunk
+		{Start: 0x7f1300000000, End: 0x7f1300081000, Bias: 0x7f1300000000, Table: 6, Rows: 5},  // added
+	}
+	contents := func() map[support.SondeMappingKey]support.SondeMappingInfo {
+		got := map[support.SondeMappingKey]support.SondeMappingInfo{}
+		it := tr.objs.Mappings.Iterate()
+		var k support.SondeMappingKey
+		var v support.SondeMappingInfo
+		for it.Next(&k, &v) {
+			got[k] = v
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	expect := func(ms []Mapping) map[support.SondeMappingKey]support.SondeMappingInfo {
+		want := map[support.SondeMappingKey]support.SondeMappingInfo{}
+		for _, m := range ms {
+			for _, k := range mappingKeys(pid, m.Start, m.End) {
+				want[k] = support.SondeMappingInfo{Start: m.Start, End: m.End, Bias: m.Bias, TableId: m.Table, Rows: m.Rows}
+			}
+		}
+		return want
+	}
+	if err := tr.SetMappings(pid, nil, first); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(expect(first), contents()); diff != "" {
+		t.Fatalf("first set (-want +got):\n%s", diff)
+	}
+	if err := tr.SetMappings(pid, first, second); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(expect(second), contents()); diff != "" {
+		t.Errorf("second set (-want +got):\n%s", diff)
+	}
+	if err := tr.SetMappings(pid, second, first); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(expect(first), contents()); diff != "" {
+		t.Errorf("back to the first (-want +got):\n%s", diff)
+	}
+}
+
 func TestLoadTable(t *testing.T) {
 	tr := newTracer(t, Options{SamplesPerSecond: 1})
 	var rows []Row
