@@ -36,17 +36,37 @@ func reserve[T any](r *releases, n, hint int) []T {
 	if err != nil {
 		return make([]T, 0, min(max(hint, 0), n))
 	}
-	*r = append(*r, func() { _ = unix.Munmap(mem) })
+	*r = append(*r, mem)
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(mem))), n)[:0]
 }
 
-// releases are the unmappings of a build's buffers.
-type releases []func()
+// releases are a build's buffers outside the heap.
+type releases [][]byte
 
 // run unmaps every buffer, newest first; it may run again (to no effect).
 func (r *releases) run() {
 	for i := len(*r) - 1; i >= 0; i-- {
-		(*r)[i]()
+		_ = unix.Munmap((*r)[i])
 	}
 	*r = nil
+}
+
+// discardAfter gives back to the kernel the pages of the buffer holding
+// address at that lie wholly after it: what a build wrote there and no longer needs
+// (kernelRows leaves its 8-byte rows in the first half of the 16-byte ones
+// it read). Those pages read as zeros if touched again. It does nothing
+// when at is in none of r's buffers (rows that moved into the heap).
+func (r releases) discardAfter(at uintptr) {
+	page := uintptr(unix.Getpagesize())
+	for _, m := range r {
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+		if at < start || at >= start+uintptr(len(m)) {
+			continue
+		}
+		from := (at - start + page - 1) &^ (page - 1)
+		if from < uintptr(len(m)) {
+			_ = unix.Madvise(m[from:], unix.MADV_DONTNEED)
+		}
+		return
+	}
 }
