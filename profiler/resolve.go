@@ -49,14 +49,13 @@ type resolver struct {
 	kernelMaps map[string]*profile.Mapping
 
 	frames []profile.Frame // reused for every sample: the builder copies what it keeps
-	// gone holds the resource of each process that was gone before it
-	// could be read, from its first sample to its exit: every sample of
-	// one process carries the same resource, whichever thread it is of.
-	gone map[int]*profile.Resource
-	// exited keeps the resource of each process whose exit was resolved,
-	// for its samples taken while the kernel finished the exit: they come
-	// after the exit record, when the process can no longer be read.
-	exited map[int]exitedProc
+	// gone holds the resource of each process that cannot be read any
+	// more, so every sample of one process carries the same resource,
+	// whichever thread it is of: a process gone before it could be read,
+	// from its first sample on; and one whose exit was resolved, for its
+	// samples taken while the kernel finished the exit, which come after
+	// the exit record.
+	gone map[int]goneProc
 
 	stats     resolverStats
 	loggedErr atomic.Bool // a resolution error was logged this interval
@@ -158,8 +157,7 @@ func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symboliz
 		procsByPID: make(map[int]*procEntry),
 		kernelPCs:  make(map[uint64]kernelEntry),
 		kernelMaps: make(map[string]*profile.Mapping),
-		gone:       make(map[int]*profile.Resource),
-		exited:     make(map[int]exitedProc),
+		gone:       make(map[int]goneProc),
 		vdso:       readVDSO(log),
 	}
 }
@@ -175,17 +173,16 @@ func readVDSO(log *zap.Logger) *symbolize.VDSO {
 	return v
 }
 
-// maxGone bounds the resources kept for processes gone before they were
-// read, and for those that exited (exited).
+// maxGone bounds the resources kept for processes that cannot be read.
 const maxGone = 4096
 
-// exitedProc is the resource of a process as it was when its exit record
-// was resolved, and that record's time. Samples within exitTail after it
-// are the process's last ones (the kernel finishing its exit), not a new
-// process's that reused the pid.
-type exitedProc struct {
-	res *profile.Resource
-	at  time.Time
+// goneProc is the resource of a process that cannot be read. exit is the
+// time of its exit record once that was resolved (zero before): samples
+// within exitTail of it are the process's last ones (the kernel finishing
+// its exit), not a new process's that reused the pid.
+type goneProc struct {
+	res  *profile.Resource
+	exit time.Time
 }
 
 const exitTail = 2 * time.Second
@@ -565,22 +562,27 @@ func (r *resolver) kernelMapping(module string) *profile.Mapping {
 // exited just before t; else the one of a process gone before it was read,
 // named comm if this is its first sample.
 func (r *resolver) goneResource(pid int, comm string, t time.Time) *profile.Resource {
-	if x, ok := r.exited[pid]; ok {
-		if d := t.Sub(x.at); d >= -exitTail && d <= exitTail {
-			return x.res
+	if g, ok := r.gone[pid]; ok {
+		if g.exit.IsZero() {
+			return g.res
 		}
-		delete(r.exited, pid)
+		if d := t.Sub(g.exit); d >= -exitTail && d <= exitTail {
+			return g.res
+		}
 	}
-	if res, ok := r.gone[pid]; ok {
-		return res
-	}
-	if len(r.gone) >= maxGone {
+	res := &profile.Resource{PID: int64(pid), ExecutableName: comm}
+	r.keepGone(pid, goneProc{res: res})
+	return res
+}
+
+// keepGone sets pid's entry in r.gone, emptying the map first when it is
+// full.
+func (r *resolver) keepGone(pid int, g goneProc) {
+	if _, ok := r.gone[pid]; !ok && len(r.gone) >= maxGone {
 		clear(r.gone)
 		r.stats.cacheResets.Add(1)
 	}
-	res := &profile.Resource{PID: int64(pid), ExecutableName: comm}
-	r.gone[pid] = res
-	return res
+	r.gone[pid] = g
 }
 
 func (r *resolver) refresh(pid int) (*procEntry, error) {
@@ -624,7 +626,6 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 func (r *resolver) exec(pid int) {
 	// The reader has marked the image stale in the process table.
 	r.forget(pid)
-	delete(r.exited, pid)
 }
 
 // exit forgets pid, which exited at t, once every sample queued before its
@@ -636,7 +637,7 @@ func (r *resolver) exit(pid int, t time.Time) {
 		c := e.resource
 		res = &c
 	} else if g, ok := r.gone[pid]; ok {
-		res = g
+		res = g.res
 	}
 	r.procs.Exit(pid)
 	if r.python != nil {
@@ -645,11 +646,7 @@ func (r *resolver) exit(pid int, t time.Time) {
 	r.forget(pid)
 	r.holds.release(pid)
 	if res != nil {
-		if len(r.exited) >= maxGone {
-			clear(r.exited)
-			r.stats.cacheResets.Add(1)
-		}
-		r.exited[pid] = exitedProc{res: res, at: t}
+		r.keepGone(pid, goneProc{res: res, exit: t})
 	}
 }
 
