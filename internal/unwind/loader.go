@@ -1080,13 +1080,20 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 var errNoRoom = errors.New("unwind table budget full")
 
 // load puts lf's rows in the kernel, evicting unreferenced tables if the
-// budget needs it. Called with l.mu held.
+// budget needs it. Called with l.mu held, which it lets go of during the
+// load itself (the kernel waits for an RCU grace period there); lf is
+// marked loading meanwhile, so nothing evicts it.
 func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
 	id, need, err := l.reserve(lf, len(rows))
 	if err != nil {
 		return err
 	}
-	return l.commit(lf, id, len(rows), need, l.k.LoadTable(id, rows))
+	lf.loading = true
+	l.mu.Unlock()
+	err = l.k.LoadTable(id, rows)
+	l.mu.Lock()
+	lf.loading = false
+	return l.commit(lf, id, len(rows), need, err)
 }
 
 // reserve finds room and a table id for lf's table of n rows, evicting

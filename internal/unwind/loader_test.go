@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -561,7 +562,8 @@ func TestLoaderRetriesRefused(t *testing.T) {
 	}
 	budget := probe.Stats().Bytes
 
-	k := newMapsKernel(t)
+	k := &gatedKernel{mapsKernel: newMapsKernel(t), entered: make(chan uint32, 64), release: make(chan struct{})}
+	k.open.Store(true)
 	core, logs := observer.New(zap.InfoLevel)
 	l := NewLoader(k, identifyFile, zap.New(core), LoaderOptions{BudgetBytes: budget, DebugDirs: []string{}})
 	if err := l.Prepare(a); err != nil {
@@ -603,7 +605,27 @@ func TestLoaderRetriesRefused(t *testing.T) {
 		t.Errorf("%d log lines about the budget, want 1: %v", n, logs.All())
 	}
 
-	if err := l.Forget(a.PID); err != nil {
+	// The retried table's load waits in the kernel without the Loader's
+	// lock: Stats answers meanwhile.
+	k.open.Store(false)
+	forgot := make(chan error, 1)
+	go func() { forgot <- l.Forget(a.PID) }()
+	select {
+	case <-k.entered:
+	case err := <-forgot:
+		t.Fatalf("Forget returned (%v) without loading the refused table", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refused table's load did not start")
+	}
+	stats := make(chan LoaderStats, 1)
+	go func() { stats <- l.Stats() }()
+	select {
+	case <-stats:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stats waited for the retried table's load: it holds the Loader's lock")
+	}
+	close(k.release)
+	if err := <-forgot; err != nil {
 		t.Fatal(err)
 	}
 	s = l.Stats()
@@ -770,13 +792,16 @@ func TestDeferredWaitsForItsPrepare(t *testing.T) {
 // kernel's grace period does after installing a table.
 type gatedKernel struct {
 	*mapsKernel
+	open    atomic.Bool // loads pass without waiting
 	entered chan uint32
 	release chan struct{}
 }
 
 func (k *gatedKernel) LoadTable(id uint32, rows []tracer.Row) error {
-	k.entered <- id
-	<-k.release
+	if !k.open.Load() {
+		k.entered <- id
+		<-k.release
+	}
 	return k.mapsKernel.LoadTable(id, rows)
 }
 
