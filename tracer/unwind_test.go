@@ -113,7 +113,7 @@ func TestSetMappingsReplaces(t *testing.T) {
 	}
 	second := []Mapping{
 		first[0], // kept
-		{Start: 0x401234, End: 0x5f0000, Bias: 0x1000, Table: 9, Rows: 21},                      // same range, new table
+		{Start: 0x401234, End: 0x5f0000, Bias: 0x1000, Table: 9, Rows: 21},                     // same range, new table
 		{Start: 0x7f1200003000, End: 0x7f1200100000, Bias: 0x7f1200000000, Table: 5, Rows: 30}, // shrunk
 		{Start: 0x7f1300000000, End: 0x7f1300081000, Bias: 0x7f1300000000, Table: 6, Rows: 5},  // added
 	}
