@@ -416,6 +416,34 @@ func (t *Table) FuncRange(pc uint64) (start, end uint64, ok bool) {
 	return f.entry, f.end, true
 }
 
+// FuncAt returns the function that covers pc.
+func (t *Table) FuncAt(pc uint64) (Func, bool) {
+	f, ok, err := t.lookup(pc)
+	if !ok || err != nil {
+		return Func{}, false
+	}
+	return Func{Entry: f.entry, End: f.end, ID: f.funcID, Flag: f.flag, nameOff: f.nameOff}, true
+}
+
+// Range returns the addresses the table's functions cover: from the first
+// function's entry to the end of the last one.
+func (t *Table) Range() (lo, hi uint64) {
+	return t.textStart + uint64(t.u32(t.functab)), t.textStart + uint64(t.u32(t.functab[t.nfunc*8:]))
+}
+
+// FuncSPDeltas is SPDeltas for the one function fn (as FuncAt returned it).
+func (t *Table) FuncSPDeltas(fn Func, yield func(start, end uint64, delta int32) bool) error {
+	f, ok, err := t.lookup(fn.Entry)
+	if err != nil {
+		return err
+	}
+	if !ok || f.entry != fn.Entry {
+		return fmt.Errorf("pclntab: no function at %#x", fn.Entry)
+	}
+	t.spRanges(&f, yield)
+	return nil
+}
+
 // SPDelta returns the stack pointer offset at pc from the pcsp table: the
 // bytes the function has pushed onto its frame, not counting the return
 // address. ok is false when no function or table covers pc.

@@ -74,6 +74,15 @@ type Handle struct {
 	released atomic.Bool
 }
 
+// File returns the descriptor the file is held open by while h is not
+// released (nil if it has none): a reader that must find the very file h
+// names, whatever became of the path it was opened by.
+func (h *Handle) File() *os.File {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	return h.k.fd
+}
+
 // Release drops this reference. When it was the last one the file's
 // descriptor is closed; its loaded symbol data stays cached within the
 // budget, so a file run again soon is not loaded again.

@@ -274,25 +274,34 @@ func spRow(pc uint64, delta int32) Row {
 func goFuncs(t *pclntab.Table, code codeReader) ([]goFunc, error) {
 	var out []goFunc
 	err := t.Funcs(func(f pclntab.Func) bool {
-		spWrite := f.Flag&pclntab.FlagSPWrite != 0
-		var name string
-		if spWrite {
-			name = t.FuncName(f)
+		if g, special := classifyGo(t, f, code != nil); special {
+			out = append(out, g)
 		}
-		g := goFunc{Func: f, switches: spWrite, systemCall: systemStackCalls[name]}
-		switch {
-		case f.Flag&pclntab.FlagTopFrame != 0 || stackBottoms[name]:
-			g.stackEnd = true
-		case f.Flag&pclntab.FlagAsm != 0 && code != nil:
-		case g.systemCall:
-			g.stackEnd = true // without the code, its prologue is unknown
-		default:
-			return true
-		}
-		out = append(out, g)
 		return true
 	})
 	return out, err
+}
+
+// classifyGo says whether f is a function whose rows its SP deltas alone do
+// not give (special), and how it is special; haveCode: its code can be
+// read.
+func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode bool) (g goFunc, special bool) {
+	spWrite := f.Flag&pclntab.FlagSPWrite != 0
+	var name string
+	if spWrite {
+		name = t.FuncName(f)
+	}
+	g = goFunc{Func: f, switches: spWrite, systemCall: systemStackCalls[name]}
+	switch {
+	case f.Flag&pclntab.FlagTopFrame != 0 || stackBottoms[name]:
+		g.stackEnd = true
+	case f.Flag&pclntab.FlagAsm != 0 && haveCode:
+	case g.systemCall:
+		g.stackEnd = true // without the code, its prologue is unknown
+	default:
+		return g, false
+	}
+	return g, true
 }
 
 // elfCode returns the reader of f's loaded code; nil where the prologue

@@ -1040,40 +1040,45 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 		if r.PC-base > 0xffffffff {
 			return nil, 0, fmt.Errorf("unwind table spans more than 4 GiB")
 		}
-		var cfa uint8
-		switch r.CFA {
-		case CFASP:
-			cfa = tracer.CFASP
-		case CFAFP:
-			cfa = tracer.CFAFP
-		case CFAPLT:
-			cfa = tracer.CFAPLT
-		case CFASignal:
-			cfa = tracer.CFASignal
-		case CFAEnd:
-			cfa = tracer.CFAEnd
-		default:
-			cfa = tracer.CFAUnknown
-		}
-		fp := tracer.FPUnknown
-		switch r.FP {
-		case FPSame:
-			fp = tracer.FPSame
-		case FPOffset:
-			fp = tracer.FPOffset
-		}
-		pc := uint32(r.PC - base)
-		kr, ok := tracer.MakeRow(pc, cfa, r.CFAOffset, fp, int32(r.FPOffset))
-		if !ok && fp == tracer.FPOffset {
-			// The caller's RBP is out of the row's reach: unknown.
-			kr, ok = tracer.MakeRow(pc, cfa, r.CFAOffset, tracer.FPUnknown, 0)
-		}
-		if !ok {
-			kr, _ = tracer.MakeRow(pc, tracer.CFAUnknown, 0, tracer.FPUnknown, 0)
-		}
-		out[i] = kr
+		out[i] = kernelRow(r, uint32(r.PC-base))
 	}
 	return out, base, nil
+}
+
+// kernelRow is r as the eBPF side's row at pc: where an offset does not fit
+// the row's fields, the weaker rule that does.
+func kernelRow(r Row, pc uint32) tracer.Row {
+	var cfa uint8
+	switch r.CFA {
+	case CFASP:
+		cfa = tracer.CFASP
+	case CFAFP:
+		cfa = tracer.CFAFP
+	case CFAPLT:
+		cfa = tracer.CFAPLT
+	case CFASignal:
+		cfa = tracer.CFASignal
+	case CFAEnd:
+		cfa = tracer.CFAEnd
+	default:
+		cfa = tracer.CFAUnknown
+	}
+	fp := tracer.FPUnknown
+	switch r.FP {
+	case FPSame:
+		fp = tracer.FPSame
+	case FPOffset:
+		fp = tracer.FPOffset
+	}
+	kr, ok := tracer.MakeRow(pc, cfa, r.CFAOffset, fp, int32(r.FPOffset))
+	if !ok && fp == tracer.FPOffset {
+		// The caller's RBP is out of the row's reach: unknown.
+		kr, ok = tracer.MakeRow(pc, cfa, r.CFAOffset, tracer.FPUnknown, 0)
+	}
+	if !ok {
+		kr, _ = tracer.MakeRow(pc, tracer.CFAUnknown, 0, tracer.FPUnknown, 0)
+	}
+	return kr
 }
 
 // errNoRoom: a table did not fit in the budget.
