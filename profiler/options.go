@@ -120,7 +120,7 @@ type Options struct {
 	// RingBufferBytes sizes the eBPF ring buffer: a power of two and a
 	// multiple of the page size, or 0 (the default) to size it for
 	// SamplesPerSecond and the CPUs (two seconds of samples, at least
-	// 256 KiB; 4 MiB with off-CPU profiling on).
+	// 1 MiB; 4 MiB with off-CPU profiling on).
 	RingBufferBytes int
 
 	// MaxProcesses is how many processes are tracked at once.
@@ -154,6 +154,12 @@ type Options struct {
 	// countCosts makes the tracer keep what sampling cost each process
 	// (tracer.Options.CountCosts): for the package's own tests only.
 	countCosts bool
+
+	// checkSnapshots makes every on-CPU stack carry a snapshot from its
+	// first frame (tracer.Options.SnapshotAll), which the resolver unwinds
+	// and compares with the kernel's unwinding (Stats.Resolver): for the
+	// package's own tests only.
+	checkSnapshots bool
 
 	// pythonLayouts, when set, replaces the CPython versions the walker
 	// knows (python.LayoutFor): tests hide a real interpreter's version.

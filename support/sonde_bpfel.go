@@ -58,7 +58,9 @@ const (
 	SondeCounterCOUNTER_PY_NO_THREAD         SondeCounter = 28
 	SondeCounterCOUNTER_PY_READ_ERR          SondeCounter = 29
 	SondeCounterCOUNTER_PY_BAD_FRAME         SondeCounter = 30
-	SondeCounterCOUNTER_MAX                  SondeCounter = 31
+	SondeCounterCOUNTER_SNAPSHOTS            SondeCounter = 31
+	SondeCounterCOUNTER_SNAPSHOTS_SKIPPED    SondeCounter = 32
+	SondeCounterCOUNTER_MAX                  SondeCounter = 33
 )
 
 type SondeFileKey struct {
@@ -91,6 +93,7 @@ const (
 	SondeLimitsMAX_USER_FRAMES   SondeLimits = 256
 	SondeLimitsMAX_TABLES        SondeLimits = 16384
 	SondeLimitsMAX_TABLE_ROWS    SondeLimits = 16777216
+	SondeLimitsSNAPSHOT_BYTES    SondeLimits = 16384
 )
 
 type SondeMappingInfo struct {
@@ -103,8 +106,14 @@ type SondeMappingInfo struct {
 	TableId  uint32
 	Rows     uint32
 	File     uint32
-	Pad      uint32
+	Flags    uint32
 }
+
+type SondeMappingInfoFlags uint32
+
+const (
+	SondeMappingInfoFlagsMAPPING_NO_TABLE SondeMappingInfoFlags = 1
+)
 
 type SondeMappingKey struct {
 	_         structs.HostLayout
@@ -198,6 +207,7 @@ const (
 	SondeSampleFlagsSAMPLE_USER_COMPLETE     SondeSampleFlags = 16
 	SondeSampleFlagsSAMPLE_USER_UNKNOWN_RULE SondeSampleFlags = 32
 	SondeSampleFlagsSAMPLE_USER_READ_ERR     SondeSampleFlags = 64
+	SondeSampleFlagsSAMPLE_SNAPSHOT          SondeSampleFlags = 128
 )
 
 type SondeSampleRecord struct {
@@ -212,6 +222,23 @@ type SondeSampleRecord struct {
 	UserLen   uint16
 	Flags     uint32
 	Stack     [639]uint64
+}
+
+type SondeSampleScratch struct {
+	_     structs.HostLayout
+	Rec   SondeSampleRecord
+	Snap  SondeStackSnapshot
+	Bytes [20480]uint8
+}
+
+type SondeStackSnapshot struct {
+	_     structs.HostLayout
+	Pc    uint64
+	Sp    uint64
+	Fp    uint64
+	Frame uint16
+	Pad   uint16
+	Bytes uint32
 }
 
 type SondeTaskRecord struct {
@@ -241,6 +268,13 @@ type SondeUstackState struct {
 	Trust      uint32
 	FramesCfi  uint32
 	FramesFp   uint32
+	Unplaced   uint32
+	SnapSet    uint32
+	SnapFrame  uint32
+	SnapPad    uint32
+	SnapPc     uint64
+	SnapSp     uint64
+	SnapFp     uint64
 	Mi         SondeMappingInfo
 	LastTable  uint32
 	LastPad    uint32
@@ -299,6 +333,7 @@ const (
 	SondeVarMappingEpoch               = "mapping_epoch"
 	SondeVarOffcpuMinNs                = "offcpu_min_ns"
 	SondeVarOffcpuThreshold            = "offcpu_threshold"
+	SondeVarSnapshotAll                = "snapshot_all"
 	SondeVarUnusedCfaType              = "unused_cfa_type"
 	SondeVarUnusedCounter              = "unused_counter"
 	SondeVarUnusedFileKey              = "unused_file_key"
@@ -306,6 +341,7 @@ const (
 	SondeVarUnusedFpRule               = "unused_fp_rule"
 	SondeVarUnusedLimits               = "unused_limits"
 	SondeVarUnusedMappingInfo          = "unused_mapping_info"
+	SondeVarUnusedMappingInfoFlags     = "unused_mapping_info_flags"
 	SondeVarUnusedMappingKey           = "unused_mapping_key"
 	SondeVarUnusedOffcpuEndFlags       = "unused_offcpu_end_flags"
 	SondeVarUnusedOffcpuEndRecord      = "unused_offcpu_end_record"
@@ -315,6 +351,7 @@ const (
 	SondeVarUnusedRecordType           = "unused_record_type"
 	SondeVarUnusedRowBits              = "unused_row_bits"
 	SondeVarUnusedSampleFlags          = "unused_sample_flags"
+	SondeVarUnusedStackSnapshot        = "unused_stack_snapshot"
 	SondeVarUnusedTaskRecord           = "unused_task_record"
 	SondeVarUnusedUnwindRow            = "unused_unwind_row"
 	SondeVarWakeupBytes                = "wakeup_bytes"
@@ -401,32 +438,35 @@ type SondeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SondeVariableSpecs struct {
-	CountCosts            *ebpf.VariableSpec `ebpf:"count_costs"`
-	FilterPendingNs       *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
-	IncludeIdle           *ebpf.VariableSpec `ebpf:"include_idle"`
-	IncludeKernelThreads  *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
-	MappingEpoch          *ebpf.VariableSpec `ebpf:"mapping_epoch"`
-	OffcpuMinNs           *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
-	OffcpuThreshold       *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
-	UnusedCfaType         *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
-	UnusedCounter         *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedFileKey         *ebpf.VariableSpec `ebpf:"unused_file_key"`
-	UnusedFileTable       *ebpf.VariableSpec `ebpf:"unused_file_table"`
-	UnusedFpRule          *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
-	UnusedLimits          *ebpf.VariableSpec `ebpf:"unused_limits"`
-	UnusedMappingInfo     *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
-	UnusedMappingKey      *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
-	UnusedOffcpuEndFlags  *ebpf.VariableSpec `ebpf:"unused_offcpu_end_flags"`
-	UnusedOffcpuEndRecord *ebpf.VariableSpec `ebpf:"unused_offcpu_end_record"`
-	UnusedPcFlags         *ebpf.VariableSpec `ebpf:"unused_pc_flags"`
-	UnusedPidStats        *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
-	UnusedPythonProc      *ebpf.VariableSpec `ebpf:"unused_python_proc"`
-	UnusedRecordType      *ebpf.VariableSpec `ebpf:"unused_record_type"`
-	UnusedRowBits         *ebpf.VariableSpec `ebpf:"unused_row_bits"`
-	UnusedSampleFlags     *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
-	UnusedTaskRecord      *ebpf.VariableSpec `ebpf:"unused_task_record"`
-	UnusedUnwindRow       *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
-	WakeupBytes           *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	CountCosts             *ebpf.VariableSpec `ebpf:"count_costs"`
+	FilterPendingNs        *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
+	IncludeIdle            *ebpf.VariableSpec `ebpf:"include_idle"`
+	IncludeKernelThreads   *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	MappingEpoch           *ebpf.VariableSpec `ebpf:"mapping_epoch"`
+	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
+	OffcpuThreshold        *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
+	SnapshotAll            *ebpf.VariableSpec `ebpf:"snapshot_all"`
+	UnusedCfaType          *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
+	UnusedCounter          *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedFileKey          *ebpf.VariableSpec `ebpf:"unused_file_key"`
+	UnusedFileTable        *ebpf.VariableSpec `ebpf:"unused_file_table"`
+	UnusedFpRule           *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedLimits           *ebpf.VariableSpec `ebpf:"unused_limits"`
+	UnusedMappingInfo      *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
+	UnusedMappingInfoFlags *ebpf.VariableSpec `ebpf:"unused_mapping_info_flags"`
+	UnusedMappingKey       *ebpf.VariableSpec `ebpf:"unused_mapping_key"`
+	UnusedOffcpuEndFlags   *ebpf.VariableSpec `ebpf:"unused_offcpu_end_flags"`
+	UnusedOffcpuEndRecord  *ebpf.VariableSpec `ebpf:"unused_offcpu_end_record"`
+	UnusedPcFlags          *ebpf.VariableSpec `ebpf:"unused_pc_flags"`
+	UnusedPidStats         *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
+	UnusedPythonProc       *ebpf.VariableSpec `ebpf:"unused_python_proc"`
+	UnusedRecordType       *ebpf.VariableSpec `ebpf:"unused_record_type"`
+	UnusedRowBits          *ebpf.VariableSpec `ebpf:"unused_row_bits"`
+	UnusedSampleFlags      *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
+	UnusedStackSnapshot    *ebpf.VariableSpec `ebpf:"unused_stack_snapshot"`
+	UnusedTaskRecord       *ebpf.VariableSpec `ebpf:"unused_task_record"`
+	UnusedUnwindRow        *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	WakeupBytes            *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // SondeObjects contains all objects after they have been loaded into the kernel.
@@ -498,32 +538,35 @@ func (m *SondeMaps) Close() error {
 //
 // It can be passed to LoadSondeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SondeVariables struct {
-	CountCosts            *ebpf.Variable `ebpf:"count_costs"`
-	FilterPendingNs       *ebpf.Variable `ebpf:"filter_pending_ns"`
-	IncludeIdle           *ebpf.Variable `ebpf:"include_idle"`
-	IncludeKernelThreads  *ebpf.Variable `ebpf:"include_kernel_threads"`
-	MappingEpoch          *ebpf.Variable `ebpf:"mapping_epoch"`
-	OffcpuMinNs           *ebpf.Variable `ebpf:"offcpu_min_ns"`
-	OffcpuThreshold       *ebpf.Variable `ebpf:"offcpu_threshold"`
-	UnusedCfaType         *ebpf.Variable `ebpf:"unused_cfa_type"`
-	UnusedCounter         *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedFileKey         *ebpf.Variable `ebpf:"unused_file_key"`
-	UnusedFileTable       *ebpf.Variable `ebpf:"unused_file_table"`
-	UnusedFpRule          *ebpf.Variable `ebpf:"unused_fp_rule"`
-	UnusedLimits          *ebpf.Variable `ebpf:"unused_limits"`
-	UnusedMappingInfo     *ebpf.Variable `ebpf:"unused_mapping_info"`
-	UnusedMappingKey      *ebpf.Variable `ebpf:"unused_mapping_key"`
-	UnusedOffcpuEndFlags  *ebpf.Variable `ebpf:"unused_offcpu_end_flags"`
-	UnusedOffcpuEndRecord *ebpf.Variable `ebpf:"unused_offcpu_end_record"`
-	UnusedPcFlags         *ebpf.Variable `ebpf:"unused_pc_flags"`
-	UnusedPidStats        *ebpf.Variable `ebpf:"unused_pid_stats"`
-	UnusedPythonProc      *ebpf.Variable `ebpf:"unused_python_proc"`
-	UnusedRecordType      *ebpf.Variable `ebpf:"unused_record_type"`
-	UnusedRowBits         *ebpf.Variable `ebpf:"unused_row_bits"`
-	UnusedSampleFlags     *ebpf.Variable `ebpf:"unused_sample_flags"`
-	UnusedTaskRecord      *ebpf.Variable `ebpf:"unused_task_record"`
-	UnusedUnwindRow       *ebpf.Variable `ebpf:"unused_unwind_row"`
-	WakeupBytes           *ebpf.Variable `ebpf:"wakeup_bytes"`
+	CountCosts             *ebpf.Variable `ebpf:"count_costs"`
+	FilterPendingNs        *ebpf.Variable `ebpf:"filter_pending_ns"`
+	IncludeIdle            *ebpf.Variable `ebpf:"include_idle"`
+	IncludeKernelThreads   *ebpf.Variable `ebpf:"include_kernel_threads"`
+	MappingEpoch           *ebpf.Variable `ebpf:"mapping_epoch"`
+	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
+	OffcpuThreshold        *ebpf.Variable `ebpf:"offcpu_threshold"`
+	SnapshotAll            *ebpf.Variable `ebpf:"snapshot_all"`
+	UnusedCfaType          *ebpf.Variable `ebpf:"unused_cfa_type"`
+	UnusedCounter          *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedFileKey          *ebpf.Variable `ebpf:"unused_file_key"`
+	UnusedFileTable        *ebpf.Variable `ebpf:"unused_file_table"`
+	UnusedFpRule           *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedLimits           *ebpf.Variable `ebpf:"unused_limits"`
+	UnusedMappingInfo      *ebpf.Variable `ebpf:"unused_mapping_info"`
+	UnusedMappingInfoFlags *ebpf.Variable `ebpf:"unused_mapping_info_flags"`
+	UnusedMappingKey       *ebpf.Variable `ebpf:"unused_mapping_key"`
+	UnusedOffcpuEndFlags   *ebpf.Variable `ebpf:"unused_offcpu_end_flags"`
+	UnusedOffcpuEndRecord  *ebpf.Variable `ebpf:"unused_offcpu_end_record"`
+	UnusedPcFlags          *ebpf.Variable `ebpf:"unused_pc_flags"`
+	UnusedPidStats         *ebpf.Variable `ebpf:"unused_pid_stats"`
+	UnusedPythonProc       *ebpf.Variable `ebpf:"unused_python_proc"`
+	UnusedRecordType       *ebpf.Variable `ebpf:"unused_record_type"`
+	UnusedRowBits          *ebpf.Variable `ebpf:"unused_row_bits"`
+	UnusedSampleFlags      *ebpf.Variable `ebpf:"unused_sample_flags"`
+	UnusedStackSnapshot    *ebpf.Variable `ebpf:"unused_stack_snapshot"`
+	UnusedTaskRecord       *ebpf.Variable `ebpf:"unused_task_record"`
+	UnusedUnwindRow        *ebpf.Variable `ebpf:"unused_unwind_row"`
+	WakeupBytes            *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // SondePrograms contains all programs after they have been loaded into the kernel.

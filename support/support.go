@@ -12,8 +12,8 @@
 // committed objects match their sources.
 package support
 
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target amd64 -type sample_record -type task_record -type counter -type record_type -type sample_flags -type unwind_row -type mapping_key -type mapping_info -type cfa_type -type fp_rule -type row_bits -type pid_stats -type offcpu_end_record -type offcpu_end_flags -type python_proc -type limits -type pc_flags Sonde ebpf/sonde.c -- -I./ebpf
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -tags !386,!amd64 -type sample_record -type task_record -type counter -type record_type -type sample_flags -type unwind_row -type mapping_key -type mapping_info -type cfa_type -type fp_rule -type row_bits -type pid_stats -type offcpu_end_record -type offcpu_end_flags -type python_proc -type limits -type pc_flags Sonde ebpf/sonde.c -- -I./ebpf
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target amd64 -type sample_record -type task_record -type counter -type record_type -type sample_flags -type unwind_row -type mapping_key -type mapping_info -type cfa_type -type fp_rule -type row_bits -type pid_stats -type offcpu_end_record -type offcpu_end_flags -type python_proc -type limits -type pc_flags -type stack_snapshot -type mapping_info_flags Sonde ebpf/sonde.c -- -I./ebpf
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -tags !386,!amd64 -type sample_record -type task_record -type counter -type record_type -type sample_flags -type unwind_row -type mapping_key -type mapping_info -type cfa_type -type fp_rule -type row_bits -type pid_stats -type offcpu_end_record -type offcpu_end_flags -type python_proc -type limits -type pc_flags -type stack_snapshot -type mapping_info_flags Sonde ebpf/sonde.c -- -I./ebpf
 
 // The test programs of package tracer (ebpf/testrun.c): BPF_PROG_TEST_RUN
 // harnesses of the unwinder's functions, generated into tracer's tests.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -52,6 +53,7 @@ const (
 	FlagUserComplete   = uint32(support.SondeSampleFlagsSAMPLE_USER_COMPLETE)
 	FlagUnknownRule    = uint32(support.SondeSampleFlagsSAMPLE_USER_UNKNOWN_RULE)
 	FlagUserReadErr    = uint32(support.SondeSampleFlagsSAMPLE_USER_READ_ERR)
+	FlagSnapshot       = uint32(support.SondeSampleFlagsSAMPLE_SNAPSHOT)
 )
 
 // FrameFlags describe how one user frame was found.
@@ -102,8 +104,14 @@ type Record struct {
 	// as the unwinder saw it at sampling time (parallel to User). File 0:
 	// not known to the unwinder; resolve the PC through the process's maps.
 	UserFiles []FileRef
+	// Snapshot is nil unless the unwinder met, at user frame
+	// Snapshot.Frame, a file whose table it did not have (FlagSnapshot):
+	// the frames from there on are the frame-pointer chain's, and the
+	// snapshot holds what unwinding on from that frame needs.
+	Snapshot *Snapshot
 
 	raw   ringbuf.Record
+	snap  Snapshot
 	stack []uint64
 	flags []FrameFlags
 	files []FileRef
@@ -116,10 +124,42 @@ type FileRef struct {
 	Offset uint64
 }
 
+// Snapshot is a copy of a thread's user stack taken when the eBPF unwinder
+// met code whose unwind table was not loaded yet, with the registers of the
+// frame it met it in: user space unwinds the rest of the stack from it.
+type Snapshot struct {
+	// Frame is the index in Record.User of the frame the registers are
+	// of; its PC is Record.User[Frame].
+	Frame int
+	// Interrupted: the PC is where the thread was interrupted, not a
+	// return address (FrameInterrupted).
+	Interrupted bool
+	SP, FP      uint64
+	// Stack holds the user stack's bytes from SP on, as far as the eBPF
+	// side could read them (at most MaxSnapshotBytes). It aliases a buffer
+	// the next ReadInto with this Record reuses.
+	Stack []byte
+}
+
+// MaxUserFrames is the most user frames a sample holds.
+const MaxUserFrames = maxUserFrames
+
+// MaxSnapshotBytes is the most stack bytes a Snapshot holds.
+const MaxSnapshotBytes = int(support.SondeLimitsSNAPSHOT_BYTES)
+
+// snapBufs holds the buffers of snapshots no Record refers to any more:
+// few samples carry one (a new program's first ones), and a Record in a
+// queue of hundreds must not keep a 16 KiB buffer for the rest of its life.
+var snapBufs = sync.Pool{New: func() any {
+	b := make([]byte, MaxSnapshotBytes)
+	return &b
+}}
+
 // Layout of the C records, from their bpf2go types; TestRecordLayoutMatchesBTF
 // checks those against the object's BTF.
 var (
 	sampleRec support.SondeSampleRecord
+	snapRec   support.SondeStackSnapshot
 	taskRec   support.SondeTaskRecord
 	endRec    support.SondeOffcpuEndRecord
 )
@@ -148,6 +188,13 @@ const (
 	endOffStart    = int(unsafe.Offsetof(endRec.Start))
 	endOffDuration = int(unsafe.Offsetof(endRec.Duration))
 	endSize        = int(unsafe.Sizeof(endRec))
+
+	snapOffPC    = int(unsafe.Offsetof(snapRec.Pc))
+	snapOffSP    = int(unsafe.Offsetof(snapRec.Sp))
+	snapOffFP    = int(unsafe.Offsetof(snapRec.Fp))
+	snapOffFrame = int(unsafe.Offsetof(snapRec.Frame))
+	snapOffBytes = int(unsafe.Offsetof(snapRec.Bytes))
+	snapSize     = int(unsafe.Sizeof(snapRec))
 
 	maxWords        = len(sampleRec.Stack)
 	maxKernelFrames = int(support.SondeLimitsMAX_KERNEL_FRAMES)
@@ -207,6 +254,7 @@ func (rec *Record) decode(b []byte, c clock) error {
 	}
 	rec.Type = RecordType(le.Uint32(b[offType:]))
 	rec.OffCPU = 0
+	rec.releaseSnapshot()
 	switch rec.Type {
 	case RecordSample, RecordOffCPUStart:
 		if len(b) < offStack {
@@ -266,6 +314,11 @@ func (rec *Record) decode(b []byte, c clock) error {
 		}
 		rec.UserFlags = rec.flags
 		rec.UserFiles = rec.files
+		if rec.Flags&FlagSnapshot != 0 {
+			if err := rec.decodeSnapshot(b[offStack+8*words:]); err != nil {
+				return err
+			}
+		}
 	case RecordExec, RecordExit, RecordUnknown:
 		if len(b) < taskSize {
 			return fmt.Errorf("%w: task record of %d bytes", ErrMalformed, len(b))
@@ -297,6 +350,44 @@ func (rec *Record) decode(b []byte, c clock) error {
 		return fmt.Errorf("%w: unknown type %d", ErrMalformed, rec.Type)
 	}
 	return nil
+}
+
+// decodeSnapshot decodes the stack snapshot that follows a sample's frames
+// in b.
+func (rec *Record) decodeSnapshot(b []byte) error {
+	le := binary.LittleEndian
+	if len(b) < snapSize {
+		return fmt.Errorf("%w: snapshot header in %d bytes", ErrMalformed, len(b))
+	}
+	frame := int(le.Uint16(b[snapOffFrame:]))
+	n := int(le.Uint32(b[snapOffBytes:]))
+	if frame >= len(rec.User) || n > MaxSnapshotBytes || len(b)-snapSize < n {
+		return fmt.Errorf("%w: snapshot of %d bytes at frame %d of %d, in %d bytes", ErrMalformed, n, frame, len(rec.User), len(b))
+	}
+	pc := le.Uint64(b[snapOffPC:])
+	if pc&^pcFlagsMask != rec.User[frame] {
+		return fmt.Errorf("%w: snapshot at %#x, its frame at %#x", ErrMalformed, pc&^pcFlagsMask, rec.User[frame])
+	}
+	buf := snapBufs.Get().(*[]byte)
+	rec.snap = Snapshot{
+		Frame:       frame,
+		Interrupted: pc&pcFlagNoAdjust != 0,
+		SP:          le.Uint64(b[snapOffSP:]),
+		FP:          le.Uint64(b[snapOffFP:]),
+		Stack:       (*buf)[:copy(*buf, b[snapSize:snapSize+n])],
+	}
+	rec.Snapshot = &rec.snap
+	return nil
+}
+
+// releaseSnapshot gives the buffer of rec's snapshot, if any, back.
+func (rec *Record) releaseSnapshot() {
+	if rec.Snapshot == nil {
+		return
+	}
+	b := rec.snap.Stack[:cap(rec.snap.Stack)]
+	rec.snap, rec.Snapshot = Snapshot{}, nil
+	snapBufs.Put(&b)
 }
 
 // setComm keeps the previous string when the name did not change, so a

@@ -35,6 +35,7 @@ func TestRecordLayoutMatchesBTF(t *testing.T) {
 		{"file_key", reflect.TypeFor[support.SondeFileKey]()},
 		{"file_table", reflect.TypeFor[support.SondeFileTable]()},
 		{"pid_stats", reflect.TypeFor[support.SondePidStats]()},
+		{"stack_snapshot", reflect.TypeFor[support.SondeStackSnapshot]()},
 	} {
 		t.Run(tc.c, func(t *testing.T) {
 			var st *btf.Struct
@@ -214,8 +215,81 @@ func TestDecodeMalformed(t *testing.T) {
 	}
 }
 
+// withSnapshot appends to a sample b (of user frames user) a snapshot at
+// user frame frame, as the eBPF side does.
+func withSnapshot(b []byte, user []uint64, frame int, interrupted bool, sp, fp uint64, stack []byte) []byte {
+	le := binary.LittleEndian
+	le.PutUint32(b[offFlags:], le.Uint32(b[offFlags:])|FlagSnapshot)
+	h := make([]byte, snapSize)
+	pc := user[frame] &^ pcFlagsMask
+	if interrupted {
+		pc |= pcFlagNoAdjust
+	}
+	le.PutUint64(h[snapOffPC:], pc)
+	le.PutUint64(h[snapOffSP:], sp)
+	le.PutUint64(h[snapOffFP:], fp)
+	le.PutUint16(h[snapOffFrame:], uint16(frame))
+	le.PutUint32(h[snapOffBytes:], uint32(len(stack)))
+	return append(append(b, h...), stack...)
+}
+
+func TestDecodeSnapshot(t *testing.T) {
+	user := []uint64{0x401000 | pcFlagNoAdjust, 0x7f0000001234 | pcFlagFramePointer}
+	stack := []byte("0123456789abcdef")
+	b := withSnapshot(encodeSample(42, 43, 1, "new", nil, user), user, 1, false, 0x7ffc0000, 0x7ffc0040, stack)
+	var rec Record
+	if err := rec.decode(b, clock{}); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Snapshot == nil {
+		t.Fatal("no snapshot decoded")
+	}
+	got := *rec.Snapshot
+	want := Snapshot{Frame: 1, SP: 0x7ffc0000, FP: 0x7ffc0040, Stack: stack}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("snapshot (-want +got):\n%s", diff)
+	}
+	// The same Record then takes a sample without one: none is left.
+	if err := rec.decode(encodeSample(42, 43, 1, "new", nil, user), clock{}); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Snapshot != nil {
+		t.Errorf("snapshot %+v left from the previous record", rec.Snapshot)
+	}
+}
+
+func TestDecodeSnapshotMalformed(t *testing.T) {
+	user := []uint64{0x401000, 0x401100}
+	base := func() []byte { return encodeSample(1, 1, 0, "x", nil, user) }
+	good := withSnapshot(base(), user, 0, true, 0x1000, 0, make([]byte, 64))
+	wrongPC := withSnapshot(base(), user, 0, true, 0x1000, 0, make([]byte, 64))
+	binary.LittleEndian.PutUint64(wrongPC[offStack+8*4+snapOffPC:], 0x999)
+	pastFrames := withSnapshot(base(), user, 1, true, 0x1000, 0, nil)
+	binary.LittleEndian.PutUint16(pastFrames[offStack+8*4+snapOffFrame:], 2)
+	tooBig := withSnapshot(base(), user, 0, true, 0x1000, 0, nil)
+	binary.LittleEndian.PutUint32(tooBig[offStack+8*4+snapOffBytes:], uint32(MaxSnapshotBytes+1))
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"header cut", good[:offStack+8*4+snapSize-1]},
+		{"bytes cut", good[:len(good)-1]},
+		{"frame's PC differs", wrongPC},
+		{"frame past the user frames", pastFrames},
+		{"more bytes than a snapshot holds", tooBig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rec Record
+			if err := rec.decode(tc.b, clock{}); !errors.Is(err, ErrMalformed) {
+				t.Errorf("decode = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(encodeSample(1, 2, 3, "comm", []uint64{1}, []uint64{2, 3}))
+	f.Add(withSnapshot(encodeSample(1, 2, 3, "comm", []uint64{1}, []uint64{2, 3}), []uint64{2, 3}, 1, false, 8, 16, []byte{1, 2, 3}))
 	f.Add([]byte{2, 0, 0, 0})
 	f.Add(encodeEnd(1, 2, 0, 3, 4))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -226,6 +300,9 @@ func FuzzDecode(f *testing.F) {
 		if len(rec.Kernel)+2*len(rec.User) > maxWords || len(rec.UserFiles) != len(rec.User) {
 			t.Fatalf("%d kernel and %d user frames (%d files) decoded, more than %d words",
 				len(rec.Kernel), len(rec.User), len(rec.UserFiles), maxWords)
+		}
+		if s := rec.Snapshot; s != nil && (s.Frame >= len(rec.User) || len(s.Stack) > MaxSnapshotBytes) {
+			t.Fatalf("snapshot at frame %d of %d, %d bytes", s.Frame, len(rec.User), len(s.Stack))
 		}
 	})
 }

@@ -10,12 +10,12 @@ func TestRingBufferBytesFor(t *testing.T) {
 		offCPU bool
 		want   int
 	}{
-		{name: "default rate, small host", hz: 19, cpus: 2, want: 256 << 10},
+		{name: "default rate, small host", hz: 19, cpus: 2, want: 1 << 20},
 		{name: "default rate, 64 CPUs", hz: 19, cpus: 64, want: 4 << 20}, // 2.4 MB of samples
 		{name: "1000 Hz, 2 CPUs", hz: 1000, cpus: 2, want: 4 << 20},      // 4,000,000 bytes
 		{name: "1000 Hz, 256 CPUs", hz: 1000, cpus: 256, want: 64 << 20}, // capped
 		{name: "off-CPU on, small host", hz: 19, cpus: 2, offCPU: true, want: 4 << 20},
-		{name: "nonsense inputs", hz: 0, cpus: 0, want: 256 << 10},
+		{name: "nonsense inputs", hz: 0, cpus: 0, want: 1 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := RingBufferBytesFor(tc.hz, tc.cpus, tc.offCPU)

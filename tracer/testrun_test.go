@@ -3,6 +3,7 @@
 package tracer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -29,10 +30,11 @@ type testrunIO = testrunTestrunIo
 
 // testrun is the loaded test object.
 type testrun struct {
-	FindRowTest *ebpf.Program `ebpf:"find_row_test"`
-	StepTest    *ebpf.Program `ebpf:"step_test"`
-	Tables      *ebpf.Map     `ebpf:"tables"`
-	Counters    *ebpf.Map     `ebpf:"counters"`
+	FindRowTest  *ebpf.Program `ebpf:"find_row_test"`
+	StepTest     *ebpf.Program `ebpf:"step_test"`
+	SnapshotTest *ebpf.Program `ebpf:"snapshot_test"`
+	Tables       *ebpf.Map     `ebpf:"tables"`
+	Counters     *ebpf.Map     `ebpf:"counters"`
 }
 
 func newTestrun(tb testing.TB) *testrun {
@@ -63,7 +65,7 @@ func newTestrun(tb testing.TB) *testrun {
 		tb.Fatalf("load test programs: %v", err)
 	}
 	tb.Cleanup(func() {
-		for _, c := range []io.Closer{tr.FindRowTest, tr.StepTest, tr.Tables, tr.Counters} {
+		for _, c := range []io.Closer{tr.FindRowTest, tr.StepTest, tr.SnapshotTest, tr.Tables, tr.Counters} {
 			testutil.Close(tb, c)
 		}
 	})
@@ -468,4 +470,58 @@ func benchmarkTestRun(b *testing.B, prog *ebpf.Program, in testrunIO) {
 		total += per
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/call")
+}
+
+// take_snapshot copies the stack from SP a page at a time, up to
+// SNAPSHOT_BYTES or the first page it cannot read: here the end of a
+// mapping, as at the top of a thread's stack. The header names the frame's
+// registers, and the record grows by exactly what was copied.
+func TestSnapshotTestRun(t *testing.T) {
+	tr := newTestrun(t)
+	page := unix.Getpagesize()
+	mem, err := unix.Mmap(-1, 0, 8*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(mem) })
+	for i := 0; i+8 <= len(mem); i += 8 {
+		binary.LittleEndian.PutUint64(mem[i:], uint64(i))
+	}
+	// The last two pages cannot be read: the stack ends 6 pages in.
+	if err := unix.Mprotect(mem[6*page:], unix.PROT_NONE); err != nil {
+		t.Fatal(err)
+	}
+	base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))
+	for _, tc := range []struct {
+		name   string
+		at     int // SP's offset in mem
+		frames uint32
+		want   int // bytes copied
+	}{
+		{"to the stack's end", 5*page + 104, 3, page - 104},
+		{"across pages", 3*page + 8, 1, 3*page - 8},
+		{"capped", 8, 200, MaxSnapshotBytes},
+		{"past the end", 6 * page, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := base + uint64(tc.at)
+			out := tr.run(t, tr.SnapshotTest, testrunIO{Pc: 0x401000 | pcFlagNoAdjust, Sp: sp, Fp: sp + 64, SnapFrames: tc.frames})
+			if tc.want == 0 {
+				if out.SnapAdded != 0 || out.Flags&FlagSnapshot != 0 {
+					t.Fatalf("added %d bytes, flags %#x: want no snapshot", out.SnapAdded, out.Flags)
+				}
+				return
+			}
+			if int(out.SnapAdded) != snapSize+tc.want || out.Flags&FlagSnapshot == 0 {
+				t.Fatalf("added %d bytes (flags %#x), want a %d-byte header and %d bytes", out.SnapAdded, out.Flags, snapSize, tc.want)
+			}
+			h := out.Snap
+			if h.Pc != 0x401000|pcFlagNoAdjust || h.Sp != sp || h.Fp != sp+64 || h.Frame != 0 || int(h.Bytes) != tc.want {
+				t.Errorf("header %+v", h)
+			}
+			if out.SnapFirst != uint64(tc.at) || out.SnapLast != uint64(tc.at+tc.want-8) {
+				t.Errorf("copied words %#x ... %#x, want %#x ... %#x", out.SnapFirst, out.SnapLast, tc.at, tc.at+tc.want-8)
+			}
+		})
+	}
 }

@@ -38,7 +38,7 @@ type testrunMappingInfo struct {
 	TableId  uint32
 	Rows     uint32
 	File     uint32
-	Pad      uint32
+	Flags    uint32
 }
 
 type testrunMappingKey struct {
@@ -92,6 +92,21 @@ type testrunSampleRecord struct {
 	Stack     [639]uint64
 }
 
+type testrunSampleScratch struct {
+	_    structs.HostLayout
+	Rec  testrunSampleRecord
+	Snap struct {
+		_     structs.HostLayout
+		Pc    uint64
+		Sp    uint64
+		Fp    uint64
+		Frame uint16
+		Pad   uint16
+		Bytes uint32
+	}
+	Bytes [20480]uint8
+}
+
 type testrunTestrunIo struct {
 	_       structs.HostLayout
 	Pc      uint64
@@ -110,14 +125,27 @@ type testrunTestrunIo struct {
 		FpOffset8 int8
 		Rule      uint8
 	}
-	Next      uint64
-	OutPc     uint64
-	OutSp     uint64
-	OutFp     uint64
-	Adjust    uint32
-	Flags     uint32
-	FramesCfi uint32
-	FramesFp  uint32
+	Next       uint64
+	OutPc      uint64
+	OutSp      uint64
+	OutFp      uint64
+	Adjust     uint32
+	Flags      uint32
+	FramesCfi  uint32
+	FramesFp   uint32
+	SnapFrames uint32
+	SnapAdded  uint32
+	Snap       struct {
+		_     structs.HostLayout
+		Pc    uint64
+		Sp    uint64
+		Fp    uint64
+		Frame uint16
+		Pad   uint16
+		Bytes uint32
+	}
+	SnapFirst uint64
+	SnapLast  uint64
 }
 
 type testrunUstackState struct {
@@ -131,6 +159,13 @@ type testrunUstackState struct {
 	Trust     uint32
 	FramesCfi uint32
 	FramesFp  uint32
+	Unplaced  uint32
+	SnapSet   uint32
+	SnapFrame uint32
+	SnapPad   uint32
+	SnapPc    uint64
+	SnapSp    uint64
+	SnapFp    uint64
 	Mi        testrunMappingInfo
 	LastTable uint32
 	LastPad   uint32
@@ -181,6 +216,7 @@ const (
 	testrunMapUnwindScratch        = "unwind_scratch"
 	testrunMapUnwinders            = "unwinders"
 	testrunProgFindRowTest         = "find_row_test"
+	testrunProgSnapshotTest        = "snapshot_test"
 	testrunProgStepTest            = "step_test"
 	testrunVarCountCosts           = "count_costs"
 	testrunVarFilterPendingNs      = "filter_pending_ns"
@@ -189,6 +225,7 @@ const (
 	testrunVarMappingEpoch         = "mapping_epoch"
 	testrunVarOffcpuMinNs          = "offcpu_min_ns"
 	testrunVarOffcpuThreshold      = "offcpu_threshold"
+	testrunVarSnapshotAll          = "snapshot_all"
 	testrunVarUnusedTestrunIo      = "unused_testrun_io"
 	testrunVarWakeupBytes          = "wakeup_bytes"
 )
@@ -235,8 +272,9 @@ type testrunSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type testrunProgramSpecs struct {
-	FindRowTest *ebpf.ProgramSpec `ebpf:"find_row_test"`
-	StepTest    *ebpf.ProgramSpec `ebpf:"step_test"`
+	FindRowTest  *ebpf.ProgramSpec `ebpf:"find_row_test"`
+	SnapshotTest *ebpf.ProgramSpec `ebpf:"snapshot_test"`
+	StepTest     *ebpf.ProgramSpec `ebpf:"step_test"`
 }
 
 // testrunMapSpecs contains maps before they are loaded into the kernel.
@@ -275,6 +313,7 @@ type testrunVariableSpecs struct {
 	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
+	SnapshotAll          *ebpf.VariableSpec `ebpf:"snapshot_all"`
 	UnusedTestrunIo      *ebpf.VariableSpec `ebpf:"unused_testrun_io"`
 	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
@@ -355,6 +394,7 @@ type testrunVariables struct {
 	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`
+	SnapshotAll          *ebpf.Variable `ebpf:"snapshot_all"`
 	UnusedTestrunIo      *ebpf.Variable `ebpf:"unused_testrun_io"`
 	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
@@ -363,13 +403,15 @@ type testrunVariables struct {
 //
 // It can be passed to loadTestrunObjects or ebpf.CollectionSpec.LoadAndAssign.
 type testrunPrograms struct {
-	FindRowTest *ebpf.Program `ebpf:"find_row_test"`
-	StepTest    *ebpf.Program `ebpf:"step_test"`
+	FindRowTest  *ebpf.Program `ebpf:"find_row_test"`
+	SnapshotTest *ebpf.Program `ebpf:"snapshot_test"`
+	StepTest     *ebpf.Program `ebpf:"step_test"`
 }
 
 func (p *testrunPrograms) Close() error {
 	return _TestrunClose(
 		p.FindRowTest,
+		p.SnapshotTest,
 		p.StepTest,
 	)
 }

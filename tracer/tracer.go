@@ -79,6 +79,10 @@ type Options struct {
 	// CountCosts keeps, per process, what sampling it cost (Cost). It costs
 	// every sample a map update, so it is for tests and diagnostics only.
 	CountCosts bool
+	// SnapshotAll makes every on-CPU stack carry a snapshot from its first
+	// frame (Record.Snapshot), whatever the tables: for tests that unwind
+	// the same stacks in user space and compare.
+	SnapshotAll bool
 }
 
 // DefaultPollInterval is the default Options.PollInterval.
@@ -229,6 +233,9 @@ func New(opts Options) (_ *Tracer, err error) {
 	}
 	if err := vars.CountCosts.Set(opts.CountCosts); err != nil {
 		return nil, fmt.Errorf("set count_costs: %w", err)
+	}
+	if err := vars.SnapshotAll.Set(opts.SnapshotAll); err != nil {
+		return nil, fmt.Errorf("set snapshot_all: %w", err)
 	}
 	if err := vars.OffcpuMinNs.Set(uint64(opts.OffCPUMinDuration.Nanoseconds())); err != nil {
 		return nil, fmt.Errorf("set offcpu_min_ns: %w", err)
@@ -438,6 +445,9 @@ type Counters struct {
 	PythonNoThread  uint64 // stacks whose thread had no state in its interpreter's first threads
 	PythonReadErrs  uint64 // Python walks ended at unreadable memory
 	PythonBadFrames uint64 // Python walks ended at a frame without a code object
+
+	Snapshots        uint64 // samples sent with a stack snapshot (Record.Snapshot)
+	SnapshotsSkipped uint64 // snapshots not taken: the ring buffer was half full
 }
 
 // Lost is every record the ring buffer could not take.
@@ -486,6 +496,8 @@ var counters = [support.SondeCounterCOUNTER_MAX]counter{
 	support.SondeCounterCOUNTER_PY_NO_THREAD:         {"py_no_thread", func(c *Counters) *uint64 { return &c.PythonNoThread }},
 	support.SondeCounterCOUNTER_PY_READ_ERR:          {"py_read_err", func(c *Counters) *uint64 { return &c.PythonReadErrs }},
 	support.SondeCounterCOUNTER_PY_BAD_FRAME:         {"py_bad_frame", func(c *Counters) *uint64 { return &c.PythonBadFrames }},
+	support.SondeCounterCOUNTER_SNAPSHOTS:            {"snapshots", func(c *Counters) *uint64 { return &c.Snapshots }},
+	support.SondeCounterCOUNTER_SNAPSHOTS_SKIPPED:    {"snapshots_skipped", func(c *Counters) *uint64 { return &c.SnapshotsSkipped }},
 }
 
 // Counters reads the eBPF side's counters.
@@ -506,7 +518,7 @@ func (t *Tracer) Counters() (Counters, error) {
 
 // Bounds of RingBufferBytesFor.
 const (
-	minAutoRingBuffer    = 256 << 10
+	minAutoRingBuffer    = 1 << 20
 	maxAutoRingBuffer    = 64 << 20
 	offCPUAutoRingBuffer = 4 << 20
 	// A sample record of a typical stack (30 user and 10 kernel frames)
@@ -516,7 +528,8 @@ const (
 
 // RingBufferBytesFor is the ring buffer size for samplesPerSecond on cpus
 // CPUs when none is configured: two seconds of samples of 1 KiB from every
-// CPU, rounded up to a power of two, at least 256 KiB (4 MiB when off-CPU
+// CPU, rounded up to a power of two, at least 1 MiB (room for the stack
+// snapshots of a burst of new programs; 4 MiB when off-CPU
 // profiling, whose record rate follows context switches, is on) and at
 // most 64 MiB. The kernel maps its pages twice, and they count in the
 // agent's RSS once written: a bigger buffer than the rate needs costs

@@ -39,13 +39,27 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+// sample_scratch is where the sampler builds a record. Past the deepest
+// record's frames there is room for a stack snapshot (record.h,
+// take_snapshot): its header, its bytes, and one page more, which the
+// verifier's bounds on the page-by-page copy need.
+struct sample_scratch {
+	struct sample_record rec;
+	struct stack_snapshot snap;
+	__u8 bytes[SNAPSHOT_BYTES + 4096];
+};
+
 // A sample is built here, then only its used part is copied to the ring buffer.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct sample_record);
+	__type(value, struct sample_scratch);
 } scratch SEC(".maps");
+
+// Tests only: every on-CPU stack carries a snapshot from its first frame,
+// so that user space can unwind the same stack again and compare.
+volatile const bool snapshot_all = false;
 
 // Wake the reader only once this much data waits; it also polls on a
 // deadline, so nothing waits long. One wake-up per record would cost the
@@ -75,6 +89,17 @@ struct ustack_state {
 	__u32 trust;   // the process's mappings did not change since its entries were set
 	__u32 frames_cfi; // frames of this stack unwound by a table row, counted at its end
 	__u32 frames_fp;  // frames of this stack found by frame pointers, counted at its end
+	// find_mapping found no entry for the current frame and could not
+	// look at its VMA: it may be in a file user space knows nothing of.
+	__u32 unplaced;
+	// snap_set: the stack is to carry a snapshot from user frame
+	// snap_frame on, whose registers follow (record.h, take_snapshot).
+	__u32 snap_set;
+	__u32 snap_frame;
+	__u32 snap_pad;
+	__u64 snap_pc; // with PC_FLAG_NO_ADJUST for an interrupted PC
+	__u64 snap_sp;
+	__u64 snap_fp;
 	struct mapping_info mi;
 	// The last row step found in this stack: row last_row of table
 	// last_table (0: none) covers [last_row.pc, last_next).

@@ -65,6 +65,14 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->frames_cfi = 0;
 	st->frames_fp = 0;
 	st->last_table = 0;
+	st->snap_set = 0;
+	if (snapshot_all && !st->py_active) {
+		st->snap_set = 1;
+		st->snap_frame = 0;
+		st->snap_pc = st->pc | PC_FLAG_NO_ADJUST;
+		st->snap_sp = st->sp;
+		st->snap_fp = st->fp;
+	}
 	__u64 *known = bpf_map_lookup_elem(&known_pids, &tgid);
 	if (!known) {
 		notify_unknown(tgid, NOTIFY_GAP_NS);
@@ -254,6 +262,7 @@ static __always_inline struct mapping_info *forked_entry(__u64 addr)
 static __always_inline struct mapping_info *find_mapping(struct ustack_state *st, __u32 pid,
                                                          __u64 addr, bool vma)
 {
+	st->unplaced = 0;
 	if (st->have_mi && addr >= st->mi.start && addr < st->mi.end)
 		return &st->mi;
 	st->have_mi = 0;
@@ -271,8 +280,10 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		if (!mi) {
 			notify_unknown(pid, NOTIFY_GAP_NS);
 			mi = forked_entry(addr);
-			if (!mi)
+			if (!mi) {
+				st->unplaced = 1;
 				return NULL;
+			}
 		}
 		return use_mapping(st, mi);
 	}
@@ -285,8 +296,10 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		if (!mi) {
 			notify_unknown(pid, NOTIFY_GAP_NS);
 			mi = forked_entry(addr);
-			if (!mi)
+			if (!mi) {
+				st->unplaced = 1;
 				return NULL;
+			}
 		}
 		return use_mapping(st, mi);
 	}
@@ -327,6 +340,26 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	return c;
 }
 
+// want_snapshot marks the current frame, which is in mapping mi (NULL: not
+// placed) where no table is loaded, as the one user space is to unwind on
+// from, with a snapshot of the stack (take_snapshot): once per stack, where
+// a table may come (a file without one yet, or a mapping find_mapping
+// could not place), and not in CPython processes, whose walker needs the
+// eBPF side's frames.
+static __always_inline void want_snapshot(struct ustack_state *st, struct sample_record *s,
+                                          struct mapping_info *mi, __u64 pc)
+{
+	if (st->snap_set || st->py_active)
+		return;
+	if (mi ? mi->inode == 0 || (mi->flags & MAPPING_NO_TABLE) : !st->unplaced)
+		return;
+	st->snap_set = 1;
+	st->snap_frame = s->user_len - 1;
+	st->snap_pc = pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+	st->snap_sp = st->sp;
+	st->snap_fp = st->fp;
+}
+
 // step unwinds one frame, in mapping mi (NULL: none known), from (pc, sp,
 // fp) of a frame to its caller's.
 static __always_inline enum step_result step(struct ustack_state *st, struct sample_record *s,
@@ -338,6 +371,7 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		// recognised by its code, the rest is frame pointers.
 		if (st->py_active && py_trampoline_step(st, pc))
 			return STEP_CONTINUE;
+		want_snapshot(st, s, mi, pc);
 		return fp_step(st, s);
 	}
 	// Frames of one function (recursion) or of one stretch of code share
@@ -505,6 +539,6 @@ static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
 	if (offcpu)
 		send_offcpu_start(s);
 	else
-		send_sample(s);
+		send_sample(s, st->snap_set ? take_snapshot(s, st) : 0);
 	return 0;
 }

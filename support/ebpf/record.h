@@ -36,18 +36,72 @@ static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, _
 	__sync_fetch_and_add(&ps->frames, frames);
 }
 
-static __always_inline int output_sample(struct sample_record *s)
+// output_sample writes the used part of s to the ring buffer: its header,
+// its frames, and the extra bytes after them (a stack snapshot; 0 for
+// none, and always 0 for a record that is not in a struct sample_scratch).
+static __always_inline int output_sample(struct sample_record *s, __u32 extra)
 {
 	__u64 size = __builtin_offsetof(struct sample_record, stack) +
 	             (__u64)(s->kernel_len + 2 * s->user_len) * sizeof(__u64);
 	if (size > sizeof(*s))
 		size = sizeof(*s);
+	if (extra) {
+		size += extra;
+		if (size > sizeof(struct sample_scratch))
+			size = sizeof(struct sample_scratch);
+	}
 	return bpf_ringbuf_output(&events, s, size, wakeup_flags());
 }
 
-static __always_inline void send_sample(struct sample_record *s)
+// take_snapshot writes the snapshot st marked (snap_set) after the frames of
+// s, which must be the record of a struct sample_scratch: its registers,
+// then the stack from its SP on, a page at a time up to SNAPSHOT_BYTES or
+// the first page that cannot be read (the end of the stack). It returns the
+// bytes it added, 0 when it took none: the ring buffer is half full already
+// (a burst of new programs must not crowd out samples), or the stack cannot
+// be read.
+static __always_inline __u32 take_snapshot(struct sample_record *s, struct ustack_state *st)
 {
-	if (output_sample(s) == 0)
+	__u64 ring = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > ring / 2) {
+		count(COUNTER_SNAPSHOTS_SKIPPED);
+		return 0;
+	}
+	__u32 words = s->kernel_len + 2 * s->user_len;
+	if (words > MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES)
+		return 0;
+	struct stack_snapshot *h = (void *)s->stack + words * sizeof(__u64);
+	__u8 *dst = (__u8 *)(h + 1);
+	__u64 sp = st->snap_sp;
+	__u32 copied = 0;
+	__u32 len = 4096 - (sp & 4095);
+	for (int i = 0; i <= SNAPSHOT_BYTES / 4096; i++) {
+		if (copied >= SNAPSHOT_BYTES)
+			break;
+		if (len > SNAPSHOT_BYTES - copied)
+			len = SNAPSHOT_BYTES - copied;
+		if (bpf_probe_read_user(dst + copied, len, (void *)(sp + copied)))
+			break;
+		copied += len;
+		len = 4096;
+	}
+	if (copied == 0)
+		return 0;
+	h->pc = st->snap_pc;
+	h->sp = sp;
+	h->fp = st->snap_fp;
+	h->frame = st->snap_frame;
+	h->pad = 0;
+	h->bytes = copied;
+	s->flags |= SAMPLE_SNAPSHOT;
+	count(COUNTER_SNAPSHOTS);
+	return sizeof(*h) + copied;
+}
+
+// send_sample sends s with extra bytes after its frames (take_snapshot's).
+static __always_inline void send_sample(struct sample_record *s, __u32 extra)
+{
+	if (output_sample(s, extra) == 0)
 		count(COUNTER_SAMPLES_SENT);
 	else
 		count(COUNTER_SAMPLES_LOST);
@@ -61,7 +115,7 @@ static __always_inline void send_sample(struct sample_record *s)
 // the end can never overtake the start.
 static __always_inline void send_offcpu_start(struct sample_record *s)
 {
-	if (output_sample(s) != 0) {
+	if (output_sample(s, 0) != 0) {
 		count(COUNTER_OFFCPU_STARTS_LOST);
 		return;
 	}

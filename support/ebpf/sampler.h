@@ -66,7 +66,7 @@ static __always_inline int sample_cpu_run(struct bpf_perf_event_data *ctx)
 	bool in_kernel = (((struct uapi_regs *)&ctx->regs)->cs & 3) != 3;
 	begin_sample(ctx, s, RECORD_SAMPLE, pid_tgid, bpf_ktime_get_ns(), in_kernel);
 	if (tgid == 0 || user_regs(ctx, st) != 0) {
-		send_sample(s);
+		send_sample(s, 0);
 		return 0;
 	}
 	begin_unwind(st, tgid);
@@ -74,6 +74,6 @@ static __always_inline int sample_cpu_run(struct bpf_perf_event_data *ctx)
 	// Only reached when the tail call failed.
 	count(COUNTER_UNWIND_TAIL_CALL_ERR);
 	s->flags |= SAMPLE_USER_STACK_ERR;
-	send_sample(s);
+	send_sample(s, 0);
 	return 0;
 }

@@ -12,6 +12,9 @@ enum limits {
 	MAX_TABLES = 16384,
 	// Rows of one table: the row search takes MAX_BSEARCH_STEPS steps.
 	MAX_TABLE_ROWS = 1 << 24,
+	// The most bytes of user stack a sample carries when its unwinding
+	// met code whose table is not loaded yet (struct stack_snapshot).
+	SNAPSHOT_BYTES = 16384,
 };
 
 // The user-stack unwinder handles this many frames per program run and
@@ -60,6 +63,25 @@ enum sample_flags {
 	SAMPLE_USER_COMPLETE = 1 << 4,  // the unwinder reached the outermost frame (CFI says so)
 	SAMPLE_USER_UNKNOWN_RULE = 1 << 5, // stopped at a PC whose CFI has no usable rule
 	SAMPLE_USER_READ_ERR = 1 << 6,     // stopped: user memory could not be read
+	// A struct stack_snapshot and the stack bytes it counts follow the
+	// frames: user space finishes the unwinding from them.
+	SAMPLE_SNAPSHOT = 1 << 7,
+};
+
+// stack_snapshot is what user space needs to unwind a stack on from the
+// frame at which the eBPF unwinder met a file without a loaded table (a
+// new program, a library just loaded, a table refused for want of budget):
+// that frame's registers and a copy of the stack above its SP. It follows
+// the frames of a sample with SAMPLE_SNAPSHOT, the bytes right after it.
+// The frames from user frame `frame` on are what the frame-pointer chain
+// found, which user space replaces.
+struct stack_snapshot {
+	__u64 pc; // the frame's PC, with PC_FLAG_NO_ADJUST for an interrupted one
+	__u64 sp;
+	__u64 fp;
+	__u16 frame; // index of the frame among the user frames
+	__u16 pad;
+	__u32 bytes; // stack bytes copied from sp on
 };
 
 // Unwind rules, as internal/unwind derives them from CFI.
@@ -123,7 +145,14 @@ struct mapping_info {
 	__u32 table_id;
 	__u32 rows;
 	__u32 file;
-	__u32 pad;
+	__u32 flags; // enum mapping_info_flags
+};
+
+// mapping_flags qualify a mapping_info.
+enum mapping_info_flags {
+	// The file will never have a table (no CFI, or its table cannot be
+	// built): a stack that meets it takes no snapshot.
+	MAPPING_NO_TABLE = 1 << 0,
 };
 
 // file_key names a mapped file as the kernel knows it: the device of its
@@ -230,6 +259,8 @@ enum counter {
 	COUNTER_PY_NO_THREAD, // the sampled thread's state was not in the interpreter's first threads
 	COUNTER_PY_READ_ERR,  // a Python frame chain could not be read: walk ended
 	COUNTER_PY_BAD_FRAME, // a Python frame held no code object: walk ended
+	COUNTER_SNAPSHOTS,    // samples sent with a stack snapshot
+	COUNTER_SNAPSHOTS_SKIPPED, // snapshots not taken: the ring buffer was half full
 	COUNTER_MAX,
 };
 

@@ -34,6 +34,14 @@ struct testrun_io {
 	__u32 flags;      // enum sample_flags the step set
 	__u32 frames_cfi; // frames counted by kind
 	__u32 frames_fp;
+	// snapshot_test: in, the user frames the record holds (its snapshot
+	// follows them); out, the bytes take_snapshot added, the header it
+	// wrote, and the first and last words of the stack it copied.
+	__u32 snap_frames;
+	__u32 snap_added;
+	struct stack_snapshot snap;
+	__u64 snap_first;
+	__u64 snap_last;
 };
 
 const struct testrun_io *unused_testrun_io __attribute__((unused));
@@ -104,5 +112,44 @@ int step_test(struct xdp_md *ctx)
 	io->flags = s->flags;
 	io->frames_cfi = st->frames_cfi;
 	io->frames_fp = st->frames_fp;
+	return XDP_PASS;
+}
+
+// snapshot_test takes the snapshot of the stack at (pc, sp, fp), frame 0 of
+// a record of snap_frames user frames, as the sampler does when a stack
+// ends (take_snapshot), and reports what it wrote.
+SEC("xdp")
+int snapshot_test(struct xdp_md *ctx)
+{
+	struct testrun_io *io = io_of(ctx);
+	if (!io)
+		return XDP_ABORTED;
+	__u32 zero = 0;
+	struct sample_record *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct ustack_state *st = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!s || !st || io->snap_frames > MAX_USER_FRAMES)
+		return XDP_ABORTED;
+	s->flags = 0;
+	s->kernel_len = 0;
+	s->user_len = io->snap_frames;
+	st->snap_set = 1;
+	st->snap_frame = 0;
+	st->snap_pc = io->pc;
+	st->snap_sp = io->sp;
+	st->snap_fp = io->fp;
+	__u32 added = take_snapshot(s, st);
+	io->snap_added = added;
+	io->flags = s->flags;
+	__u32 words = s->kernel_len + 2 * s->user_len;
+	if (added == 0 || words > MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES)
+		return XDP_PASS;
+	struct stack_snapshot *h = (void *)s->stack + words * sizeof(__u64);
+	io->snap = *h;
+	__u8 *bytes = (__u8 *)(h + 1);
+	__u32 n = h->bytes;
+	if (n < 8 || n > SNAPSHOT_BYTES)
+		return XDP_PASS;
+	io->snap_first = *(__u64 *)bytes;
+	io->snap_last = *(__u64 *)(bytes + ((n - 8) & (SNAPSHOT_BYTES - 1)));
 	return XDP_PASS;
 }
