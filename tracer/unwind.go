@@ -185,7 +185,9 @@ func (t *Tracer) UnloadTable(id uint32) error {
 // (File, address - FileBias): File is the caller's handle for the mapped
 // file (0: none); FileBias is Start minus the mapping's file offset. Inode
 // is the mapped file's, which the unwinder checks against the live mapping
-// where the kernel allows (CheckedMappings).
+// where the kernel allows (CheckedMappings). NoTable says the file will
+// never have a table (no CFI, or none can be built from it): the unwinder
+// takes no stack snapshot there, as nothing could unwind it later.
 type Mapping struct {
 	Start, End uint64
 	Bias       uint64
@@ -194,6 +196,7 @@ type Mapping struct {
 	File       uint32
 	FileBias   uint64
 	Inode      uint64
+	NoTable    bool
 }
 
 // SetMappings makes mappings the unwind mappings of pid in place of old
@@ -208,6 +211,9 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 		info := support.SondeMappingInfo{
 			Start: m.Start, End: m.End, Bias: m.Bias, FileBias: m.FileBias, Inode: m.Inode,
 			TableId: m.Table, Rows: m.Rows, File: m.File,
+		}
+		if m.NoTable {
+			info.Flags = uint32(support.SondeMappingInfoFlagsMAPPING_NO_TABLE)
 		}
 		for _, k := range mappingKeys(pid, m.Start, m.End) {
 			next[k] = info

@@ -312,6 +312,8 @@ func (l *Loader) Prepare(p *process.Process) error {
 		// relative to the table's first row: rows are keyed by file offset.
 		if lf := pm.file; lf.id != 0 {
 			pm.m.Bias, pm.m.Table, pm.m.Rows = pm.m.FileBias+lf.base, lf.id, lf.rows
+		} else {
+			pm.m.NoTable = lf.never()
 		}
 	}
 	old := l.procs[p.PID]
@@ -481,10 +483,16 @@ func (l *Loader) pathOf(lf *loadedFile) string {
 	return ""
 }
 
-// repoint sets the mappings of lf, whose table was just loaded, in every
-// process that maps it, and in the kernel's file tables. Called with l.mu
-// held.
-func (l *Loader) repoint(lf *loadedFile) error {
+// never reports whether lf will never have a table: its build failed for
+// another reason than the budget (which may free room), and is not to be
+// tried again.
+func (lf *loadedFile) never() bool {
+	return lf.err != nil && !lf.refused && !lf.deferred && lf.id == 0
+}
+
+// remap applies set to the mapping of lf in every process that maps it,
+// and sets those processes' mappings again. Called with l.mu held.
+func (l *Loader) remap(lf *loadedFile, set func(pm *procMapping)) error {
 	var errs []error
 	for pid, pms := range l.procs {
 		var next []procMapping
@@ -495,7 +503,7 @@ func (l *Loader) repoint(lf *loadedFile) error {
 			if next == nil {
 				next = slices.Clone(pms)
 			}
-			next[i].m.Bias, next[i].m.Table, next[i].m.Rows = pm.m.FileBias+lf.base, lf.id, lf.rows
+			set(&next[i])
 		}
 		if next == nil {
 			continue
@@ -505,6 +513,16 @@ func (l *Loader) repoint(lf *loadedFile) error {
 		}
 		l.procs[pid] = next
 	}
+	return errors.Join(errs...)
+}
+
+// repoint sets the mappings of lf, whose table was just loaded, in every
+// process that maps it, and in the kernel's file tables. Called with l.mu
+// held.
+func (l *Loader) repoint(lf *loadedFile) error {
+	errs := []error{l.remap(lf, func(pm *procMapping) {
+		pm.m.Bias, pm.m.Table, pm.m.Rows, pm.m.NoTable = pm.m.FileBias+lf.base, lf.id, lf.rows, false
+	})}
 	if fk, ok := l.k.(FileKernel); ok {
 		ft := tracer.FileTable{File: lf.handle, Delta: lf.delta(), Table: lf.id, Rows: lf.rows}
 		for _, key := range lf.keys {
@@ -790,6 +808,11 @@ func (l *Loader) buildDeferred(lane int) {
 		lf.base, lf.segments, lf.debug, lf.err = built.base, built.segments, built.debug, built.err
 		if !l.counted(lf, path) {
 			lf.deferred = false
+			// No table will come: the processes that map it stop taking
+			// stack snapshots there.
+			if err := l.remap(lf, func(pm *procMapping) { pm.m.NoTable = true }); err != nil {
+				l.log.Debug("cannot mark mappings without a table", zap.Error(err))
+			}
 			l.countPending()
 			l.mu.Unlock()
 			free()

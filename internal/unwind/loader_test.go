@@ -501,6 +501,21 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 		if s := l.Stats(); s.DebugFiles == 0 {
 			t.Errorf("stats %+v: no table counted as built from a debug file", s)
 		}
+		if m.NoTable {
+			t.Errorf("mapping %+v with a table is marked as never having one", m)
+		}
+		// A Finder reads the same debug file, and finds the table's rows.
+		fd, err := NewFinder(bin, []string{t.TempDir(), debugDir}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fd.Close()
+		for i, r := range rows {
+			off := lf.base + uint64(r.Pc)
+			if got, ok := fd.Row(off); !ok || got.Rule != r.Rule || got.CfaOffset != r.CfaOffset || got.FpOffset8 != r.FpOffset8 {
+				t.Errorf("row %d at offset %#x: finder %+v (found %v), table %+v", i, off, got, ok, r)
+			}
+		}
 		// Rows are keyed by file offset; readelf speaks ELF addresses.
 		tab := tableOfKernelRows(t, rows, lf.base)
 		segs := readelfSegments(t, bin)
@@ -530,8 +545,8 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 	})
 	t.Run("not searched", func(t *testing.T) {
 		l, k, m := prepare(t, []string{})
-		if m.Table != 0 {
-			t.Errorf("mapping %+v has a table (%d rows) without the debug file", m, len(k.tables[m.Table]))
+		if m.Table != 0 || !m.NoTable {
+			t.Errorf("mapping %+v has a table (%d rows) without the debug file, or is not marked as never having one", m, len(k.tables[m.Table]))
 		}
 		if lf := l.files[fileID]; lf == nil || !errors.Is(lf.err, ErrNoCFI) {
 			t.Errorf("file record %+v, want ErrNoCFI", lf)
