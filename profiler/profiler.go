@@ -151,6 +151,7 @@ func New(opts Options) (*Profiler, error) {
 		OffCPUThreshold:      opts.OffCPUThreshold,
 		OffCPUMinDuration:    opts.OffCPUMinDuration,
 		CountCosts:           opts.countCosts,
+		SnapshotAll:          opts.checkSnapshots,
 	})
 	if err != nil {
 		p.closingStart()
@@ -176,6 +177,8 @@ func New(opts Options) (*Profiler, error) {
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
 	p.preparer.tableLoaded = opts.TableLoaded
 	p.resolver = newResolver(log, p.procs, p.syms, opts.NativeSymbols, p.preparer.loader)
+	p.resolver.debugDirs = opts.DebugDirs
+	p.resolver.checkSnapshots = opts.checkSnapshots
 	p.resolver.holds = p.preparer.holds
 	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts)
 	p.resolver.python = p.preparer.python
@@ -481,6 +484,8 @@ func (p *Profiler) resolve(records <-chan queued, free chan<- *tracer.Record) {
 				p.filtered.Add(1)
 				break
 			}
+			// First: a stack unwound on from its snapshot may now be whole.
+			q.proc = p.resolver.snapshotWalk(rec, q.proc, q.procErr)
 			if len(rec.User) > 0 && p.preparer.warm.holdBack(int(rec.PID), ktime(rec.KTime), rec.Flags&tracer.FlagUserComplete != 0) {
 				p.warmUpHeld.Add(1)
 				break

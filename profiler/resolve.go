@@ -5,6 +5,7 @@ package profiler
 import (
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,18 @@ type resolver struct {
 	// the exit record.
 	gone map[int]goneProc
 
+	// Stack snapshots (snapshot.go): a Finder per file, by file id, under
+	// finderMu (endInterval drops their pages from another goroutine);
+	// the walk's frames, reused for every snapshot.
+	finderMu       sync.Mutex
+	finders        map[elfx.FileID]*finderEntry
+	tick           uint64
+	debugDirs      []string
+	checkSnapshots bool
+	snapPCs        []uint64
+	snapFlags      []tracer.FrameFlags
+	snapFiles      []tracer.FileRef
+
 	stats     resolverStats
 	loggedErr atomic.Bool // a resolution error was logged this interval
 }
@@ -70,6 +83,11 @@ type resolverStats struct {
 	symbolizeErrs atomic.Uint64
 	kernelUnnamed atomic.Uint64
 	cacheResets   atomic.Uint64
+	// Stack snapshots: samples that carried one, those unwound from it to
+	// their root, and (checkSnapshots) those compared with the kernel's
+	// own unwinding, and how many of them differed.
+	snapshots, snapshotsWhole          atomic.Uint64
+	snapshotsCompared, snapshotsDiffer atomic.Uint64
 }
 
 // procEntry is what the resolver derived from one *process.Process; it is
@@ -158,6 +176,7 @@ func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symboliz
 		kernelPCs:  make(map[uint64]kernelEntry),
 		kernelMaps: make(map[string]*profile.Mapping),
 		gone:       make(map[int]goneProc),
+		finders:    make(map[elfx.FileID]*finderEntry),
 		vdso:       readVDSO(log),
 	}
 }
@@ -664,6 +683,7 @@ func (r *resolver) close() {
 	for pid := range r.procsByPID {
 		r.forget(pid)
 	}
+	r.closeFinders()
 	r.holds.close()
 }
 
@@ -680,6 +700,7 @@ func (r *resolver) endInterval() {
 	r.loggedErr.Store(false)
 	r.holds.tick()
 	r.syms.DropPages()
+	r.dropFinderPages()
 }
 
 // pythonFrame is the Python frame the eBPF walker reported as its code

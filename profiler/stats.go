@@ -114,6 +114,15 @@ type ResolverStats struct {
 	SymbolizeErrors uint64
 	KernelUnnamed   uint64
 	CacheResets     uint64
+	// Snapshots counts the samples that carried a stack snapshot (their
+	// unwinding met a file whose table was not loaded yet) and were
+	// unwound on from it here; SnapshotsWhole those of them that reached
+	// their outermost frame.
+	Snapshots, SnapshotsWhole uint64
+	// SnapshotsCompared and SnapshotsDiffer: with the tests' snapshot
+	// check, the stacks unwound both by the kernel and from their
+	// snapshot, and those where the two differ.
+	SnapshotsCompared, SnapshotsDiffer uint64
 }
 
 // PythonStats count CPython processes and their frames.
@@ -216,6 +225,8 @@ func (p *Profiler) Stats() Stats {
 	s.Resolver = ResolverStats{
 		ProcessGone: rs.processGone.Load(), Unmapped: rs.unmapped.Load(), FPOutsideCode: rs.fpOutside.Load(), Truncated: rs.truncated.Load(), FileErrors: rs.fileErrors.Load(),
 		SymbolizeErrors: rs.symbolizeErrs.Load(), KernelUnnamed: rs.kernelUnnamed.Load(), CacheResets: rs.cacheResets.Load(),
+		Snapshots: rs.snapshots.Load(), SnapshotsWhole: rs.snapshotsWhole.Load(),
+		SnapshotsCompared: rs.snapshotsCompared.Load(), SnapshotsDiffer: rs.snapshotsDiffer.Load(),
 	}
 	s.Unwind = pr.loader.Stats()
 	s.Symbols = p.syms.Stats()
