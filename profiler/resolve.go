@@ -86,8 +86,8 @@ type resolverStats struct {
 	// Stack snapshots: samples that carried one, those unwound from it to
 	// their root, and (checkSnapshots) those compared with the kernel's
 	// own unwinding, and how many of them differed.
-	snapshots, snapshotsWhole          atomic.Uint64
-	snapshotsCompared, snapshotsDiffer atomic.Uint64
+	snapshots, snapshotsWhole, snapshotsSpliced atomic.Uint64
+	snapshotsCompared, snapshotsDiffer          atomic.Uint64
 }
 
 // procEntry is what the resolver derived from one *process.Process; it is

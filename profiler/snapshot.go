@@ -113,6 +113,9 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 		r.compareSnapshot(rec, end)
 		return p
 	}
+	if end == unwind.StepUnreadable && r.spliceFramePointers(rec, regs) {
+		return p
+	}
 	flags := rec.Flags &^ (tracer.FlagUserComplete | tracer.FlagUserTruncated | tracer.FlagFramePointers |
 		tracer.FlagUnknownRule | tracer.FlagUserReadErr)
 	switch {
@@ -132,6 +135,50 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 	rec.Flags = flags
 	rec.User, rec.UserFlags, rec.UserFiles = r.snapPCs, r.snapFlags, r.snapFiles
 	return p
+}
+
+// spliceFramePointers finishes a walk that left the snapshot's copy of the
+// stack (at the frame with registers last, the walk's last) with the
+// frames the eBPF side found by frame pointers after the snapshot's frame,
+// where those are the callers the walk was about to find: a switch to
+// another stack (a cgo call's system stack, a signal stack) leaves the copy
+// behind, and the frame-pointer chain crosses it. They are when the last
+// frame still has the snapshot's frame pointer (the frames in between kept
+// RBP), so the eBPF side's first frame-pointer step read the same link; or
+// when the eBPF side's frames hold the last frame and its callee, both by
+// PC, so its chain passed through the same frame. It reports whether it
+// spliced.
+func (r *resolver) spliceFramePointers(rec *tracer.Record, last unwind.Regs) bool {
+	snap := rec.Snapshot
+	e := rec.User[snap.Frame:]
+	if len(e) < 2 || rec.UserFlags[snap.Frame+1]&tracer.FrameFromFramePointer == 0 {
+		return false
+	}
+	at := -1 // the eBPF side's frame (in e) whose callers follow
+	n := len(r.snapPCs)
+	if last.FP == snap.FP {
+		at = 0
+	} else if n-2 >= snap.Frame {
+		for j := 1; j < len(e); j++ {
+			if e[j] == last.PC && e[j-1] == r.snapPCs[n-2] {
+				at = j
+				break
+			}
+		}
+	}
+	if at < 0 || at+1 >= len(e) {
+		return false
+	}
+	from := snap.Frame + at + 1
+	tail := min(len(rec.User)-from, tracer.MaxUserFrames-n)
+	r.snapPCs = append(r.snapPCs, rec.User[from:from+tail]...)
+	r.snapFlags = append(r.snapFlags, rec.UserFlags[from:from+tail]...)
+	r.snapFiles = append(r.snapFiles, rec.UserFiles[from:from+tail]...)
+	// The tail ended as the eBPF side's walk did.
+	rec.Flags |= tracer.FlagFramePointers
+	rec.User, rec.UserFlags, rec.UserFiles = r.snapPCs, r.snapFlags, r.snapFiles
+	r.stats.snapshotsSpliced.Add(1)
+	return true
 }
 
 // compareSnapshot compares the stack the walk from rec's snapshot found

@@ -117,8 +117,10 @@ type ResolverStats struct {
 	// Snapshots counts the samples that carried a stack snapshot (their
 	// unwinding met a file whose table was not loaded yet) and were
 	// unwound on from it here; SnapshotsWhole those of them that reached
-	// their outermost frame.
-	Snapshots, SnapshotsWhole uint64
+	// their outermost frame; SnapshotsSpliced those whose walk left the
+	// snapshot's copy of the stack (a switch to another stack) and went on
+	// with the frames the eBPF side found by frame pointers.
+	Snapshots, SnapshotsWhole, SnapshotsSpliced uint64
 	// SnapshotsCompared and SnapshotsDiffer: with the tests' snapshot
 	// check, the stacks unwound both by the kernel and from their
 	// snapshot, and those where the two differ.
@@ -225,7 +227,7 @@ func (p *Profiler) Stats() Stats {
 	s.Resolver = ResolverStats{
 		ProcessGone: rs.processGone.Load(), Unmapped: rs.unmapped.Load(), FPOutsideCode: rs.fpOutside.Load(), Truncated: rs.truncated.Load(), FileErrors: rs.fileErrors.Load(),
 		SymbolizeErrors: rs.symbolizeErrs.Load(), KernelUnnamed: rs.kernelUnnamed.Load(), CacheResets: rs.cacheResets.Load(),
-		Snapshots: rs.snapshots.Load(), SnapshotsWhole: rs.snapshotsWhole.Load(),
+		Snapshots: rs.snapshots.Load(), SnapshotsWhole: rs.snapshotsWhole.Load(), SnapshotsSpliced: rs.snapshotsSpliced.Load(),
 		SnapshotsCompared: rs.snapshotsCompared.Load(), SnapshotsDiffer: rs.snapshotsDiffer.Load(),
 	}
 	s.Unwind = pr.loader.Stats()
