@@ -67,13 +67,20 @@ type Profiler struct {
 	// newest is the capture time of the newest record resolved: every
 	// record captured before it, less watermarkSkew, was resolved too.
 	newest time.Time
+	// drained is the last time the reader found the ring buffer empty
+	// whose records before it are all resolved: every record captured
+	// before it, less watermarkSkew, was resolved too.
+	drained time.Time
 	// Counted under mu, with the sample's addition to its interval.
 	samples      uint64
 	stacks       [NumStackOutcomes][2]uint64
 	intervalFull uint64
 	late         uint64
 
-	wake        chan struct{} // the resolver opened an interval: older ones may be complete
+	wake chan struct{} // the resolver opened an interval, or drained the ring: older ones may be complete
+	// kicked: the reporter asked the reader to read the ring buffer now
+	// and say when it found it empty (batch.drained).
+	kicked      atomic.Bool
 	inflight    atomic.Int64  // records read and not yet resolved
 	samplesRead atomic.Uint64 // sample records read (decoded)
 	lag         atomic.Int64  // the newest sample's age when its interval was emitted
@@ -223,9 +230,10 @@ func (p *Profiler) Run(ctx context.Context, emit EmitFunc) error {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
-	// Records wait here between the reader and the resolver; a record is
-	// taken from free before each read, so at most pendingRecords wait.
-	records := make(chan queued, pendingRecords)
+	// Records wait here between the reader and the resolver, in batches;
+	// a record is taken from free before each read, so at most
+	// pendingRecords wait.
+	records := make(chan batch, pendingRecords/maxBatch+1)
 	free := make(chan *tracer.Record, pendingRecords)
 	for range pendingRecords {
 		free <- new(tracer.Record)
@@ -373,6 +381,20 @@ func (p *Profiler) prepare(ctx context.Context) {
 // waits and the ring buffer, whose drops are counted, absorbs the rest.
 const pendingRecords = 256
 
+// maxBatch bounds the records the reader hands the resolver at once. It
+// reads what the ring buffer holds at each wake-up and hands it over in
+// one go: one wake-up of the resolver per batch, not per record, which on
+// a quiet host is most of what the pipeline costs.
+const maxBatch = 64
+
+// batch is what the reader hands the resolver at once: the records it read
+// in a row, and, when the ring buffer was found empty after them, when it
+// was: every record written before then is in this batch or an earlier one.
+type batch struct {
+	qs      []queued
+	drained time.Time
+}
+
 // queued is a record on its way from the reader to the resolver, with the
 // process it is of, as the table held it when the record was read: a
 // process that exits, or execs, before its samples are resolved is
@@ -408,14 +430,37 @@ func (p *Profiler) readNotices() {
 }
 
 // read decodes records until the tracer is closed or drained. Samples, exec
-// and exit go in order to the resolver; requests for unwind information
-// come through readNotices.
-func (p *Profiler) read(records chan<- queued, free chan *tracer.Record) {
-	defer close(records)
+// and exit go in order to the resolver, in batches of what the ring buffer
+// held at once; requests for unwind information come through readNotices.
+//
+// It reads what the ring buffer holds, hands it over, and waits: for the
+// eBPF side's wake-up (an eighth of the ring buffer full), the tracer's
+// poll interval, or the reporter's kick at the end of an interval, after
+// which it says that the ring buffer was empty (batch.drained) even when
+// it read nothing.
+func (p *Profiler) read(records chan<- batch, free chan *tracer.Record) {
+	var b batch
+	defer func() {
+		if len(b.qs) > 0 {
+			records <- b
+		}
+		close(records)
+	}()
 	var loggedDecode bool
 	for {
 		rec := <-free
-		err := p.tracer.ReadInto(rec)
+		before := time.Now()
+		err := p.tracer.TryReadInto(rec)
+		if errors.Is(err, tracer.ErrEmpty) {
+			free <- rec
+			if kicked := p.kicked.Swap(false); len(b.qs) > 0 || kicked {
+				b.drained = before
+				records <- b
+				b = batch{}
+			}
+			p.tracer.Wait()
+			continue
+		}
 		if errors.Is(err, tracer.ErrClosed) || errors.Is(err, tracer.ErrDrained) {
 			return
 		}
@@ -454,78 +499,113 @@ func (p *Profiler) read(records chan<- queued, free chan *tracer.Record) {
 			continue
 		}
 		p.inflight.Add(1)
-		records <- q
+		if b.qs == nil {
+			b.qs = make([]queued, 0, maxBatch)
+		}
+		if b.qs = append(b.qs, q); len(b.qs) == maxBatch {
+			records <- b
+			b = batch{}
+		}
 	}
 }
 
 // resolve turns records into samples of their intervals until the reader
 // stops.
-func (p *Profiler) resolve(records <-chan queued, free chan<- *tracer.Record) {
+func (p *Profiler) resolve(records <-chan batch, free chan<- *tracer.Record) {
 	var sample profile.Sample
-	for q := range records {
-		rec := q.rec
-		if p.closing.Err() != nil {
-			// Close does not wait for the backlog: what is left is
-			// counted, and the pipeline stops promptly.
-			if rec.Type == tracer.RecordSample {
-				p.unresolved.Add(1)
-			}
-			p.inflight.Add(-1)
-			free <- rec
-			continue
+	for b := range records {
+		for _, q := range b.qs {
+			p.resolveOne(q, free, &sample)
 		}
-		if p.opts.BeforeResolve != nil {
-			p.opts.BeforeResolve()
+		if !b.drained.IsZero() {
+			p.resolvedDrain(b.drained)
 		}
-		captured := rec.Time
-		switch rec.Type {
-		case tracer.RecordSample:
-			if p.excludedSample(q.proc) {
-				p.filtered.Add(1)
-				break
-			}
-			// First: a stack unwound on from its snapshot may now be whole.
-			q.proc = p.resolver.snapshotWalk(rec, q.proc, q.procErr)
-			if len(rec.User) > 0 && p.preparer.warm.holdBack(int(rec.PID), ktime(rec.KTime), rec.Flags&tracer.FlagUserComplete != 0) {
-				p.warmUpHeld.Add(1)
-				break
-			}
-			p.resolver.resolveProc(rec, q.proc, q.procErr, &sample)
-			c, fp := classifyStack(rec.Flags, len(rec.User))
-			p.mu.Lock()
-			b := p.intervalFor(sample.Time)
-			n := b.Len()
-			b.Add(sample)
-			p.samples++
-			p.stacks[c][b2i(fp)]++
-			if b.Len() == n {
-				p.intervalFull++
-			}
-			p.mu.Unlock()
-		case tracer.RecordOffCPUStart:
-			if p.excludedSample(q.proc) {
-				p.filtered.Add(1)
-				break
-			}
-			p.resolver.offCPUStart(rec, q.proc, q.procErr, &sample)
-			p.offCPU.start(offCPUKey{tid: rec.TID, start: rec.KTime}, &sample)
-		case tracer.RecordOffCPUEnd:
-			// Time is when the wait began; the record was written at its end.
-			captured = captured.Add(rec.OffCPU)
-			p.offCPU.end(offCPUKey{tid: rec.TID, start: rec.KTime}, rec.OffCPU, rec.Flags&tracer.OffCPUShort != 0, p.addOffCPU)
-		case tracer.RecordExec:
-			p.resolver.exec(int(rec.PID))
-		case tracer.RecordExit:
-			p.resolver.exit(int(rec.PID), rec.Time)
+	}
+}
+
+// resolvedDrain records that every record written before t is resolved,
+// and wakes the reporter if that completes the oldest open interval.
+func (p *Profiler) resolvedDrain(t time.Time) {
+	p.mu.Lock()
+	before := p.drained
+	if t.After(p.drained) {
+		p.drained = t
+	}
+	wake := len(p.open) > 0 && p.open[0].end.Add(watermarkSkew).After(before) && !p.open[0].end.Add(watermarkSkew).After(p.drained)
+	p.mu.Unlock()
+	if wake {
+		select {
+		case p.wake <- struct{}{}:
+		default:
 		}
-		p.mu.Lock()
-		if captured.After(p.newest) {
-			p.newest = captured
+	}
+}
+
+// resolveOne turns one record into a sample of its interval, and gives the
+// record back to free.
+func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *profile.Sample) {
+	rec := q.rec
+	if p.closing.Err() != nil {
+		// Close does not wait for the backlog: what is left is
+		// counted, and the pipeline stops promptly.
+		if rec.Type == tracer.RecordSample {
+			p.unresolved.Add(1)
 		}
-		p.mu.Unlock()
 		p.inflight.Add(-1)
 		free <- rec
+		return
 	}
+	if p.opts.BeforeResolve != nil {
+		p.opts.BeforeResolve()
+	}
+	captured := rec.Time
+	switch rec.Type {
+	case tracer.RecordSample:
+		if p.excludedSample(q.proc) {
+			p.filtered.Add(1)
+			break
+		}
+		// First: a stack unwound on from its snapshot may now be whole.
+		q.proc = p.resolver.snapshotWalk(rec, q.proc, q.procErr)
+		if len(rec.User) > 0 && p.preparer.warm.holdBack(int(rec.PID), ktime(rec.KTime), rec.Flags&tracer.FlagUserComplete != 0) {
+			p.warmUpHeld.Add(1)
+			break
+		}
+		p.resolver.resolveProc(rec, q.proc, q.procErr, sample)
+		c, fp := classifyStack(rec.Flags, len(rec.User))
+		p.mu.Lock()
+		b := p.intervalFor(sample.Time)
+		n := b.Len()
+		b.Add(*sample)
+		p.samples++
+		p.stacks[c][b2i(fp)]++
+		if b.Len() == n {
+			p.intervalFull++
+		}
+		p.mu.Unlock()
+	case tracer.RecordOffCPUStart:
+		if p.excludedSample(q.proc) {
+			p.filtered.Add(1)
+			break
+		}
+		p.resolver.offCPUStart(rec, q.proc, q.procErr, sample)
+		p.offCPU.start(offCPUKey{tid: rec.TID, start: rec.KTime}, sample)
+	case tracer.RecordOffCPUEnd:
+		// Time is when the wait began; the record was written at its end.
+		captured = captured.Add(rec.OffCPU)
+		p.offCPU.end(offCPUKey{tid: rec.TID, start: rec.KTime}, rec.OffCPU, rec.Flags&tracer.OffCPUShort != 0, p.addOffCPU)
+	case tracer.RecordExec:
+		p.resolver.exec(int(rec.PID))
+	case tracer.RecordExit:
+		p.resolver.exit(int(rec.PID), rec.Time)
+	}
+	p.mu.Lock()
+	if captured.After(p.newest) {
+		p.newest = captured
+	}
+	p.mu.Unlock()
+	p.inflight.Add(-1)
+	free <- rec
 }
 
 func b2i(b bool) int {
@@ -615,41 +695,88 @@ func (p *Profiler) intervalFor(t time.Time) *profile.Builder {
 // When an interval is complete. Records reach the ring buffer nearly in
 // capture order (a BPF program takes the time before it writes), so once a
 // record captured watermarkSkew after an interval's end was resolved, every
-// sample of the interval was. On a quiet host no such record may come: an
-// interval is complete too once idleDelay has passed since its end with
-// nothing read and unresolved. idleDelay exceeds the tracer's poll interval,
-// within which a record written without a wake-up is read.
+// sample of the interval was; and so was it once the reader found the ring
+// buffer empty watermarkSkew after the end and everything read before was
+// resolved. The reporter kicks the reader at that time (Tracer.Kick), so
+// an interval is emitted within milliseconds of its end however seldom the
+// reader polls. Should neither tell, an interval is complete too once
+// idleDelay has passed since its end with nothing read and unresolved.
+// idleDelay exceeds the tracer's poll interval, within which a record
+// written without a wake-up is read.
 const (
 	watermarkSkew = 50 * time.Millisecond
 	idleDelay     = tracer.DefaultPollInterval + 400*time.Millisecond
+	// recheck is how soon the reporter looks again at an interval that
+	// is due but not complete yet (the resolver catching up).
+	recheck = 250 * time.Millisecond
 )
 
 // report emits the intervals as they complete, until ctx ends. A failing
 // emit is counted and logged once per interval; the next interval goes on.
+// It wakes at each interval's end (plus watermarkSkew) to kick the reader,
+// when the resolver says an interval may be complete, and once per
+// interval to log: a handful of wake-ups per interval, not a tick.
 func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
 	every := p.opts.ReporterInterval
-	ticker := time.NewTicker(min(every/4, 250*time.Millisecond))
-	defer ticker.Stop()
 	nextLog := p.t0.Add(every)
+	timer := time.NewTimer(time.Until(nextLog.Add(watermarkSkew)))
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
-			p.emitReady(ctx, emit, false)
-		case now := <-ticker.C:
-			p.emitReady(ctx, emit, false)
-			if !now.Before(nextLog) {
-				// Once per interval of wall-clock time: what was lost,
-				// and the resolver may log its first problem again.
-				p.reportLost()
-				p.resolver.endInterval()
-				for !now.Before(nextLog) {
-					nextLog = nextLog.Add(every)
-				}
+		case <-timer.C:
+			if p.due(time.Now()) {
+				p.kick()
 			}
 		}
+		p.emitReady(ctx, emit, false)
+		now := time.Now()
+		if !now.Before(nextLog) {
+			// Once per interval of wall-clock time: what was lost,
+			// and the resolver may log its first problem again.
+			p.reportLost()
+			p.resolver.endInterval()
+			for !now.Before(nextLog) {
+				nextLog = nextLog.Add(every)
+			}
+		}
+		timer.Reset(time.Until(p.nextCheck(now, nextLog)))
 	}
+}
+
+// kick asks the reader to read the ring buffer now and say when it found
+// it empty.
+func (p *Profiler) kick() {
+	p.kicked.Store(true)
+	p.tracer.Kick()
+}
+
+// due reports whether the oldest open interval has ended (plus
+// watermarkSkew) but is not complete yet.
+func (p *Profiler) due(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.open) > 0 && !now.Before(p.open[0].end.Add(watermarkSkew))
+}
+
+// nextCheck is when the reporter next has something to do after now: the
+// end (plus watermarkSkew) of the oldest open interval, or, with none open,
+// the next log (the end of the interval running now); while the oldest
+// interval waits for the resolver past its end, a recheck.
+func (p *Profiler) nextCheck(now, nextLog time.Time) time.Time {
+	next := nextLog.Add(watermarkSkew)
+	p.mu.Lock()
+	if len(p.open) > 0 {
+		if end := p.open[0].end.Add(watermarkSkew); now.Before(end) {
+			next = end
+		} else {
+			next = now.Add(recheck)
+		}
+	}
+	p.mu.Unlock()
+	return next
 }
 
 // emitReady closes the open intervals that are complete, all of them if
@@ -665,7 +792,8 @@ func (p *Profiler) emitReady(ctx context.Context, emit EmitFunc, all bool) {
 			return
 		}
 		iv := p.open[0]
-		if !all && p.newest.Sub(iv.end) < watermarkSkew && (!idle || now.Sub(iv.end) < idleDelay) {
+		if !all && p.newest.Sub(iv.end) < watermarkSkew && p.drained.Sub(iv.end) < watermarkSkew &&
+			(!idle || now.Sub(iv.end) < idleDelay) {
 			p.mu.Unlock()
 			return
 		}

@@ -78,7 +78,10 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 	r.snapFiles = append(r.snapFiles[:0], rec.UserFiles[:snap.Frame]...)
 	stack := unwind.Stack{SP: snap.SP, Bytes: snap.Stack}
 	regs := unwind.Regs{PC: rec.User[snap.Frame], SP: snap.SP, FP: snap.FP, Return: !snap.Interrupted}
-	var how tracer.FrameFlags
+	// The snapshot's frame was found as the eBPF side found it (by frame
+	// pointers, where it came after a frame without a table); its callers
+	// as the walk finds them.
+	how := rec.UserFlags[snap.Frame] & tracer.FrameFromFramePointer
 	end := unwind.StepNoCaller
 	for len(r.snapPCs) < tracer.MaxUserFrames && regs.PC != 0 {
 		f := how

@@ -214,18 +214,46 @@ var ErrMalformed = errors.New("malformed record")
 // is full) or the poll interval passes, whichever comes first; then it reads
 // without blocking what the ring buffer holds.
 func (t *Tracer) ReadInto(rec *Record) error {
-	return t.readFrom(t.events, rec)
+	return t.readFrom(t.events, rec, t.poll)
 }
+
+// Kick makes a ReadInto that waits read what the ring buffer holds now,
+// without waiting for its poll interval or a wake-up; it is safe to call
+// from any goroutine. A reader that polls seldom is kicked when it must be
+// up to date (the end of a reporting interval).
+func (t *Tracer) Kick() { t.events.kick() }
+
+// ErrEmpty is returned by TryReadInto when no record waits.
+var ErrEmpty = errors.New("ring buffer empty")
+
+// TryReadInto is ReadInto without the wait: it returns ErrEmpty at once
+// when the ring buffer holds no record. A reader takes a batch of records
+// with one ReadInto and TryReadIntos until ErrEmpty.
+func (t *Tracer) TryReadInto(rec *Record) error {
+	return t.readFrom(t.events, rec, 0)
+}
+
+// Wait parks until the ring buffer may hold records: the eBPF side woke
+// its readers, the poll interval passed, Kick, Stop or Close. It may
+// return with nothing to read.
+func (t *Tracer) Wait() { t.events.wait(t.poll) }
 
 // ReadNotice is ReadInto for the requests for unwind information
 // (RecordUnknown), which have a ring buffer of their own so that a slow
 // reader of the samples never delays them. It is safe to call from another
 // goroutine than ReadInto, one at a time.
+//
+// Every notice wakes its reader (BPF_RB_FORCE_WAKEUP): it waits for one
+// without a poll interval, so an idle reader costs no wake-ups.
 func (t *Tracer) ReadNotice(rec *Record) error {
-	return t.readFrom(t.notices, rec)
+	return t.readFrom(t.notices, rec, noticePoll)
 }
 
-func (t *Tracer) readFrom(r *ring, rec *Record) error {
+// noticePoll is how long ReadNotice waits: notices wake it, and Stop and
+// Close end its wait; the bound only keeps a lost wake-up from lasting.
+const noticePoll = time.Minute
+
+func (t *Tracer) readFrom(r *ring, rec *Record, poll time.Duration) error {
 	for {
 		// A deadline already passed: the reader takes what is there and
 		// never blocks.
@@ -235,7 +263,10 @@ func (t *Tracer) readFrom(r *ring, rec *Record) error {
 		case err == nil:
 			return rec.decode(rec.raw.RawSample, t.clock)
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			r.wait(t.poll)
+			if poll <= 0 {
+				return ErrEmpty
+			}
+			r.wait(poll)
 			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			return ErrClosed

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,9 @@ type ring struct {
 	// runtime's sysmon polling every 20 µs while it lasts.
 	ready     *os.File
 	readyConn syscall.RawConn
+	// kicked: Kick asked the reader to read now; a wait that begins
+	// after the kick returns at once.
+	kicked atomic.Bool
 }
 
 // newRing opens a reader of m. On error nothing is left open.
@@ -47,6 +51,12 @@ func (r *ring) wait(poll time.Duration) {
 	if err := r.ready.SetReadDeadline(time.Now().Add(poll)); err != nil {
 		return // closed: the reader says so next
 	}
+	// A kick that came before the deadline above was set must not be
+	// lost under it; one that comes after it moves the deadline.
+	if r.kicked.Swap(false) {
+		return
+	}
+	defer r.kicked.Store(false)
 	waited := false
 	_ = r.readyConn.Read(func(uintptr) bool {
 		if waited {
@@ -55,6 +65,12 @@ func (r *ring) wait(poll time.Duration) {
 		waited = true
 		return false // park until readable or the deadline
 	})
+}
+
+// kick makes a parked reader read what the ring buffer holds now.
+func (r *ring) kick() {
+	r.kicked.Store(true)
+	_ = r.ready.SetReadDeadline(time.Now())
 }
 
 // flush makes the reader return what is left, then ringbuf.ErrFlushed.

@@ -65,9 +65,9 @@ type Options struct {
 	// takes one entry per aligned power-of-two block of its range.
 	MaxMappingPrefixes int
 	// PollInterval is how long ReadInto waits before it reads what the ring
-	// buffer holds without a wake-up; default 100 ms. The eBPF side wakes the
+	// buffer holds without a wake-up; default 1 s. The eBPF side wakes the
 	// reader only once an eighth of the ring buffer is full, so a record
-	// waits at most about this long.
+	// waits at most about this long, unless Kick asks for it sooner.
 	PollInterval time.Duration
 	// OffCPUThreshold is the probability, per context switch, that a thread
 	// that blocks is traced off the CPU (0: off-CPU profiling is off and its
@@ -86,7 +86,7 @@ type Options struct {
 }
 
 // DefaultPollInterval is the default Options.PollInterval.
-const DefaultPollInterval = 100 * time.Millisecond
+const DefaultPollInterval = time.Second
 
 // objects are the eBPF objects a Tracer loads: every map, and one build of
 // the user-stack unwinder (see New), so the other is never loaded.

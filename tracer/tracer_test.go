@@ -196,6 +196,48 @@ func TestCloseUnblocksRead(t *testing.T) {
 	}
 }
 
+// A reader that polls once an hour still reads at once when kicked: a
+// Kick while it waits ends the wait, and one that comes before the wait
+// begins is not lost. TryReadInto never waits.
+func TestKickEndsWait(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1, PollInterval: time.Hour})
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		tr.Wait()
+	}()
+	// Kick until the waiting goroutine is parked and wakes: a kick that
+	// lands before it parks ends its wait at once too.
+	tr.Kick()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still parked 10 s after Kick")
+	}
+	tr.Kick()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr.Wait() // the kick came first: returns at once
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Kick before Wait was lost: Wait parked for its hour")
+	}
+	// Empty or not, TryReadInto returns.
+	for {
+		var rec Record
+		err := tr.TryReadInto(&rec)
+		if errors.Is(err, ErrEmpty) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("TryReadInto: %v", err)
+		}
+	}
+}
+
 // Start and stop leave no file descriptor, program, map or link behind. The
 // check follows this tracer's own objects by id, so BPF objects that other
 // tests load at the same time do not disturb it.
