@@ -400,6 +400,9 @@ func (t *Table) load(pid int, mode loadMode, cacheKernel bool) (*Process, error)
 	switch {
 	case c.discard:
 		// Exec or Exit arrived while reading; the entry was updated by it.
+	case err != nil && errors.Is(err, ErrGone) && refresh && old != nil && !stale:
+		// A refresh (for mappings it lacked) found the process gone: its
+		// snapshot stays, for its samples still queued, until Exit.
 	case err != nil && errors.Is(err, ErrGone):
 		delete(t.entries, pid)
 	case err != nil:

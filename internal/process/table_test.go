@@ -405,8 +405,14 @@ func TestTableGone(t *testing.T) {
 			if p, err := tab.Refresh(100); !errors.Is(err, ErrGone) || p != nil {
 				t.Errorf("Refresh() = %+v, %v; want nil, ErrGone", p, err)
 			}
+			// The snapshot stays for the process's queued samples: only
+			// Exit (its exit record) forgets it.
+			if p, err := tab.Get(100); err != nil || p == nil {
+				t.Errorf("Get() after a Refresh found the process gone = %+v, %v; want its snapshot", p, err)
+			}
+			tab.Exit(100)
 			if tab.Len() != 0 {
-				t.Errorf("Len() = %d after Refresh of a gone process, want 0", tab.Len())
+				t.Errorf("Len() = %d after Exit, want 0", tab.Len())
 			}
 		})
 	}
