@@ -89,11 +89,12 @@ const (
 type SondeLimits uint32
 
 const (
-	SondeLimitsMAX_KERNEL_FRAMES SondeLimits = 127
-	SondeLimitsMAX_USER_FRAMES   SondeLimits = 256
-	SondeLimitsMAX_TABLES        SondeLimits = 16384
-	SondeLimitsMAX_TABLE_ROWS    SondeLimits = 16777216
-	SondeLimitsSNAPSHOT_BYTES    SondeLimits = 16384
+	SondeLimitsMAX_KERNEL_FRAMES     SondeLimits = 127
+	SondeLimitsMAX_USER_FRAMES       SondeLimits = 256
+	SondeLimitsMAX_TABLES            SondeLimits = 16384
+	SondeLimitsMAX_TABLE_ROWS        SondeLimits = 16777216
+	SondeLimitsSNAPSHOT_BYTES        SondeLimits = 16384
+	SondeLimitsSNAPSHOT_SECOND_BYTES SondeLimits = 4096
 )
 
 type SondeMappingInfo struct {
@@ -228,17 +229,20 @@ type SondeSampleScratch struct {
 	_     structs.HostLayout
 	Rec   SondeSampleRecord
 	Snap  SondeStackSnapshot
-	Bytes [20480]uint8
+	Bytes [24576]uint8
 }
 
 type SondeStackSnapshot struct {
-	_     structs.HostLayout
-	Pc    uint64
-	Sp    uint64
-	Fp    uint64
-	Frame uint16
-	Pad   uint16
-	Bytes uint32
+	_      structs.HostLayout
+	Pc     uint64
+	Sp     uint64
+	Fp     uint64
+	Sp2    uint64
+	Frame  uint16
+	Pad    uint16
+	Bytes  uint32
+	Bytes2 uint32
+	Pad2   uint32
 }
 
 type SondeTaskRecord struct {
@@ -275,6 +279,9 @@ type SondeUstackState struct {
 	SnapPc     uint64
 	SnapSp     uint64
 	SnapFp     uint64
+	Snap2Sp    uint64
+	Snap2Set   uint32
+	Snap2Pad   uint32
 	Mi         SondeMappingInfo
 	LastTable  uint32
 	LastPad    uint32

@@ -139,19 +139,28 @@ type Snapshot struct {
 	// side could read them (at most MaxSnapshotBytes). It aliases a buffer
 	// the next ReadInto with this Record reuses.
 	Stack []byte
+	// Stack2, when not empty, holds the bytes from SP2 on (at most
+	// MaxSnapshot2Bytes): where the frame-pointer chain the eBPF side
+	// followed from the frame left Stack (a switch to another stack).
+	SP2    uint64
+	Stack2 []byte
 }
 
 // MaxUserFrames is the most user frames a sample holds.
 const MaxUserFrames = maxUserFrames
 
-// MaxSnapshotBytes is the most stack bytes a Snapshot holds.
-const MaxSnapshotBytes = int(support.SondeLimitsSNAPSHOT_BYTES)
+// MaxSnapshotBytes and MaxSnapshot2Bytes are the most stack bytes a
+// Snapshot's regions hold.
+const (
+	MaxSnapshotBytes  = int(support.SondeLimitsSNAPSHOT_BYTES)
+	MaxSnapshot2Bytes = int(support.SondeLimitsSNAPSHOT_SECOND_BYTES)
+)
 
 // snapBufs holds the buffers of snapshots no Record refers to any more:
 // few samples carry one (a new program's first ones), and a Record in a
 // queue of hundreds must not keep a 16 KiB buffer for the rest of its life.
 var snapBufs = sync.Pool{New: func() any {
-	b := make([]byte, MaxSnapshotBytes)
+	b := make([]byte, MaxSnapshotBytes+MaxSnapshot2Bytes)
 	return &b
 }}
 
@@ -189,12 +198,14 @@ const (
 	endOffDuration = int(unsafe.Offsetof(endRec.Duration))
 	endSize        = int(unsafe.Sizeof(endRec))
 
-	snapOffPC    = int(unsafe.Offsetof(snapRec.Pc))
-	snapOffSP    = int(unsafe.Offsetof(snapRec.Sp))
-	snapOffFP    = int(unsafe.Offsetof(snapRec.Fp))
-	snapOffFrame = int(unsafe.Offsetof(snapRec.Frame))
-	snapOffBytes = int(unsafe.Offsetof(snapRec.Bytes))
-	snapSize     = int(unsafe.Sizeof(snapRec))
+	snapOffPC     = int(unsafe.Offsetof(snapRec.Pc))
+	snapOffSP     = int(unsafe.Offsetof(snapRec.Sp))
+	snapOffFP     = int(unsafe.Offsetof(snapRec.Fp))
+	snapOffSP2    = int(unsafe.Offsetof(snapRec.Sp2))
+	snapOffFrame  = int(unsafe.Offsetof(snapRec.Frame))
+	snapOffBytes  = int(unsafe.Offsetof(snapRec.Bytes))
+	snapOffBytes2 = int(unsafe.Offsetof(snapRec.Bytes2))
+	snapSize      = int(unsafe.Sizeof(snapRec))
 
 	maxWords        = len(sampleRec.Stack)
 	maxKernelFrames = int(support.SondeLimitsMAX_KERNEL_FRAMES)
@@ -392,20 +403,26 @@ func (rec *Record) decodeSnapshot(b []byte) error {
 	}
 	frame := int(le.Uint16(b[snapOffFrame:]))
 	n := int(le.Uint32(b[snapOffBytes:]))
-	if frame >= len(rec.User) || n > MaxSnapshotBytes || len(b)-snapSize < n {
-		return fmt.Errorf("%w: snapshot of %d bytes at frame %d of %d, in %d bytes", ErrMalformed, n, frame, len(rec.User), len(b))
+	n2 := int(le.Uint32(b[snapOffBytes2:]))
+	if frame >= len(rec.User) || n > MaxSnapshotBytes || n2 > MaxSnapshot2Bytes || len(b)-snapSize < n+n2 {
+		return fmt.Errorf("%w: snapshot of %d+%d bytes at frame %d of %d, in %d bytes", ErrMalformed, n, n2, frame, len(rec.User), len(b))
 	}
 	pc := le.Uint64(b[snapOffPC:])
 	if pc&^pcFlagsMask != rec.User[frame] {
 		return fmt.Errorf("%w: snapshot at %#x, its frame at %#x", ErrMalformed, pc&^pcFlagsMask, rec.User[frame])
 	}
 	buf := snapBufs.Get().(*[]byte)
+	copy(*buf, b[snapSize:snapSize+n+n2])
 	rec.snap = Snapshot{
 		Frame:       frame,
 		Interrupted: pc&pcFlagNoAdjust != 0,
 		SP:          le.Uint64(b[snapOffSP:]),
 		FP:          le.Uint64(b[snapOffFP:]),
-		Stack:       (*buf)[:copy(*buf, b[snapSize:snapSize+n])],
+		Stack:       (*buf)[:n:n],
+		Stack2:      (*buf)[n : n+n2 : n+n2],
+	}
+	if n2 > 0 {
+		rec.snap.SP2 = le.Uint64(b[snapOffSP2:])
 	}
 	rec.Snapshot = &rec.snap
 	return nil
@@ -416,7 +433,7 @@ func (rec *Record) releaseSnapshot() {
 	if rec.Snapshot == nil {
 		return
 	}
-	b := rec.snap.Stack[:cap(rec.snap.Stack)]
+	b := unsafe.Slice(unsafe.SliceData(rec.snap.Stack), MaxSnapshotBytes+MaxSnapshot2Bytes)
 	rec.snap, rec.Snapshot = Snapshot{}, nil
 	snapBufs.Put(&b)
 }

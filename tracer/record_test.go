@@ -216,8 +216,9 @@ func TestDecodeMalformed(t *testing.T) {
 }
 
 // withSnapshot appends to a sample b (of user frames user) a snapshot at
-// user frame frame, as the eBPF side does.
-func withSnapshot(b []byte, user []uint64, frame int, interrupted bool, sp, fp uint64, stack []byte) []byte {
+// user frame frame, as the eBPF side does; second, if given, is a second
+// region's address and bytes.
+func withSnapshot(b []byte, user []uint64, frame int, interrupted bool, sp, fp uint64, stack []byte, second ...any) []byte {
 	le := binary.LittleEndian
 	le.PutUint32(b[offFlags:], le.Uint32(b[offFlags:])|FlagSnapshot)
 	h := make([]byte, snapSize)
@@ -230,7 +231,13 @@ func withSnapshot(b []byte, user []uint64, frame int, interrupted bool, sp, fp u
 	le.PutUint64(h[snapOffFP:], fp)
 	le.PutUint16(h[snapOffFrame:], uint16(frame))
 	le.PutUint32(h[snapOffBytes:], uint32(len(stack)))
-	return append(append(b, h...), stack...)
+	var stack2 []byte
+	if len(second) == 2 {
+		le.PutUint64(h[snapOffSP2:], second[0].(uint64))
+		stack2 = second[1].([]byte)
+		le.PutUint32(h[snapOffBytes2:], uint32(len(stack2)))
+	}
+	return append(append(append(b, h...), stack...), stack2...)
 }
 
 func TestDecodeSnapshot(t *testing.T) {
@@ -245,9 +252,18 @@ func TestDecodeSnapshot(t *testing.T) {
 		t.Fatal("no snapshot decoded")
 	}
 	got := *rec.Snapshot
-	want := Snapshot{Frame: 1, SP: 0x7ffc0000, FP: 0x7ffc0040, Stack: stack}
+	want := Snapshot{Frame: 1, SP: 0x7ffc0000, FP: 0x7ffc0040, Stack: stack, Stack2: []byte{}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("snapshot (-want +got):\n%s", diff)
+	}
+	// With a second region.
+	b = withSnapshot(encodeSample(42, 43, 1, "new", nil, user), user, 0, true, 0x7ffc0000, 0, stack, uint64(0xc000010000), []byte("goroutine stack!"))
+	if err := rec.decode(b, clock{}); err != nil {
+		t.Fatal(err)
+	}
+	want = Snapshot{Frame: 0, Interrupted: true, SP: 0x7ffc0000, Stack: stack, SP2: 0xc000010000, Stack2: []byte("goroutine stack!")}
+	if diff := cmp.Diff(want, *rec.Snapshot); diff != "" {
+		t.Errorf("snapshot with a second region (-want +got):\n%s", diff)
 	}
 	// The same Record then takes a sample without one: none is left.
 	if err := rec.decode(encodeSample(42, 43, 1, "new", nil, user), clock{}); err != nil {

@@ -497,23 +497,39 @@ func TestSnapshotTestRun(t *testing.T) {
 		at     int // SP's offset in mem
 		frames uint32
 		want   int // bytes copied
+		// A second region from this offset (0: none), and the bytes
+		// copied from it.
+		at2, want2 int
 	}{
-		{"to the stack's end", 5*page + 104, 3, page - 104},
-		{"across pages", 3*page + 8, 1, 3*page - 8},
-		{"capped", 8, 200, MaxSnapshotBytes},
-		{"past the end", 6 * page, 1, 0},
+		{name: "to the stack's end", at: 5*page + 104, frames: 3, want: page - 104},
+		{name: "across pages", at: 3*page + 8, frames: 1, want: 3*page - 8},
+		{name: "capped", at: 8, frames: 200, want: MaxSnapshotBytes},
+		{name: "past the end", at: 6 * page, frames: 1},
+		{name: "second region, capped", at: 5*page + 104, frames: 2, want: page - 104, at2: page + 16, want2: MaxSnapshot2Bytes},
+		{name: "second region to its end", at: 8, frames: 2, want: MaxSnapshotBytes, at2: 5*page + 512, want2: page - 512},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sp := base + uint64(tc.at)
-			out := tr.run(t, tr.SnapshotTest, testrunIO{Pc: 0x401000 | pcFlagNoAdjust, Sp: sp, Fp: sp + 64, SnapFrames: tc.frames})
+			in := testrunIO{Pc: 0x401000 | pcFlagNoAdjust, Sp: sp, Fp: sp + 64, SnapFrames: tc.frames}
+			if tc.at2 != 0 {
+				in.Snap2In = base + uint64(tc.at2)
+			}
+			out := tr.run(t, tr.SnapshotTest, in)
 			if tc.want == 0 {
 				if out.SnapAdded != 0 || out.Flags&FlagSnapshot != 0 {
 					t.Fatalf("added %d bytes, flags %#x: want no snapshot", out.SnapAdded, out.Flags)
 				}
 				return
 			}
-			if int(out.SnapAdded) != snapSize+tc.want || out.Flags&FlagSnapshot == 0 {
-				t.Fatalf("added %d bytes (flags %#x), want a %d-byte header and %d bytes", out.SnapAdded, out.Flags, snapSize, tc.want)
+			if int(out.SnapAdded) != snapSize+tc.want+tc.want2 || out.Flags&FlagSnapshot == 0 || int(out.Snap.Bytes2) != tc.want2 {
+				t.Fatalf("added %d bytes (flags %#x, second region %d bytes), want a %d-byte header and %d+%d bytes",
+					out.SnapAdded, out.Flags, out.Snap.Bytes2, snapSize, tc.want, tc.want2)
+			}
+			if tc.want2 > 0 && (out.Snap.Sp2 != in.Snap2In || out.Snap2First != uint64(tc.at2)) {
+				t.Errorf("second region at %#x, first word %#x; want %#x, %#x", out.Snap.Sp2, out.Snap2First, in.Snap2In, tc.at2)
+			}
+			if tc.want2 == 0 && out.Snap.Sp2 != 0 {
+				t.Errorf("no second region asked for, one at %#x", out.Snap.Sp2)
 			}
 			h := out.Snap
 			if h.Pc != 0x401000|pcFlagNoAdjust || h.Sp != sp || h.Fp != sp+64 || h.Frame != 0 || int(h.Bytes) != tc.want {

@@ -96,15 +96,18 @@ type testrunSampleScratch struct {
 	_    structs.HostLayout
 	Rec  testrunSampleRecord
 	Snap struct {
-		_     structs.HostLayout
-		Pc    uint64
-		Sp    uint64
-		Fp    uint64
-		Frame uint16
-		Pad   uint16
-		Bytes uint32
+		_      structs.HostLayout
+		Pc     uint64
+		Sp     uint64
+		Fp     uint64
+		Sp2    uint64
+		Frame  uint16
+		Pad    uint16
+		Bytes  uint32
+		Bytes2 uint32
+		Pad2   uint32
 	}
-	Bytes [20480]uint8
+	Bytes [24576]uint8
 }
 
 type testrunTestrunIo struct {
@@ -136,16 +139,21 @@ type testrunTestrunIo struct {
 	SnapFrames uint32
 	SnapAdded  uint32
 	Snap       struct {
-		_     structs.HostLayout
-		Pc    uint64
-		Sp    uint64
-		Fp    uint64
-		Frame uint16
-		Pad   uint16
-		Bytes uint32
+		_      structs.HostLayout
+		Pc     uint64
+		Sp     uint64
+		Fp     uint64
+		Sp2    uint64
+		Frame  uint16
+		Pad    uint16
+		Bytes  uint32
+		Bytes2 uint32
+		Pad2   uint32
 	}
-	SnapFirst uint64
-	SnapLast  uint64
+	SnapFirst  uint64
+	SnapLast   uint64
+	Snap2In    uint64
+	Snap2First uint64
 }
 
 type testrunUstackState struct {
@@ -166,6 +174,9 @@ type testrunUstackState struct {
 	SnapPc    uint64
 	SnapSp    uint64
 	SnapFp    uint64
+	Snap2Sp   uint64
+	Snap2Set  uint32
+	Snap2Pad  uint32
 	Mi        testrunMappingInfo
 	LastTable uint32
 	LastPad   uint32

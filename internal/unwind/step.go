@@ -6,19 +6,30 @@ import (
 	"github.com/sonde-dev/sonde/tracer"
 )
 
-// Stack is a copy of a thread's user stack from address SP on: what a
-// stack snapshot (tracer.Snapshot) holds.
+// Stack is a copy of a thread's user stack from address SP on, and of a
+// second region from SP2 on where the stack continued elsewhere (a switch
+// to another stack): what a stack snapshot (tracer.Snapshot) holds.
 type Stack struct {
-	SP    uint64
-	Bytes []byte
+	SP     uint64
+	Bytes  []byte
+	SP2    uint64
+	Bytes2 []byte
 }
 
-// word reads the 8 bytes at addr; ok is false outside the copy.
+// word reads the 8 bytes at addr; ok is false outside the copies.
 func (s Stack) word(addr uint64) (uint64, bool) {
-	if addr < s.SP || addr-s.SP > uint64(len(s.Bytes)) || uint64(len(s.Bytes))-(addr-s.SP) < 8 {
+	if w, ok := wordIn(s.SP, s.Bytes, addr); ok {
+		return w, true
+	}
+	return wordIn(s.SP2, s.Bytes2, addr)
+}
+
+// wordIn reads the 8 bytes at addr in b, a copy of memory from base on.
+func wordIn(base uint64, b []byte, addr uint64) (uint64, bool) {
+	if addr < base || addr-base > uint64(len(b)) || uint64(len(b))-(addr-base) < 8 {
 		return 0, false
 	}
-	return binary.LittleEndian.Uint64(s.Bytes[addr-s.SP:]), true
+	return binary.LittleEndian.Uint64(b[addr-base:]), true
 }
 
 // Regs are what the unwinder tracks of a frame: its PC, SP and RBP, and

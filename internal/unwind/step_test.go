@@ -83,6 +83,7 @@ func TestStep(t *testing.T) {
 
 func TestStackWord(t *testing.T) {
 	s := stackOf(0x1000, 1, 2)
+	s.SP2, s.Bytes2 = 0x8000, stackOf(0, 3).Bytes
 	for _, tc := range []struct {
 		addr uint64
 		want uint64
@@ -90,6 +91,7 @@ func TestStackWord(t *testing.T) {
 	}{
 		{0x1000, 1, true}, {0x1008, 2, true}, {0x1009, 0, false}, {0x1010, 0, false},
 		{0xff8, 0, false}, {^uint64(0) - 3, 0, false},
+		{0x8000, 3, true}, {0x8001, 0, false}, {0x7ff8, 0, false},
 	} {
 		if got, ok := s.word(tc.addr); got != tc.want || ok != tc.ok {
 			t.Errorf("word(%#x) = %d, %v; want %d, %v", tc.addr, got, ok, tc.want, tc.ok)

@@ -41,12 +41,13 @@ struct {
 
 // sample_scratch is where the sampler builds a record. Past the deepest
 // record's frames there is room for a stack snapshot (record.h,
-// take_snapshot): its header, its bytes, and one page more, which the
-// verifier's bounds on the page-by-page copy need.
+// take_snapshot): its header, its two regions, and one page more, which
+// the verifier's bounds on the page-by-page copy need. A per-CPU value
+// holds at most 32 KiB: that bounds the regions.
 struct sample_scratch {
 	struct sample_record rec;
 	struct stack_snapshot snap;
-	__u8 bytes[SNAPSHOT_BYTES + 4096];
+	__u8 bytes[SNAPSHOT_BYTES + SNAPSHOT_SECOND_BYTES + 4096];
 };
 
 // A sample is built here, then only its used part is copied to the ring buffer.
@@ -100,6 +101,11 @@ struct ustack_state {
 	__u64 snap_pc; // with PC_FLAG_NO_ADJUST for an interrupted PC
 	__u64 snap_sp;
 	__u64 snap_fp;
+	// The second region (snap2_set): from the first frame pointer the
+	// chain followed outside [snap_sp, snap_sp + SNAPSHOT_BYTES).
+	__u64 snap2_sp;
+	__u32 snap2_set;
+	__u32 snap2_pad;
 	struct mapping_info mi;
 	// The last row step found in this stack: row last_row of table
 	// last_table (0: none) covers [last_row.pc, last_next).

@@ -66,6 +66,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->frames_fp = 0;
 	st->last_table = 0;
 	st->snap_set = 0;
+	st->snap2_set = 0;
 	if (snapshot_all && !st->py_active) {
 		st->snap_set = 1;
 		st->snap_frame = 0;
@@ -155,6 +156,15 @@ static __always_inline struct unwind_row *table_row(struct mapping_info *mi, __u
 static __always_inline enum step_result fp_step(struct ustack_state *st, struct sample_record *s)
 {
 	__u64 link[2]; // saved rbp, return address
+	// A frame pointer outside the snapshot's stack (a switch to another
+	// stack): its memory there is copied too, for user space's walk,
+	// whether or not this chain can follow it (a goroutine's stack lies
+	// below the system stack cgo calls C on).
+	if (st->snap_set && !st->snap2_set && st->fp != 0 &&
+	    (st->fp < st->snap_sp || st->fp - st->snap_sp >= SNAPSHOT_BYTES)) {
+		st->snap2_set = 1;
+		st->snap2_sp = st->fp;
+	}
 	if (st->fp == 0 || st->fp < st->sp)
 		return STEP_DONE;
 	if (bpf_probe_read_user(link, sizeof(link), (void *)st->fp)) {

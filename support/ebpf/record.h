@@ -87,15 +87,34 @@ static __always_inline __u32 take_snapshot(struct sample_record *s, struct ustac
 	}
 	if (copied == 0)
 		return 0;
+	__u32 copied2 = 0;
+	__u64 sp2 = st->snap2_sp;
+	if (st->snap2_set && copied <= SNAPSHOT_BYTES) {
+		__u8 *dst2 = dst + copied;
+		len = 4096 - (sp2 & 4095);
+		for (int i = 0; i <= SNAPSHOT_SECOND_BYTES / 4096; i++) {
+			if (copied2 >= SNAPSHOT_SECOND_BYTES)
+				break;
+			if (len > SNAPSHOT_SECOND_BYTES - copied2)
+				len = SNAPSHOT_SECOND_BYTES - copied2;
+			if (bpf_probe_read_user(dst2 + copied2, len, (void *)(sp2 + copied2)))
+				break;
+			copied2 += len;
+			len = 4096;
+		}
+	}
 	h->pc = st->snap_pc;
 	h->sp = sp;
 	h->fp = st->snap_fp;
+	h->sp2 = copied2 ? sp2 : 0;
 	h->frame = st->snap_frame;
 	h->pad = 0;
 	h->bytes = copied;
+	h->bytes2 = copied2;
+	h->pad2 = 0;
 	s->flags |= SAMPLE_SNAPSHOT;
 	count(COUNTER_SNAPSHOTS);
-	return sizeof(*h) + copied;
+	return sizeof(*h) + copied + copied2;
 }
 
 // send_sample sends s with extra bytes after its frames (take_snapshot's).

@@ -13,8 +13,10 @@ enum limits {
 	// Rows of one table: the row search takes MAX_BSEARCH_STEPS steps.
 	MAX_TABLE_ROWS = 1 << 24,
 	// The most bytes of user stack a sample carries when its unwinding
-	// met code whose table is not loaded yet (struct stack_snapshot).
+	// met code whose table is not loaded yet (struct stack_snapshot), and
+	// of the second region it may carry.
 	SNAPSHOT_BYTES = 16384,
+	SNAPSHOT_SECOND_BYTES = 4096,
 };
 
 // The user-stack unwinder handles this many frames per program run and
@@ -71,17 +73,23 @@ enum sample_flags {
 // stack_snapshot is what user space needs to unwind a stack on from the
 // frame at which the eBPF unwinder met a file without a loaded table (a
 // new program, a library just loaded, a table refused for want of budget):
-// that frame's registers and a copy of the stack above its SP. It follows
-// the frames of a sample with SAMPLE_SNAPSHOT, the bytes right after it.
-// The frames from user frame `frame` on are what the frame-pointer chain
-// found, which user space replaces.
+// that frame's registers and a copy of the stack above its SP. Where the
+// frame-pointer chain the eBPF side walked from there left that copy (a
+// switch to another stack: cgo's system stack, a signal stack), a second
+// region, from the first frame pointer outside it, is copied too. It
+// follows the frames of a sample with SAMPLE_SNAPSHOT, the bytes of both
+// regions right after it. The frames from user frame `frame` on are what
+// the frame-pointer chain found, which user space replaces.
 struct stack_snapshot {
 	__u64 pc; // the frame's PC, with PC_FLAG_NO_ADJUST for an interrupted one
 	__u64 sp;
 	__u64 fp;
+	__u64 sp2;   // where the second region starts (bytes2 0: none)
 	__u16 frame; // index of the frame among the user frames
 	__u16 pad;
-	__u32 bytes; // stack bytes copied from sp on
+	__u32 bytes;  // stack bytes copied from sp on
+	__u32 bytes2; // stack bytes copied from sp2 on, after those
+	__u32 pad2;
 };
 
 // Unwind rules, as internal/unwind derives them from CFI.

@@ -17,7 +17,10 @@ static __always_inline void task_event(__u32 type, struct task_struct *task)
 	r->pid = BPF_CORE_READ(task, tgid);
 	r->ktime = bpf_ktime_get_ns();
 	BPF_CORE_READ_STR_INTO(&r->comm, task, comm);
-	bpf_ringbuf_submit(r, wakeup_flags());
+	// An exec wakes the reader at once: user space reads the new image
+	// while it runs, however short its life, and however seldom the
+	// reader polls.
+	bpf_ringbuf_submit(r, type == RECORD_EXEC ? BPF_RB_FORCE_WAKEUP : wakeup_flags());
 	count(COUNTER_TASK_EVENTS_SENT);
 }
 

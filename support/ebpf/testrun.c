@@ -42,6 +42,8 @@ struct testrun_io {
 	struct stack_snapshot snap;
 	__u64 snap_first;
 	__u64 snap_last;
+	__u64 snap2_in;    // in: where a second region starts (0: none)
+	__u64 snap2_first; // out: the first word of the second region copied
 };
 
 const struct testrun_io *unused_testrun_io __attribute__((unused));
@@ -137,6 +139,8 @@ int snapshot_test(struct xdp_md *ctx)
 	st->snap_pc = io->pc;
 	st->snap_sp = io->sp;
 	st->snap_fp = io->fp;
+	st->snap2_set = io->snap2_in != 0;
+	st->snap2_sp = io->snap2_in;
 	__u32 added = take_snapshot(s, st);
 	io->snap_added = added;
 	io->flags = s->flags;
@@ -151,5 +155,7 @@ int snapshot_test(struct xdp_md *ctx)
 		return XDP_PASS;
 	io->snap_first = *(__u64 *)bytes;
 	io->snap_last = *(__u64 *)(bytes + ((n - 8) & (SNAPSHOT_BYTES - 1)));
+	if (h->bytes2 >= 8)
+		io->snap2_first = *(__u64 *)(bytes + (n & (SNAPSHOT_BYTES * 2 - 1)));
 	return XDP_PASS;
 }
