@@ -262,13 +262,8 @@ func TestUnwindCgo(t *testing.T) {
 				}
 				t.Logf("  incomplete: %s", functions(s.Frames))
 			}
-			// 99 %, not 99.5: until the binary's table is loaded, a stack
-			// of the callback case crosses from the goroutine's stack to
-			// the system stack (runtime.cgocallback) and on through C
-			// code without frame pointers, beyond the snapshot's copy of
-			// one stack and beyond the frame-pointer chain.
-			if total < 1500 || share < 99 {
-				t.Errorf("%s %s: %.2f %% of %d samples complete, want at least 99 %% of at least 1500; want (leaf first) %s",
+			if total < 1500 || share < 99.5 {
+				t.Errorf("%s %s: %.2f %% of %d samples complete, want at least 99.5 %% of at least 1500; want (leaf first) %s",
 					testutil.GoCgo, tc.name, share, total, functions(tc.chain))
 			}
 		})

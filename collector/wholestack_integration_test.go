@@ -336,6 +336,11 @@ func TestWholeStacksShortProcesses(t *testing.T) {
 		t.Errorf("300 ms processes: Sonde %.2f %% of %d samples whole, perf %.2f %% of %d; want perf's share at least (less 1 point) over at least 1000 each",
 			share, total, perfShare, perfTotal)
 	}
+	// Each sample is its program's: one whose process was gone before
+	// it was read would lack the executable's path.
+	if total < perfTotal*9/10 {
+		t.Errorf("300 ms processes: Sonde attributed %d samples to the program, perf %d; want at least 90 %% of perf's", total, perfTotal)
+	}
 }
 
 // A loop compiles a C++ file again and again with g++: each compile is a

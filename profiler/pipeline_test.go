@@ -155,11 +155,11 @@ func TestExitedProcessIsOneResource(t *testing.T) {
 	g.stall()
 	cmd := testutil.StartWorkload(t, bin)
 	pid := cmd.Process.Pid
-	st := p.Stats()
-	waitFor(t, "the workload read by the reader", 30*time.Second, func() bool {
-		// The reader reads a process on its first sample; enough samples
-		// were sent for the burner to have had some.
-		return p.procs.Cached(pid) && p.Stats().Kernel.SamplesSent >= st.Kernel.SamplesSent+10
+	waitFor(t, "the workload known and sampled", 30*time.Second, func() bool {
+		// The process table read it (at its exec, or for its first
+		// sample), and it ran long enough on a CPU to have been sampled
+		// a dozen times at 29 Hz: those samples wait, unresolved.
+		return p.procs.Cached(pid) && cpuTime(t, pid) >= 400*time.Millisecond
 	})
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -62,6 +62,7 @@ type pySeen struct {
 	start   uint64
 	files   int
 	settled bool
+	found   bool // its interpreter is set up for the walker
 }
 
 // fileMappings counts proc's file-backed mappings.
@@ -80,20 +81,23 @@ func fileMappings(proc *process.Process) int {
 // memory. A process prepared at its exec has not mapped libpython yet (the
 // dynamic loader maps it next), so it is examined again once its mappings
 // have grown.
-func (pp *pythonProcs) prepare(proc *process.Process) {
+//
+// It reports whether proc runs a CPython interpreter set up for the walker
+// (now or at an earlier call for the same image).
+func (pp *pythonProcs) prepare(proc *process.Process) (found bool) {
 	settled := true
 	now := pySeen{start: proc.StartTime, files: fileMappings(proc)}
 	pp.mu.Lock()
 	if st, ok := pp.seen[proc.PID]; ok && st.start == now.start && (st.settled || st.files == now.files) {
 		pp.mu.Unlock()
-		return
+		return st.found
 	}
 	pp.seen[proc.PID] = now
 	pp.mu.Unlock()
 	defer func() {
 		pp.mu.Lock()
 		if st, ok := pp.seen[proc.PID]; ok && st.start == now.start {
-			st.settled = settled
+			st.settled, st.found = settled, found
 			pp.seen[proc.PID] = st
 		}
 		pp.mu.Unlock()
@@ -102,26 +106,26 @@ func (pp *pythonProcs) prepare(proc *process.Process) {
 	mem, err := python.OpenMem(pp.procfs, proc.PID)
 	if err != nil {
 		settled = false
-		return // gone, or not readable: stays native
+		return false // gone, or not readable: stays native
 	}
 	in, err := python.FindWith(proc, mem, pp.layouts)
 	_ = mem.Close() // read only
 	switch {
 	case errors.Is(err, python.ErrNotPython):
 		settled = false // libpython may not be mapped yet
-		return
+		return false
 	case errors.Is(err, python.ErrUnknownVersion):
 		pp.unsupported.Add(1)
 		if pp.logOnce(err.Error(), "python version not supported: its processes keep native stacks",
 			zap.Int("pid", proc.PID), zap.Error(err)) {
 			pp.unknownVersions.Add(1)
 		}
-		return
+		return false
 	case err != nil:
 		pp.failed.Add(1)
 		pp.logOnce(err.Error(), "cannot read the python interpreter: its process keeps native stacks",
 			zap.Int("pid", proc.PID), zap.Error(err))
-		return
+		return false
 	}
 	kp, err := kernelPython(in)
 	if err == nil {
@@ -133,13 +137,14 @@ func (pp *pythonProcs) prepare(proc *process.Process) {
 	if err != nil {
 		pp.failed.Add(1)
 		pp.log.Debug("cannot set up python unwinding", zap.Int("pid", proc.PID), zap.Error(err))
-		return
+		return false
 	}
 	pp.found.Add(1)
 	if in.Layout.Untested {
 		pp.logOnce(fmt.Sprintf("untested 3.%d", in.Minor), "python version supported from its published sources, untested",
 			zap.Int("minor", in.Minor))
 	}
+	return true
 }
 
 // forgetImage lets the next prepare of pid examine it again (exec, exit);

@@ -69,6 +69,7 @@ type resolver struct {
 	snapPCs        []uint64
 	snapFlags      []tracer.FrameFlags
 	snapFiles      []tracer.FileRef
+	snapWanted     []elfx.FileID // the files a walk read rows of
 
 	stats     resolverStats
 	loggedErr atomic.Bool // a resolution error was logged this interval
@@ -161,6 +162,10 @@ const maxHandles = 4096
 type fileHandles interface {
 	File(handle uint32) (elfx.FileID, bool)
 	Prepared(pid int) bool
+	// Want says a stack was unwound in user space through the file,
+	// counting n times: its table is built once that happened often
+	// enough.
+	Want(id elfx.FileID, n int)
 }
 
 func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symbolizer, native bool,

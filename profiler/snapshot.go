@@ -24,6 +24,10 @@ import (
 // sample taken a millisecond after its program started is then as whole as
 // one taken a minute later.
 
+// unfinishedWant is how much a walk that ran out of the snapshot's copy
+// of the stack counts toward the demand for its files' tables.
+const unfinishedWant = 16
+
 // maxFinders bounds the files the resolver keeps a Finder of: each holds a
 // mapping of its file (address space; its pages are dropped every
 // interval) and the CIEs it has read.
@@ -76,13 +80,14 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 	r.snapPCs = append(r.snapPCs[:0], rec.User[:snap.Frame]...)
 	r.snapFlags = append(r.snapFlags[:0], rec.UserFlags[:snap.Frame]...)
 	r.snapFiles = append(r.snapFiles[:0], rec.UserFiles[:snap.Frame]...)
-	stack := unwind.Stack{SP: snap.SP, Bytes: snap.Stack}
+	stack := unwind.Stack{SP: snap.SP, Bytes: snap.Stack, SP2: snap.SP2, Bytes2: snap.Stack2}
 	regs := unwind.Regs{PC: rec.User[snap.Frame], SP: snap.SP, FP: snap.FP, Return: !snap.Interrupted}
 	// The snapshot's frame was found as the eBPF side found it (by frame
 	// pointers, where it came after a frame without a table); its callers
 	// as the walk finds them.
 	how := rec.UserFlags[snap.Frame] & tracer.FrameFromFramePointer
 	end := unwind.StepNoCaller
+	r.snapWanted = r.snapWanted[:0]
 	for len(r.snapPCs) < tracer.MaxUserFrames && regs.PC != 0 {
 		f := how
 		if !regs.Return {
@@ -97,8 +102,11 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 			if entry.proc != p {
 				entry = r.entry(pid, p)
 			}
-			if fd := r.finder(entry, m); fd != nil {
+			if fd, id := r.finder(entry, m); fd != nil {
 				row, have = fd.Row(m.FileOffset(regs.Lookup()))
+				if !slices.Contains(r.snapWanted, id) {
+					r.snapWanted = append(r.snapWanted, id)
+				}
 			}
 		}
 		next, res := unwind.Step(regs, row, have, stack)
@@ -111,6 +119,21 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 			how = tracer.FrameFromFramePointer
 		}
 		regs = next
+	}
+	// Each file whose rows the walk read is wanted once more: a file
+	// sampled often gets its table, and its stacks are unwound in the
+	// kernel again (unwind.LoaderOptions.Demand). A walk the snapshot
+	// could not finish (a stack deeper than its copy, a switch to a stack
+	// it does not hold) wants them unfinishedWant times: the kernel,
+	// which reads the live stack, would have.
+	if r.unwinder != nil {
+		n := 1
+		if end == unwind.StepUnreadable {
+			n = unfinishedWant
+		}
+		for _, id := range r.snapWanted {
+			r.unwinder.Want(id, n)
+		}
 	}
 	if r.checkSnapshots && snap.Frame == 0 {
 		r.compareSnapshot(rec, end)
@@ -212,18 +235,19 @@ func (r *resolver) compareSnapshot(rec *tracer.Record, end unwind.StepResult) {
 	}
 }
 
-// finder returns the Finder of the file behind m in entry's process, or
-// nil when it has none (no CFI, unreadable): opened once per file, through
-// the descriptor the resolver holds it open by.
-func (r *resolver) finder(entry *procEntry, m process.Mapping) *unwind.Finder {
+// finder returns the Finder of the file behind m in entry's process and
+// the file's id, or a nil Finder when it has none (no CFI, unreadable):
+// opened once per file, through the descriptor the resolver holds it open
+// by.
+func (r *resolver) finder(entry *procEntry, m process.Mapping) (*unwind.Finder, elfx.FileID) {
 	fe := r.file(entry, m)
 	if fe.err != nil || fe.info == nil {
-		return nil
+		return nil, elfx.FileID{}
 	}
 	r.tick++
 	if e, ok := r.finders[fe.info.ID]; ok {
 		e.used = r.tick
-		return e.fd
+		return e.fd, fe.info.ID
 	}
 	e := &finderEntry{used: r.tick}
 	if f := fe.handle.File(); f != nil {
@@ -238,7 +262,7 @@ func (r *resolver) finder(entry *procEntry, m process.Mapping) *unwind.Finder {
 		r.evictFinder()
 	}
 	r.finders[fe.info.ID] = e
-	return e.fd
+	return e.fd, fe.info.ID
 }
 
 // evictFinder drops the least recently used Finder.

@@ -68,6 +68,24 @@ func TestStartupProcessesWhole(t *testing.T) {
 	}
 }
 
+// cpuTime is how long pid has run on a CPU (utime+stime in its stat).
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after "pid (comm)": state is the first, utime the 12th,
+	// stime the 13th, in clock ticks (100 a second).
+	i := bytes.LastIndexByte(b, ')')
+	if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 12 {
+		u, _ := strconv.Atoi(f[11])
+		s, _ := strconv.Atoi(f[12])
+		return time.Duration(u+s) * 10 * time.Millisecond
+	}
+	return 0
+}
+
 // waitRunning waits until pid has run on a CPU (utime+stime > 0 in its
 // stat), so it is running, not starting, when the profiler starts.
 func waitRunning(t *testing.T, pid int) {

@@ -63,8 +63,18 @@ type LoaderOptions struct {
 	Since func() time.Time
 	// Loaded, when set, is called for each deferred table once it is
 	// loaded, with its stamp (Since; zero without one) and the processes
-	// that map the file, without the Loader's lock held.
+	// that map the file, without the Loader's lock held. Tables built on
+	// demand (Demand) are not reported.
 	Loaded func(since time.Time, pids []int)
+	// Demand, when set, makes tables lazy: Prepare builds the table of a
+	// new file only where Demand(its unwind information's bytes) is 0;
+	// another file's table is built in the background (with Background)
+	// once Want has been called for it that many times. Until then its
+	// frames are unwound in user space, from the stack snapshots the eBPF
+	// side takes where it has no table: a file that is seldom sampled (an
+	// idle daemon, the agent itself) never costs the build of a table of
+	// a million rows, nor its memory.
+	Demand func(unwindBytes int64) int
 }
 
 // DefaultBudgetBytes is the default bound on table memory in the kernel.
@@ -104,6 +114,11 @@ type LoaderStats struct {
 	Pending    int
 	Failures   uint64 // files that could not be read or parsed
 	DebugFiles uint64 // tables built with a separate debug file's .debug_frame
+	// Lazy is a gauge: files known without a table for want of demand
+	// (LoaderOptions.Demand); OnDemand counts the tables built once they
+	// were wanted enough.
+	Lazy     int
+	OnDemand uint64
 }
 
 // Loader keeps the eBPF unwinder's tables and per-process mappings in step
@@ -146,6 +161,7 @@ type Loader struct {
 	background bool
 	since      func() time.Time
 	loaded     func(time.Time, []int)
+	demand     func(int64) int
 	pending    []*deferredBuild
 	building   [2]bool
 	inBuild    int
@@ -161,6 +177,8 @@ type deferredBuild struct {
 	lf    *loadedFile
 	size  int64 // its unwind information's bytes: the smallest go first
 	since time.Time
+	// onDemand: queued by Want, not by the Prepare of a new file.
+	onDemand bool
 	// ready: the Prepare that deferred it has set its process's mappings
 	// (or given up), so a lane that finds no process mapping the file may
 	// drop it. Before that, a lane already running would find none and
@@ -216,6 +234,11 @@ type loadedFile struct {
 	// loading: its table is going into the kernel under an id reserved
 	// for it (Prepare waits for it); it is not evicted meanwhile.
 	loading bool
+	// lazy: no table is built until it is wanted (Want) wanted times;
+	// size is its unwind information's bytes.
+	lazy          bool
+	wants, wanted int
+	size          int64
 }
 
 // FileKernel is what a Kernel may also do: hold each file's table by the
@@ -257,6 +280,7 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 		background: opts.Background,
 		since:      opts.Since,
 		loaded:     opts.Loaded,
+		demand:     opts.Demand,
 	}
 	l.idle = sync.NewCond(&l.mu)
 	l.loads = make(chan struct{}, maxLoads)
@@ -599,8 +623,14 @@ func (l *Loader) file(path string, loads *sync.WaitGroup) *loadedFile {
 	}
 	l.mu.Unlock()
 
+	size := unwindBytes(path)
+	if l.demand != nil {
+		if n := l.demand(size); n > 0 {
+			return l.lazyFile(id, size, n)
+		}
+	}
 	if l.background {
-		if lf := l.deferFile(id, unwindBytes(path)); lf != nil {
+		if lf := l.deferFile(id, size); lf != nil {
 			return lf
 		}
 	}
@@ -713,6 +743,61 @@ func (l *Loader) deferFile(id elfx.FileID, size int64) *loadedFile {
 	l.stats.Deferred++
 	l.countPending()
 	return lf
+}
+
+// lazyFile records file id as known, without a table until it is
+// wanted enough (Want).
+func (l *Loader) lazyFile(id elfx.FileID, size int64, wanted int) *loadedFile {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if existing, ok := l.files[id]; ok {
+		return existing
+	}
+	lf := &loadedFile{lazy: true, size: size, wanted: wanted}
+	l.add(id, lf)
+	l.stats.Lazy++
+	return lf
+}
+
+// Want records that a stack was unwound in user space through file id for
+// want of its table, counting n times toward the file's demand; the call
+// that reaches it queues its build. It does nothing for a file that is not
+// lazy (its table is built, being built, or cannot be).
+func (l *Loader) Want(id elfx.FileID, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lf, ok := l.files[id]; ok && lf.lazy {
+		if lf.wants += n; lf.wants >= lf.wanted {
+			l.buildLazy(id, lf)
+		}
+	}
+}
+
+// WantProcess queues the build of every lazy file pid maps, at once: its
+// stacks are not snapshotted (a CPython process, whose walker needs the
+// eBPF side's frames), so they would never be wanted.
+func (l *Loader) WantProcess(pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, pm := range l.procs[pid] {
+		if id, ok := l.handles[pm.file.handle]; ok && pm.file.lazy {
+			l.buildLazy(id, pm.file)
+		}
+	}
+}
+
+// buildLazy queues the build of lazy file id. Called with l.mu held.
+func (l *Loader) buildLazy(id elfx.FileID, lf *loadedFile) {
+	lf.lazy = false
+	l.stats.Lazy--
+	if l.closed {
+		return
+	}
+	lf.deferred = true
+	l.pending = append(l.pending, &deferredBuild{id: id, lf: lf, size: lf.size, onDemand: true, ready: true})
+	l.stats.Deferred++
+	l.countPending()
+	l.startBuilds()
 }
 
 // startBuilds starts the lanes that have files to take. Called with l.mu
@@ -854,13 +939,16 @@ func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int
 		return
 	}
 	l.stats.BuiltLater++
+	if d.onDemand {
+		l.stats.OnDemand++
+	}
 	err = l.repoint(lf)
 	pids := l.mappers(lf)
 	l.mu.Unlock()
 	if err != nil {
 		l.log.Debug("pointing processes at a file's unwind table failed", zap.String("file", path), zap.Error(err))
 	}
-	if l.loaded != nil {
+	if l.loaded != nil && !d.onDemand {
 		l.loaded(d.since, pids)
 	}
 }
@@ -1183,6 +1271,9 @@ func (l *Loader) evictOne(keep *loadedFile) bool {
 	delete(l.files, victimID)
 	if victim.refused {
 		l.stats.Refused--
+	}
+	if victim.lazy {
+		l.stats.Lazy--
 	}
 	l.dropFileTables(victim)
 	l.retire(victim.handle)

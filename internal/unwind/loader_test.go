@@ -873,3 +873,95 @@ func TestLoaderLoadsOutsideLock(t *testing.T) {
 		t.Errorf("after Prepare: %+v, %d mappings with a table, kernel holds %d; want at least 2, all of them set", s, with, len(k.tables))
 	}
 }
+
+// With Demand, Prepare builds no table: a process's mappings are set at
+// once without tables, and a file's table is built in the background once
+// Want said so Demand times, then its mappings point at it; Loaded is not
+// told of it. WantProcess builds every lazy file of a process at once.
+func TestLoaderOnDemand(t *testing.T) {
+	testutil.RequirePrivileges(t, "loading unwind tables")
+	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testutil.Close(t, tr)
+	procs := process.NewTable("/proc", nil, process.Options{})
+	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
+	var asked []int64
+	var told int
+	var mu sync.Mutex
+	l := NewLoader(tr, identifyFile, zaptest.NewLogger(t), LoaderOptions{
+		Background: true,
+		Loaded: func(time.Time, []int) {
+			mu.Lock()
+			told++
+			mu.Unlock()
+		},
+		Demand: func(size int64) int {
+			asked = append(asked, size)
+			return 3
+		},
+	})
+	p, _ := startWithLibc(t, procs, bin)
+	if err := l.Prepare(p); err != nil {
+		t.Fatal(err)
+	}
+	l.Wait()
+	if s := l.Stats(); s.Built != 0 || s.Tables != 0 || s.Lazy < 2 || s.Pending != 0 {
+		t.Fatalf("after Prepare: %+v; want no table, the program and libc lazy", s)
+	}
+	if l.Pending(p.PID) {
+		t.Error("a process with only lazy files is pending")
+	}
+	for _, size := range asked {
+		if size <= 0 {
+			t.Errorf("Demand asked with %d bytes of unwind information", size)
+		}
+	}
+	binID, err := identifyFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mappingOf := func(id elfx.FileID) tracer.Mapping {
+		t.Helper()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, pm := range l.procs[p.PID] {
+			if l.handles[pm.file.handle] == id {
+				return pm.m
+			}
+		}
+		t.Fatalf("no mapping of %s", id)
+		return tracer.Mapping{}
+	}
+	if m := mappingOf(binID); m.Table != 0 || m.NoTable {
+		t.Fatalf("lazy file's mapping %+v: want no table, and not marked as never having one", m)
+	}
+	l.Want(binID, 1)
+	l.Want(binID, 1)
+	l.Wait()
+	if s := l.Stats(); s.Built != 0 {
+		t.Fatalf("two of three wants built a table: %+v", s)
+	}
+	l.Want(binID, 1)
+	l.Want(binID, 5) // past its demand: nothing more
+	l.Wait()
+	s := l.Stats()
+	if s.Built != 1 || s.OnDemand != 1 || s.Tables != 1 {
+		t.Fatalf("after three wants: %+v; want one table built on demand", s)
+	}
+	if m := mappingOf(binID); m.Table == 0 {
+		t.Errorf("mapping %+v does not point at the table built on demand", m)
+	}
+	mu.Lock()
+	if told != 0 {
+		t.Errorf("Loaded was told of %d tables built on demand", told)
+	}
+	mu.Unlock()
+	l.WantProcess(p.PID)
+	l.Wait()
+	if s := l.Stats(); s.Lazy != 0 || s.Tables < 2 || s.OnDemand != uint64(s.Tables) {
+		t.Errorf("after WantProcess: %+v; want every file's table built, none lazy", s)
+	}
+	forget(t, l, p.PID)
+}
