@@ -59,6 +59,10 @@ var (
 	tableOverBudget = attrs("reason", "over_budget")
 	tableError      = attrs("reason", "error")
 
+	snapshotWhole   = attrs("outcome", "whole")
+	snapshotCut     = attrs("outcome", "cut")
+	snapshotSkipped = attrs("outcome", "skipped")
+
 	refusedInflationCap = attrs("reason", "inflation_cap")
 
 	pySetupWalked      = attrs("outcome", "walked")
@@ -121,7 +125,7 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
 		tb.UnwindTableCount, tb.UnwindTableRows, tb.UnwindTableSize,
 		tb.UnwindTableBuilds, tb.UnwindTableEvictions, tb.UnwindTableFailures,
-		tb.UnwindTableRefused, tb.UnwindTableRetried,
+		tb.UnwindTableRefused, tb.UnwindTableRetried, tb.UnwindTableLazy, tb.UnwindSnapshots,
 		tb.ProcessesTracked,
 		tb.SymbolizeCacheRequests, tb.SymbolizeCacheLoads, tb.SymbolizeCacheEvictions, tb.SymbolizeCacheSize,
 		tb.SymbolizeRefused,
@@ -186,6 +190,11 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.UnwindTableFailures, i64(ls.NoCFI), tableNoCFI)
 	o.ObserveInt64(tb.UnwindTableFailures, i64(ls.OverBudget), tableOverBudget)
 	o.ObserveInt64(tb.UnwindTableFailures, i64(ls.Failures), tableError)
+	o.ObserveInt64(tb.UnwindTableLazy, int64(ls.Lazy))
+	rs := s.Resolver
+	o.ObserveInt64(tb.UnwindSnapshots, i64(rs.SnapshotsWhole), snapshotWhole)
+	o.ObserveInt64(tb.UnwindSnapshots, i64(rs.Snapshots-rs.SnapshotsWhole), snapshotCut)
+	o.ObserveInt64(tb.UnwindSnapshots, i64(s.Kernel.SnapshotsSkipped), snapshotSkipped)
 
 	o.ObserveInt64(tb.ProcessesTracked, int64(s.Processes))
 

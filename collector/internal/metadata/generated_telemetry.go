@@ -60,12 +60,14 @@ type TelemetryBuilder struct {
 	UnwindMappingsStale     metric.Int64ObservableCounter
 	UnwindProcesses         metric.Int64ObservableGauge
 	UnwindRequestsDropped   metric.Int64ObservableCounter
+	UnwindSnapshots         metric.Int64ObservableCounter
 	UnwindStacks            metric.Int64ObservableCounter
 	UnwindTableBuilds       metric.Int64ObservableCounter
 	UnwindTableCount        metric.Int64ObservableGauge
 	UnwindTableDelay        metric.Float64Histogram
 	UnwindTableEvictions    metric.Int64ObservableCounter
 	UnwindTableFailures     metric.Int64ObservableCounter
+	UnwindTableLazy         metric.Int64ObservableGauge
 	UnwindTableRefused      metric.Int64ObservableGauge
 	UnwindTableRetried      metric.Int64ObservableCounter
 	UnwindTableRows         metric.Int64ObservableGauge
@@ -563,6 +565,21 @@ func (builder *TelemetryBuilder) RegisterUnwindRequestsDroppedCallback(cb metric
 	return nil
 }
 
+// RegisterUnwindSnapshotsCallback sets callback for observable UnwindSnapshots metric.
+func (builder *TelemetryBuilder) RegisterUnwindSnapshotsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UnwindSnapshots, obs: o})
+		return nil
+	}, builder.UnwindSnapshots)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 // RegisterUnwindStacksCallback sets callback for observable UnwindStacks metric.
 func (builder *TelemetryBuilder) RegisterUnwindStacksCallback(cb metric.Int64Callback) error {
 	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -629,6 +646,21 @@ func (builder *TelemetryBuilder) RegisterUnwindTableFailuresCallback(cb metric.I
 		cb(ctx, &observerInt64{inst: builder.UnwindTableFailures, obs: o})
 		return nil
 	}, builder.UnwindTableFailures)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterUnwindTableLazyCallback sets callback for observable UnwindTableLazy metric.
+func (builder *TelemetryBuilder) RegisterUnwindTableLazyCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.UnwindTableLazy, obs: o})
+		return nil
+	}, builder.UnwindTableLazy)
 	if err != nil {
 		return err
 	}
@@ -928,6 +960,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{request}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.UnwindSnapshots, err = builder.meter.Int64ObservableCounter(
+		"sonde.unwind.snapshots",
+		metric.WithDescription("Stacks whose unwinding met a file without a loaded table and went on in user space from a copy of the stack, by outcome - whole (to the outermost frame), cut (shown under [truncated]); skipped counts those the eBPF side took no copy of, the ring buffer being half full (their frame-pointer frames stay). [Development]"),
+		metric.WithUnit("{stack}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.UnwindStacks, err = builder.meter.Int64ObservableCounter(
 		"sonde.unwind.stacks",
 		metric.WithDescription("Received samples by how their user-stack walk ended; each received sample counts once. [Development]"),
@@ -961,13 +999,19 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.UnwindTableFailures, err = builder.meter.Int64ObservableCounter(
 		"sonde.unwind.table.failures",
-		metric.WithDescription("Files left without an unwind table, by reason; their frames are unwound by frame pointers. [Development]"),
+		metric.WithDescription("Files left without an unwind table, by reason; their stacks are unwound from snapshots where the file has CFI (over_budget), else by frame pointers. [Development]"),
+		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.UnwindTableLazy, err = builder.meter.Int64ObservableGauge(
+		"sonde.unwind.table.lazy",
+		metric.WithDescription("Files known without an unwind table until enough of their stacks were unwound from snapshots (one per 16 KiB of unwind information, 4 to 512); their stacks are whole meanwhile. [Development]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.UnwindTableRefused, err = builder.meter.Int64ObservableGauge(
 		"sonde.unwind.table.refused",
-		metric.WithDescription("Files mapped by running processes whose table did not fit in limits::unwind_table_bytes, unwound by frame pointers until room frees (then built again and loaded). [Development]"),
+		metric.WithDescription("Files mapped by running processes whose table did not fit in limits::unwind_table_bytes, unwound from snapshots until room frees (then built again and loaded). [Development]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)

@@ -519,6 +519,22 @@ func AssertEqualUnwindRequestsDropped(t *testing.T, tt *componenttest.Telemetry,
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualUnwindSnapshots(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.unwind.snapshots",
+		Description: "Stacks whose unwinding met a file without a loaded table and went on in user space from a copy of the stack, by outcome - whole (to the outermost frame), cut (shown under [truncated]); skipped counts those the eBPF side took no copy of, the ring buffer being half full (their frame-pointer frames stay). [Development]",
+		Unit:        "{stack}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.unwind.snapshots")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualUnwindStacks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.unwind.stacks",
@@ -599,7 +615,7 @@ func AssertEqualUnwindTableEvictions(t *testing.T, tt *componenttest.Telemetry, 
 func AssertEqualUnwindTableFailures(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.unwind.table.failures",
-		Description: "Files left without an unwind table, by reason; their frames are unwound by frame pointers. [Development]",
+		Description: "Files left without an unwind table, by reason; their stacks are unwound from snapshots where the file has CFI (over_budget), else by frame pointers. [Development]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -612,10 +628,24 @@ func AssertEqualUnwindTableFailures(t *testing.T, tt *componenttest.Telemetry, d
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualUnwindTableLazy(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.unwind.table.lazy",
+		Description: "Files known without an unwind table until enough of their stacks were unwound from snapshots (one per 16 KiB of unwind information, 4 to 512); their stacks are whole meanwhile. [Development]",
+		Unit:        "{file}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.unwind.table.lazy")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualUnwindTableRefused(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.unwind.table.refused",
-		Description: "Files mapped by running processes whose table did not fit in limits::unwind_table_bytes, unwound by frame pointers until room frees (then built again and loaded). [Development]",
+		Description: "Files mapped by running processes whose table did not fit in limits::unwind_table_bytes, unwound from snapshots until room frees (then built again and loaded). [Development]",
 		Unit:        "{file}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
