@@ -198,6 +198,13 @@ const (
 	SondeRowBitsROW_CFA_SCALED    SondeRowBits = 64
 )
 
+type SondeRowPage uint32
+
+const (
+	SondeRowPageROW_PAGE_SHIFT SondeRowPage = 12
+	SondeRowPageROW_PAGE_NONE  SondeRowPage = 4294967295
+)
+
 type SondeSampleFlags uint32
 
 const (
@@ -357,6 +364,7 @@ const (
 	SondeVarUnusedPythonProc           = "unused_python_proc"
 	SondeVarUnusedRecordType           = "unused_record_type"
 	SondeVarUnusedRowBits              = "unused_row_bits"
+	SondeVarUnusedRowPage              = "unused_row_page"
 	SondeVarUnusedSampleFlags          = "unused_sample_flags"
 	SondeVarUnusedStackSnapshot        = "unused_stack_snapshot"
 	SondeVarUnusedTaskRecord           = "unused_task_record"
@@ -469,6 +477,7 @@ type SondeVariableSpecs struct {
 	UnusedPythonProc       *ebpf.VariableSpec `ebpf:"unused_python_proc"`
 	UnusedRecordType       *ebpf.VariableSpec `ebpf:"unused_record_type"`
 	UnusedRowBits          *ebpf.VariableSpec `ebpf:"unused_row_bits"`
+	UnusedRowPage          *ebpf.VariableSpec `ebpf:"unused_row_page"`
 	UnusedSampleFlags      *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
 	UnusedStackSnapshot    *ebpf.VariableSpec `ebpf:"unused_stack_snapshot"`
 	UnusedTaskRecord       *ebpf.VariableSpec `ebpf:"unused_task_record"`
@@ -569,6 +578,7 @@ type SondeVariables struct {
 	UnusedPythonProc       *ebpf.Variable `ebpf:"unused_python_proc"`
 	UnusedRecordType       *ebpf.Variable `ebpf:"unused_record_type"`
 	UnusedRowBits          *ebpf.Variable `ebpf:"unused_row_bits"`
+	UnusedRowPage          *ebpf.Variable `ebpf:"unused_row_page"`
 	UnusedSampleFlags      *ebpf.Variable `ebpf:"unused_sample_flags"`
 	UnusedStackSnapshot    *ebpf.Variable `ebpf:"unused_stack_snapshot"`
 	UnusedTaskRecord       *ebpf.Variable `ebpf:"unused_task_record"`

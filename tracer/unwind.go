@@ -83,9 +83,70 @@ const RowSize = int(unsafe.Sizeof(Row{}))
 // each value in 8-byte steps.
 const RowKernelBytes = int64(RowSize+7) &^ 7
 
-// TableKernelBytes is the kernel memory the array of a table of n rows
-// takes (not the map's fixed overhead).
+// TableKernelBytes is the kernel memory the array of a table of n entries
+// (TableEntries: its rows and page index) takes, not the map's fixed
+// overhead.
 func TableKernelBytes(n int) int64 { return int64(n) * RowKernelBytes }
+
+// Layout of a table's page index (sonde.h, enum row_page).
+const (
+	rowPageShift = uint32(support.SondeRowPageROW_PAGE_SHIFT)
+	rowPageNone  = uint32(support.SondeRowPageROW_PAGE_NONE)
+)
+
+// TableEntries is how many array entries a table of rows takes: its rows,
+// then its page index, two entries per row slot. The index covers every
+// 4 KiB page from the first row's to the last's; a table sparser than a
+// row per page gets none (the eBPF side then searches all its rows).
+func TableEntries(rows []Row) int {
+	return len(rows) + (indexPages(rows)+1)/2
+}
+
+// indexPages is how many pages rows' index covers (0: none).
+func indexPages(rows []Row) int {
+	if len(rows) == 0 {
+		return 0
+	}
+	if n := int(rows[len(rows)-1].Pc>>rowPageShift) + 1; n <= len(rows) {
+		return n
+	}
+	return 0
+}
+
+// pageIndex returns the page index of rows as row slots: entry p is the
+// index of the last row whose pc is at or below p << rowPageShift, the
+// row that covers the page's first byte (0 for the pages before the first
+// row, which the eBPF side checks against).
+func pageIndex(rows []Row) []Row {
+	pages := indexPages(rows)
+	if pages == 0 {
+		return nil
+	}
+	slots := make([]Row, (pages+1)/2)
+	i := 0
+	for p := range pages {
+		for i+1 < len(rows) && rows[i+1].Pc <= uint32(p)<<rowPageShift {
+			i++
+		}
+		setEntry(slots, p, uint32(i))
+	}
+	if pages%2 == 1 {
+		setEntry(slots, pages, rowPageNone)
+	}
+	return slots
+}
+
+// setEntry writes entry p of a page index laid out in row slots: the low
+// 32 bits of slot p/2 for an even p, its high 32 bits for an odd one,
+// little-endian as the eBPF side reads them.
+func setEntry(slots []Row, p int, v uint32) {
+	s := &slots[p/2]
+	if p%2 == 0 {
+		s.Pc = v
+		return
+	}
+	s.CfaOffset, s.FpOffset8, s.Rule = uint16(v), int8(v>>16), uint8(v>>24)
+}
 
 // MaxTables bounds the table ids: 1..MaxTables-1 (the tables map's size).
 const MaxTables = uint32(support.SondeLimitsMAX_TABLES)
@@ -116,12 +177,13 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
 	if len(rows) > MaxTableRows {
 		return fmt.Errorf("unwind table %d: %d rows, more than the %d the unwinder searches", id, len(rows), MaxTableRows)
 	}
+	index := pageIndex(rows)
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "sonde_rows",
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  uint32(RowSize),
-		MaxEntries: uint32(len(rows)),
+		MaxEntries: uint32(len(rows) + len(index)),
 		// Must match the outer map's template; the flag lets sizes differ.
 		Flags: unix.BPF_F_INNER_MAP,
 	})
@@ -129,8 +191,11 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
 		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
 	}
 	defer func() { _ = inner.Close() }() // the outer map holds its own reference
-	if err := fill(inner, rows); err != nil {
+	if err := fill(inner, 0, rows); err != nil {
 		return fmt.Errorf("unwind table %d: fill: %w", id, err)
+	}
+	if err := fill(inner, len(rows), index); err != nil {
+		return fmt.Errorf("unwind table %d: fill its page index: %w", id, err)
 	}
 	if err := tables.Put(id, inner); err != nil {
 		return fmt.Errorf("unwind table %d: install: %w", id, err)
@@ -143,15 +208,15 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
 // million keys.
 const fillChunk = 1 << 14
 
-// fill writes rows at indexes 0..len(rows)-1 of the array inner, a chunk
-// per batch update; one by one where batch operations on arrays are not
-// supported (before 5.6).
-func fill(inner *ebpf.Map, rows []Row) error {
+// fill writes rows at indexes at..at+len(rows)-1 of the array inner, a
+// chunk per batch update; one by one where batch operations on arrays are
+// not supported (before 5.6).
+func fill(inner *ebpf.Map, at int, rows []Row) error {
 	keys := make([]uint32, min(len(rows), fillChunk))
 	for start := 0; start < len(rows); start += fillChunk {
 		chunk := rows[start:min(start+fillChunk, len(rows))]
 		for i := range chunk {
-			keys[i] = uint32(start + i)
+			keys[i] = uint32(at + start + i)
 		}
 		_, err := inner.BatchUpdate(keys[:len(chunk)], chunk, nil)
 		if err == nil {
@@ -161,7 +226,7 @@ func fill(inner *ebpf.Map, rows []Row) error {
 			return err
 		}
 		for i := start; i < len(rows); i++ {
-			if err := inner.Put(uint32(i), rows[i]); err != nil {
+			if err := inner.Put(uint32(at+i), rows[i]); err != nil {
 				return fmt.Errorf("row %d: %w", i, err)
 			}
 		}

@@ -281,3 +281,40 @@ func TestFilterNeedsFilters(t *testing.T) {
 		t.Errorf("Filter with filters on: %v", err)
 	}
 }
+
+// A table's page index names, for each 4 KiB page from the first row's to
+// the last's, the row that covers the page's first byte; an odd count
+// leaves the last slot's high half as no entry. A table sparser than a row
+// per page gets none.
+func TestPageIndex(t *testing.T) {
+	row := func(pc uint32) Row { return Row{Pc: pc} }
+	entry := func(slots []Row, p int) uint32 {
+		s := slots[p/2]
+		if p%2 == 0 {
+			return s.Pc
+		}
+		return uint32(s.CfaOffset) | uint32(uint8(s.FpOffset8))<<16 | uint32(s.Rule)<<24
+	}
+	rows := []Row{row(0x10), row(0x800), row(0x1000), row(0x1004), row(0x2ffc), row(0x3001)}
+	slots := pageIndex(rows)
+	if len(slots) != 2 || TableEntries(rows) != len(rows)+2 {
+		t.Fatalf("%d index slots (%d entries in all) for 4 pages, want 2 (%d)", len(slots), TableEntries(rows), len(rows)+2)
+	}
+	// Page 0 starts before the first row (its row is checked against the
+	// lookup), page 1 at row 2, page 2 in row 3, page 3 in row 4.
+	for p, want := range []uint32{0, 2, 3, 4} {
+		if got := entry(slots, p); got != want {
+			t.Errorf("page %d: row %d, want %d", p, got, want)
+		}
+	}
+	odd := pageIndex(rows[:5]) // pages 0-2
+	if len(odd) != 2 || entry(odd, 3) != rowPageNone {
+		t.Errorf("3 pages: %d slots, last entry %#x; want 2 slots and no entry after page 2", len(odd), entry(odd, 3))
+	}
+	if sparse := []Row{row(0), row(0x100000)}; pageIndex(sparse) != nil || TableEntries(sparse) != 2 {
+		t.Errorf("a table of 2 rows over 257 pages got an index")
+	}
+	if pageIndex(nil) != nil {
+		t.Error("an empty table got an index")
+	}
+}

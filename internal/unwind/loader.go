@@ -84,7 +84,8 @@ const DefaultBudgetBytes = 128 << 20
 // map itself), counted against the budget.
 const tableOverhead = 512
 
-// tableBytes is the kernel memory a table of n rows is counted as.
+// tableBytes is the kernel memory a table of n array entries (rows and
+// page index: tracer.TableEntries) is counted as.
 func tableBytes(n int) int64 {
 	// The kernel allocates a table's array in whole pages.
 	return (tracer.TableKernelBytes(n) + tableOverhead + 4095) &^ 4095
@@ -653,9 +654,9 @@ func (l *Loader) file(path string, loads *sync.WaitGroup) *loadedFile {
 		free()
 		return lf
 	}
-	tid, need, err := l.reserve(lf, len(rows))
+	tid, need, err := l.reserve(lf, tracer.TableEntries(rows))
 	if err != nil {
-		l.loadFailed(lf, len(rows), path, err)
+		l.loadFailed(lf, tracer.TableEntries(rows), path, err)
 		free()
 		return lf
 	}
@@ -669,7 +670,7 @@ func (l *Loader) file(path string, loads *sync.WaitGroup) *loadedFile {
 		defer l.mu.Unlock()
 		lf.loading = false
 		if err = l.commit(lf, tid, len(rows), need, err); err != nil {
-			l.loadFailed(lf, len(rows), path, err)
+			l.loadFailed(lf, tracer.TableEntries(rows), path, err)
 		}
 	}()
 	return lf
@@ -903,10 +904,10 @@ func (l *Loader) buildDeferred(lane int) {
 			free()
 			continue
 		}
-		id, need, err := l.reserve(lf, len(rows))
+		id, need, err := l.reserve(lf, tracer.TableEntries(rows))
 		if err != nil {
 			lf.deferred = false
-			l.loadFailed(lf, len(rows), path, err)
+			l.loadFailed(lf, tracer.TableEntries(rows), path, err)
 			l.countPending()
 			l.mu.Unlock()
 			free()
@@ -934,7 +935,7 @@ func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int
 	l.countPending()
 	defer l.idle.Broadcast()
 	if err = l.commit(lf, id, len(rows), need, err); err != nil {
-		l.loadFailed(lf, len(rows), path, err)
+		l.loadFailed(lf, tracer.TableEntries(rows), path, err)
 		l.mu.Unlock()
 		return
 	}
@@ -1200,7 +1201,7 @@ var errNoRoom = errors.New("unwind table budget full")
 // load itself (the kernel waits for an RCU grace period there); lf is
 // marked loading meanwhile, so nothing evicts it.
 func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
-	id, need, err := l.reserve(lf, len(rows))
+	id, need, err := l.reserve(lf, tracer.TableEntries(rows))
 	if err != nil {
 		return err
 	}

@@ -105,12 +105,39 @@ enum step_result {
 	STEP_DONE,
 };
 
-// find_row returns the row of the inner table covering rel, or NULL.
+// page_entry returns entry p of the page index that follows a table's
+// nrows rows (two entries per row slot), or ROW_PAGE_NONE where there is
+// none (past the index, or a table without one).
+static __always_inline __u32 page_entry(void *rows, __u32 nrows, __u32 p)
+{
+	__u32 slot = nrows + p / 2;
+	__u32 *w = bpf_map_lookup_elem(rows, &slot);
+	if (!w)
+		return ROW_PAGE_NONE;
+	return w[p & 1];
+}
+
+// find_row returns the row of the inner table covering rel, or NULL. The
+// page index narrows the search to the rows of rel's 4 KiB page: two
+// lookups and a few steps, not a search of the whole table, whose steps
+// would each touch a distant cache line.
 static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u32 rel, __u64 *next)
 {
 	__u32 lo = 0, hi = nrows;
 	if (nrows == 0)
 		return NULL;
+	__u32 p = rel >> ROW_PAGE_SHIFT;
+	__u32 first = page_entry(rows, nrows, p);
+	if (first < nrows) {
+		lo = first;
+		__u32 last = page_entry(rows, nrows, p + 1);
+		if (last < nrows) {
+			// rows[last + 1] starts past the page: the row found covers
+			// at least up to the page's end.
+			hi = last + 1;
+			*next = (__u64)(p + 1) << ROW_PAGE_SHIFT;
+		}
+	}
 	struct unwind_row *found = bpf_map_lookup_elem(rows, &lo);
 	if (!found || found->pc > rel)
 		return NULL;

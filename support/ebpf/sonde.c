@@ -47,6 +47,7 @@ const enum limits *unused_limits __attribute__((unused));
 const enum pc_flags *unused_pc_flags __attribute__((unused));
 const struct stack_snapshot *unused_stack_snapshot __attribute__((unused));
 const enum mapping_info_flags *unused_mapping_info_flags __attribute__((unused));
+const enum row_page *unused_row_page __attribute__((unused));
 
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)

@@ -117,6 +117,14 @@ enum row_bits {
 	ROW_CFA_SCALED = 0x40,
 };
 
+// A table's rows are followed by its page index: entry p (two per row
+// slot, the low 32 bits first) is the index of the row covering page p's
+// first byte, pc p << ROW_PAGE_SHIFT, or ROW_PAGE_NONE past the index.
+enum row_page {
+	ROW_PAGE_SHIFT = 12,
+	ROW_PAGE_NONE = 0xffffffff,
+};
+
 // unwind_row covers [pc, next row's pc) of one file's table; pc is relative
 // to the table's base (see mapping_info.bias). It takes 8 bytes, the
 // smallest step of an array map's values: tables of big programs run to
