@@ -70,6 +70,7 @@ type resolver struct {
 	snapFlags      []tracer.FrameFlags
 	snapFiles      []tracer.FileRef
 	snapWanted     []elfx.FileID // the files a walk read rows of
+	snapWants      []int         // and how many frames of each
 
 	stats     resolverStats
 	loggedErr atomic.Bool // a resolution error was logged this interval

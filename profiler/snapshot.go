@@ -88,6 +88,7 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 	how := rec.UserFlags[snap.Frame] & tracer.FrameFromFramePointer
 	end := unwind.StepNoCaller
 	r.snapWanted = r.snapWanted[:0]
+	r.snapWants = r.snapWants[:0]
 	for len(r.snapPCs) < tracer.MaxUserFrames && regs.PC != 0 {
 		f := how
 		if !regs.Return {
@@ -104,8 +105,11 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 			}
 			if fd, id := r.finder(entry, m); fd != nil {
 				row, have = fd.Row(m.FileOffset(regs.Lookup()))
-				if !slices.Contains(r.snapWanted, id) {
+				if i := slices.Index(r.snapWanted, id); i >= 0 {
+					r.snapWants[i]++
+				} else {
 					r.snapWanted = append(r.snapWanted, id)
+					r.snapWants = append(r.snapWants, 1)
 				}
 			}
 		}
@@ -120,19 +124,19 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 		}
 		regs = next
 	}
-	// Each file whose rows the walk read is wanted once more: a file
-	// sampled often gets its table, and its stacks are unwound in the
-	// kernel again (unwind.LoaderOptions.Demand). A walk the snapshot
-	// could not finish (a stack deeper than its copy, a switch to a stack
-	// it does not hold) wants them unfinishedWant times: the kernel,
-	// which reads the live stack, would have.
+	// Each file whose rows the walk read is wanted once more per frame
+	// walked in it: a file sampled often gets its table, and its stacks
+	// are unwound in the kernel again (unwind.LoaderOptions.Demand). A
+	// walk the snapshot could not finish (a stack deeper than its copy, a
+	// switch to a stack it does not hold) wants them unfinishedWant times
+	// as much: the kernel, which reads the live stack, would have.
 	if r.unwinder != nil {
-		n := 1
+		k := 1
 		if end == unwind.StepUnreadable {
-			n = unfinishedWant
+			k = unfinishedWant
 		}
-		for _, id := range r.snapWanted {
-			r.unwinder.Want(id, n)
+		for i, id := range r.snapWanted {
+			r.unwinder.Want(id, k*r.snapWants[i])
 		}
 	}
 	if r.checkSnapshots && snap.Frame == 0 {

@@ -213,21 +213,23 @@ func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *
 	return p
 }
 
-// tableDemand is how many samples must be unwound in user space through a
-// file with unwind bytes of unwind information (.eh_frame, .debug_frame,
+// tableDemand is how many frames must be unwound in user space in a file
+// with unwind bytes of unwind information (.eh_frame, .debug_frame,
 // .gopclntab) before its table is built: none below 64 KiB (its table is
-// built at once, in a millisecond or two), else one per 16 KiB, at least 4
-// and at most 512. Unwinding a sample from its snapshot costs a few
-// microseconds per frame; building a table about 0.3 µs per row, some 2-6
-// rows per 100 bytes of unwind information. A busy program has its table
-// within a second (libc at 9 samples, cc1plus at 158); a file seldom
-// sampled (an idle daemon, the agent's own 42 MB of pclntab) is not worth
-// its table's build, memory and kernel bytes until 512 of its samples were.
+// built at once, in a millisecond or two), else one per KiB, at least 64
+// and at most 32,768. Unwinding a frame from a snapshot costs 1-8 µs;
+// building a table about 0.3 µs per row, some 2-6 rows per 100 bytes of
+// unwind information: by then about as much was spent on walks as the
+// build costs. A busy program has its table within a second (libc after
+// 149 frames, a few samples; cc1plus after 2,500, some 30 of its deep
+// stacks); a file seldom sampled (an idle daemon, the agent's own 42 MB of
+// pclntab) is not worth its table's build, memory and kernel bytes until
+// 32,768 of its frames were walked.
 func tableDemand(unwind int64) int {
 	if unwind < smallTable {
 		return 0
 	}
-	return int(min(max(unwind/(16<<10), 4), 512))
+	return int(min(max(unwind/(1<<10), 64), 32768))
 }
 
 // smallTable is the unwind information below which a file's table is

@@ -1005,7 +1005,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.UnwindTableLazy, err = builder.meter.Int64ObservableGauge(
 		"sonde.unwind.table.lazy",
-		metric.WithDescription("Files known without an unwind table until enough of their stacks were unwound from snapshots (one per 16 KiB of unwind information, 4 to 512); their stacks are whole meanwhile. [Development]"),
+		metric.WithDescription("Files known without an unwind table until enough of their frames were unwound from snapshots (one per KiB of unwind information, 64 to 32,768); their stacks are whole meanwhile. [Development]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)

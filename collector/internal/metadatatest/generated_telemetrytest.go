@@ -631,7 +631,7 @@ func AssertEqualUnwindTableFailures(t *testing.T, tt *componenttest.Telemetry, d
 func AssertEqualUnwindTableLazy(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.unwind.table.lazy",
-		Description: "Files known without an unwind table until enough of their stacks were unwound from snapshots (one per 16 KiB of unwind information, 4 to 512); their stacks are whole meanwhile. [Development]",
+		Description: "Files known without an unwind table until enough of their frames were unwound from snapshots (one per KiB of unwind information, 64 to 32,768); their stacks are whole meanwhile. [Development]",
 		Unit:        "{file}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
