@@ -62,6 +62,65 @@ func MapAnon(size int64, fill func([]byte) error) (*Image, error) {
 	return m, nil
 }
 
+// MapSpill is MapAnon for data that is written once and then read a
+// little at a time (inflated debug sections, the kernel's symbol table):
+// it is written to an unlinked file in the system's temporary directory
+// and mapped from there, so its pages are page cache, not the process's
+// own memory. DropPages lets go of those read, and the kernel may reclaim
+// them; the file's disk space goes with the mapping. Where the directory
+// cannot take the file, or is held in memory itself (tmpfs), it is MapAnon.
+func MapSpill(size int64, fill func([]byte) error) (*Image, error) {
+	if m, ok, err := mapSpill(os.TempDir(), size, fill); ok {
+		return m, err
+	}
+	return MapAnon(size, fill)
+}
+
+// Magic numbers of file systems whose files live in memory (statfs(2)).
+const (
+	tmpfsMagic = 0x01021994
+	ramfsMagic = 0x858458f6
+)
+
+// mapSpill maps size bytes of a new unlinked file in dir, filled by fill.
+// ok is false when dir cannot hold it, or holds it in memory: nothing was
+// written and fill was not called.
+func mapSpill(dir string, size int64, fill func([]byte) error) (_ *Image, ok bool, _ error) {
+	if size <= 0 || int64(int(size)) != size {
+		return nil, false, nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type == tmpfsMagic || st.Type == ramfsMagic {
+		return nil, false, nil
+	}
+	f, err := os.CreateTemp(dir, "sonde-spill-*")
+	if err != nil {
+		return nil, false, nil
+	}
+	defer f.Close() // the mapping keeps the file
+	_ = os.Remove(f.Name()) // unlinked: gone with the mapping, whatever becomes of the agent
+	if err := f.Truncate(size); err != nil {
+		return nil, false, nil
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, false, nil
+	}
+	m := &Image{data: data}
+	if err := fill(data); err != nil {
+		m.Unmap()
+		return nil, true, err
+	}
+	if err := unix.Mprotect(data, unix.PROT_READ); err != nil {
+		m.Unmap()
+		return nil, true, fmt.Errorf("protect %d spilled bytes: %w", size, err)
+	}
+	// What fill wrote stays in the page cache (and goes to the file as
+	// the kernel sees fit): the process need not hold it.
+	m.DropPages()
+	return m, true, nil
+}
+
 // Size is the memory the mapping takes: its length in whole pages.
 func (m *Image) Size() int64 {
 	if m == nil || len(m.data) == 0 {

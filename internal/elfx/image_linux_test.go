@@ -91,3 +91,47 @@ func TestImageDropPagesKeepsAnonymous(t *testing.T) {
 		t.Fatal("an anonymous mapping lost its bytes to DropPages")
 	}
 }
+
+// A spilled mapping holds what fill wrote without counting it in the
+// process's RSS once filled: it reads back the same after DropPages, and
+// its file is unlinked from the start. A directory held in memory (tmpfs)
+// or one that cannot take the file gets no spill.
+func TestMapSpill(t *testing.T) {
+	want := bytes.Repeat([]byte("inflated section "), 1<<18) // 4.25 MiB
+	dir := t.TempDir()
+	img, ok, err := mapSpill(dir, int64(len(want)), func(b []byte) error { copy(b, want); return nil })
+	if !ok {
+		t.Skipf("%s cannot hold a spill file here (tmpfs?)", dir)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Unmap()
+	addr := uintptr(unsafe.Pointer(&img.Bytes()[0]))
+	if rss := mappingRSS(t, addr); rss > 64 {
+		t.Errorf("a spilled mapping holds %d KiB of RSS once filled, want next to none", rss)
+	}
+	if !bytes.Equal(img.Bytes(), want) {
+		t.Fatal("spilled bytes differ from what fill wrote")
+	}
+	img.DropPages()
+	if !bytes.Equal(img.Bytes(), want) {
+		t.Fatal("spilled bytes lost to DropPages")
+	}
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("spill directory holds %d entries (%v), want the file unlinked", len(left), err)
+	}
+	if _, ok, _ := mapSpill("/dev/shm", 4096, func([]byte) error { return nil }); ok {
+		t.Error("a spill went to /dev/shm, a tmpfs")
+	}
+	if _, ok, _ := mapSpill(filepath.Join(dir, "missing"), 4096, func([]byte) error { return nil }); ok {
+		t.Error("a spill went to a directory that does not exist")
+	}
+	// MapSpill falls back to anonymous memory where it cannot spill.
+	t.Setenv("TMPDIR", "/dev/shm")
+	anon, err := MapSpill(4096, func(b []byte) error { b[0] = 7; return nil })
+	if err != nil || anon.Bytes()[0] != 7 {
+		t.Fatalf("MapSpill into tmpfs: %v", err)
+	}
+	anon.Unmap()
+}

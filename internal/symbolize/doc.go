@@ -17,8 +17,10 @@
 // DWARF are parsed from a read-only mapping of the file, whose pages are
 // the kernel's page cache, not the heap. Only derived data is the agent's:
 // the sorted symbol index and parsed units in the heap, compressed DWARF
-// inflated into read-only anonymous mappings (outside the heap, so the
-// collector's heap goal does not double it), and Options.MaxSymbolBytes
+// inflated into read-only mappings outside the heap (so the collector's
+// heap goal does not double it), spilled to an unlinked temporary file
+// where the temporary directory is on disk (its pages leave RSS once read,
+// each interval) and anonymous memory otherwise, and Options.MaxSymbolBytes
 // bounds all of it together with the caches; what one file may inflate is
 // capped (Options.MaxInflateBytes). A unit is read through a dwarf.Data
 // over that unit alone, so only its abbreviations are ever parsed.

@@ -13,7 +13,8 @@ import (
 )
 
 // anonReadOnlyBytes is the size of this process's read-only anonymous
-// mappings: where inflated DWARF sections are kept, outside the heap.
+// mappings and spilled ones (elfx.MapSpill): where inflated DWARF
+// sections are kept, outside the heap.
 func anonReadOnlyBytes(t testing.TB) int64 {
 	b, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
@@ -22,8 +23,12 @@ func anonReadOnlyBytes(t testing.TB) int64 {
 	var n int64
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 5 || f[1] != "r--p" || f[4] != "0" {
-			continue // not anonymous, or not read-only
+		anon := len(f) == 5 && f[1] == "r--p" && f[4] == "0"
+		// A spilled mapping (elfx.MapSpill): a shared read-only mapping of
+		// an unlinked spill file.
+		spilled := len(f) == 7 && f[1] == "r--s" && strings.Contains(f[5], "sonde-spill-") && f[6] == "(deleted)"
+		if !anon && !spilled {
+			continue
 		}
 		lo, hi, ok := strings.Cut(f[0], "-")
 		a, err1 := strconv.ParseUint(lo, 16, 64)

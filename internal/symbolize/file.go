@@ -86,8 +86,8 @@ func loadSymsWith(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, li
 }
 
 // memSize is the memory the symbol data holds now: its heap and its
-// inflated sections' anonymous mappings (the files' mappings are not
-// counted: their pages are the page cache's).
+// inflated sections' mappings, spilled or anonymous (the files' own
+// mappings are not counted: their pages are the page cache's).
 func (fs *fileSyms) memSize() int64 {
 	n := int64(256 + 64*len(fs.layout.Progs))
 	if fs.goTab != nil {
@@ -107,6 +107,9 @@ func (fs *fileSyms) memSize() int64 {
 func (fs *fileSyms) dropPages() {
 	for _, m := range fs.images {
 		m.DropPages()
+	}
+	if fs.lines != nil {
+		fs.lines.dropPages()
 	}
 }
 

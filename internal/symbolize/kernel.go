@@ -44,10 +44,12 @@ type Kernel struct {
 	names   string   // every kept name, back to back
 	modules []string // modules[0] is "", the core kernel
 	skipped int
-	// mem holds syms and names once the table is built: an anonymous
-	// mapping outside the Go heap (5 MB for a distribution kernel, which
-	// the collector's goal would double), unmapped when k is collected.
-	// Nothing of it leaves k: Lookup copies the names it returns.
+	// mem holds syms and names once the table is built: a mapping outside
+	// the Go heap (5 MB for a distribution kernel, which the collector's
+	// goal would double), spilled to a file's page cache where it can be
+	// (elfx.MapSpill: the pages lookups read count in RSS until the next
+	// DropPages), unmapped when k is collected. Nothing of it leaves k:
+	// Lookup copies the names it returns.
 	mem *elfx.Image
 }
 
@@ -123,11 +125,11 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 	return k, nil
 }
 
-// offHeap moves k's symbols and names into an anonymous mapping; where it
+// offHeap moves k's symbols and names into a mapping (elfx.MapSpill); where it
 // cannot be made they stay in the heap, without the growth slack.
 func (k *Kernel) offHeap() {
 	symBytes := len(k.syms) * int(unsafe.Sizeof(ksym{}))
-	m, err := elfx.MapAnon(int64(symBytes+len(k.names)), func(b []byte) error {
+	m, err := elfx.MapSpill(int64(symBytes+len(k.names)), func(b []byte) error {
 		copy(b, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(k.syms))), symBytes))
 		copy(b[symBytes:], k.names)
 		return nil

@@ -124,9 +124,10 @@ type fnNode struct {
 
 // debugSectionData returns the contents of a DWARF section and the memory
 // it holds: in place in img (the file's bytes, or nil to read from f, into
-// the heap) when stored plainly, else inflated into a read-only anonymous
-// mapping, m, whether it is SHF_COMPRESSED (zlib, zstd) or a legacy
-// .zdebug_ section; the caller owns m and unmaps it. limit bounds the
+// the heap) when stored plainly, else inflated into a read-only mapping, m
+// (elfx.MapSpill: a spill file's page cache, or anonymous memory), whether
+// it is SHF_COMPRESSED (zlib, zstd) or a legacy .zdebug_ section; the
+// caller owns m and unmaps it. limit bounds the
 // uncompressed size; inflate is what the file may still inflate, and is
 // reduced by what this section takes (more is errInflateCap).
 func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflate *int64) (b []byte, m *elfx.Image, held int64, err error) {
@@ -146,7 +147,7 @@ func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflat
 			return nil, nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, s.Size, errInflateCap)
 		}
 		*inflate -= int64(s.Size)
-		m, err := elfx.MapAnon(int64(s.Size), func(b []byte) error {
+		m, err := elfx.MapSpill(int64(s.Size), func(b []byte) error {
 			_, err := io.ReadFull(s.Open(), b)
 			return err
 		})
@@ -173,7 +174,7 @@ func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflat
 		return nil, nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, n, errInflateCap)
 	}
 	*inflate -= int64(n)
-	m, err = elfx.MapAnon(int64(n), func(b []byte) error {
+	m, err = elfx.MapSpill(int64(n), func(b []byte) error {
 		zr, err := zlib.NewReader(io.NewSectionReader(s, 12, int64(min(s.Size, 1<<62))))
 		if err != nil {
 			return err
@@ -292,6 +293,17 @@ func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate 
 	lt.maps = maps
 	lt.size += held
 	return lt, nil
+}
+
+// dropPages lets go of the pages of the inflated sections read so far,
+// where they are spilled to a file (elfx.MapSpill); the sections stay
+// readable.
+func (lt *lineTable) dropPages() {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	for _, m := range lt.maps {
+		m.DropPages()
+	}
 }
 
 // unmap releases the inflated sections; lt must not be used afterwards

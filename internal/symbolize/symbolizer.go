@@ -101,8 +101,11 @@ func (h *Handle) Release() {
 // Options bounds the Symbolizer's memory. Zero fields take the defaults.
 type Options struct {
 	MaxFiles int // how many files' symbol data stay loaded (LRU); default 256
-	// MaxSymbolBytes bounds all the memory symbolization holds, heap and
-	// the anonymous mappings inflated DWARF is kept in: the indexes
+	// MaxSymbolBytes bounds all the data symbolization derives and holds,
+	// heap and the mappings inflated DWARF and the kernel's symbols are
+	// kept in (spilled to unlinked temporary files where the temporary
+	// directory is on disk, whose pages then leave RSS once read, else
+	// anonymous memory; elfx.MapSpill): the indexes
 	// of loaded files (symbol index, inflated sections, MiniDebugInfo
 	// names, parsed line programs and inline trees), the (file, offset)
 	// cache, the kernel's symbols and the known files. Symbol tables,
@@ -218,6 +221,7 @@ type Symbolizer struct {
 	addrs       *lru[addrKey, []Line]
 	addrBytes   int64
 	kernelBytes int64
+	kern        *Kernel // once loaded, for DropPages
 	stats       Stats
 	warned      bool // the inflation cap has been logged once
 }
@@ -302,6 +306,7 @@ func New(logger *zap.Logger, opts Options) *Symbolizer {
 		k, err := LoadKernel(opts.KallsymsPath)
 		if err == nil {
 			s.mu.Lock()
+			s.kern = k
 			s.kernelBytes = k.memSize()
 			s.evictLoadedLocked(nil)
 			s.mu.Unlock()
@@ -327,6 +332,9 @@ func (s *Symbolizer) DropPages() {
 		if lf := n.val; lf.done && !lf.dropped && lf.syms != nil {
 			lf.syms.dropPages()
 		}
+	}
+	if s.kern != nil {
+		s.kern.mem.DropPages()
 	}
 }
 

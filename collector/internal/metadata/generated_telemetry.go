@@ -920,7 +920,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SymbolizeCacheSize, err = builder.meter.Int64ObservableGauge(
 		"sonde.symbolize.cache.size",
-		metric.WithDescription("Memory symbolization holds now (loaded indexes, caches, kernel symbols in the heap; inflated debug sections in read-only anonymous mappings), within limits::symbol_cache_bytes. [Development]"),
+		metric.WithDescription("Memory symbolization holds now (loaded indexes, caches, kernel symbols in the heap; inflated debug sections and the kernel's symbols in read-only mappings, spilled to unlinked temporary files where the temporary directory is on disk, else anonymous memory), within limits::symbol_cache_bytes. [Development]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

@@ -414,7 +414,7 @@ func AssertEqualSymbolizeCacheRequests(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualSymbolizeCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.symbolize.cache.size",
-		Description: "Memory symbolization holds now (loaded indexes, caches, kernel symbols in the heap; inflated debug sections in read-only anonymous mappings), within limits::symbol_cache_bytes. [Development]",
+		Description: "Memory symbolization holds now (loaded indexes, caches, kernel symbols in the heap; inflated debug sections and the kernel's symbols in read-only mappings, spilled to unlinked temporary files where the temporary directory is on disk, else anonymous memory), within limits::symbol_cache_bytes. [Development]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
