@@ -97,7 +97,7 @@ func mapSpill(dir string, size int64, fill func([]byte) error) (_ *Image, ok boo
 	if err != nil {
 		return nil, false, nil
 	}
-	defer f.Close() // the mapping keeps the file
+	defer f.Close()         // the mapping keeps the file
 	_ = os.Remove(f.Name()) // unlinked: gone with the mapping, whatever becomes of the agent
 	if err := f.Truncate(size); err != nil {
 		return nil, false, nil
