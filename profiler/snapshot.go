@@ -223,10 +223,10 @@ func (r *resolver) compareSnapshot(rec *tracer.Record, end unwind.StepResult) {
 	r.stats.snapshotsCompared.Add(1)
 	n := min(len(r.snapPCs), len(rec.User))
 	same := slices.Equal(r.snapPCs[:n], rec.User[:n])
-	switch {
-	case end == unwind.StepComplete:
+	switch end {
+	case unwind.StepComplete:
 		same = same && len(r.snapPCs) == len(rec.User)
-	case end == unwind.StepUnreadable:
+	case unwind.StepUnreadable:
 	default:
 		same = false
 	}

@@ -53,18 +53,20 @@ func (r Regs) Lookup() uint64 {
 type StepResult uint8
 
 const (
-	// StepCFI: the caller was found with the row.
+	// StepCFI means the caller was found with the row.
 	StepCFI StepResult = iota
-	// StepFramePointer: no row covered the PC; the frame-pointer chain
-	// gave the caller.
+	// StepFramePointer means no row covered the PC: the frame-pointer
+	// chain gave the caller.
 	StepFramePointer
-	// StepComplete: the row says the stack ends here (its outermost frame).
+	// StepComplete means the row says the stack ends here (its outermost
+	// frame).
 	StepComplete
-	// StepUnknownRule: the row has no usable rule; the stack stops.
+	// StepUnknownRule means the row has no usable rule: the stack stops.
 	StepUnknownRule
-	// StepUnreadable: the caller is in stack memory the copy does not hold.
+	// StepUnreadable means the caller is in stack memory the copy does
+	// not hold.
 	StepUnreadable
-	// StepNoCaller: nothing that can be a caller (a frame-pointer chain's
+	// StepNoCaller means nothing can be a caller (a frame-pointer chain's
 	// end, a word that is not a user address).
 	StepNoCaller
 )

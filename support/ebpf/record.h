@@ -53,10 +53,32 @@ static __always_inline int output_sample(struct sample_record *s, __u32 extra)
 	return bpf_ringbuf_output(&events, s, size, wakeup_flags());
 }
 
+// copy_stack copies user memory from src to dst a page at a time, up to
+// limit bytes or the first page that cannot be read (the end of a stack),
+// and returns how many bytes it copied. limit is a constant at each call:
+// the verifier bounds the copy by it (and one page more, which the
+// scratch's slack holds).
+static __always_inline __u32 copy_stack(__u8 *dst, __u64 src, __u32 limit)
+{
+	__u32 copied = 0;
+	__u32 len = 4096 - (src & 4095);
+	for (int i = 0; i <= SNAPSHOT_BYTES / 4096; i++) {
+		if (copied >= limit)
+			break;
+		if (len > limit - copied)
+			len = limit - copied;
+		if (bpf_probe_read_user(dst + copied, len, (void *)(src + copied)))
+			break;
+		copied += len;
+		len = 4096;
+	}
+	return copied;
+}
+
 // take_snapshot writes the snapshot st marked (snap_set) after the frames of
 // s, which must be the record of a struct sample_scratch: its registers,
-// then the stack from its SP on, a page at a time up to SNAPSHOT_BYTES or
-// the first page that cannot be read (the end of the stack). It returns the
+// then the stack from its SP on, up to SNAPSHOT_BYTES, and the second
+// region, if any, up to SNAPSHOT_SECOND_BYTES (copy_stack). It returns the
 // bytes it added, 0 when it took none: the ring buffer is half full already
 // (a burst of new programs must not crowd out samples), or the stack cannot
 // be read.
@@ -72,41 +94,16 @@ static __always_inline __u32 take_snapshot(struct sample_record *s, struct ustac
 		return 0;
 	struct stack_snapshot *h = (void *)s->stack + words * sizeof(__u64);
 	__u8 *dst = (__u8 *)(h + 1);
-	__u64 sp = st->snap_sp;
-	__u32 copied = 0;
-	__u32 len = 4096 - (sp & 4095);
-	for (int i = 0; i <= SNAPSHOT_BYTES / 4096; i++) {
-		if (copied >= SNAPSHOT_BYTES)
-			break;
-		if (len > SNAPSHOT_BYTES - copied)
-			len = SNAPSHOT_BYTES - copied;
-		if (bpf_probe_read_user(dst + copied, len, (void *)(sp + copied)))
-			break;
-		copied += len;
-		len = 4096;
-	}
-	if (copied == 0)
+	__u32 copied = copy_stack(dst, st->snap_sp, SNAPSHOT_BYTES);
+	if (copied == 0 || copied > SNAPSHOT_BYTES)
 		return 0;
 	__u32 copied2 = 0;
-	__u64 sp2 = st->snap2_sp;
-	if (st->snap2_set && copied <= SNAPSHOT_BYTES) {
-		__u8 *dst2 = dst + copied;
-		len = 4096 - (sp2 & 4095);
-		for (int i = 0; i <= SNAPSHOT_SECOND_BYTES / 4096; i++) {
-			if (copied2 >= SNAPSHOT_SECOND_BYTES)
-				break;
-			if (len > SNAPSHOT_SECOND_BYTES - copied2)
-				len = SNAPSHOT_SECOND_BYTES - copied2;
-			if (bpf_probe_read_user(dst2 + copied2, len, (void *)(sp2 + copied2)))
-				break;
-			copied2 += len;
-			len = 4096;
-		}
-	}
+	if (st->snap2_set)
+		copied2 = copy_stack(dst + copied, st->snap2_sp, SNAPSHOT_SECOND_BYTES);
 	h->pc = st->snap_pc;
-	h->sp = sp;
+	h->sp = st->snap_sp;
 	h->fp = st->snap_fp;
-	h->sp2 = copied2 ? sp2 : 0;
+	h->sp2 = copied2 ? st->snap2_sp : 0;
 	h->frame = st->snap_frame;
 	h->pad = 0;
 	h->bytes = copied;

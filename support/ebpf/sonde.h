@@ -273,9 +273,9 @@ enum counter {
 	COUNTER_PY_SAMPLES,   // user stacks of Python processes (python_procs)
 	COUNTER_PY_FRAMES,    // Python frames emitted
 	COUNTER_PY_NO_THREAD, // the sampled thread's state was not in the interpreter's first threads
-	COUNTER_PY_READ_ERR,  // a Python frame chain could not be read: walk ended
-	COUNTER_PY_BAD_FRAME, // a Python frame held no code object: walk ended
-	COUNTER_SNAPSHOTS,    // samples sent with a stack snapshot
+	COUNTER_PY_READ_ERR,       // a Python frame chain could not be read: walk ended
+	COUNTER_PY_BAD_FRAME,      // a Python frame held no code object: walk ended
+	COUNTER_SNAPSHOTS,         // samples sent with a stack snapshot
 	COUNTER_SNAPSHOTS_SKIPPED, // snapshots not taken: the ring buffer was half full
 	COUNTER_MAX,
 };
