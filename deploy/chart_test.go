@@ -320,6 +320,15 @@ func TestRender(t *testing.T) {
 			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 				t.Error("readOnlyRootFilesystem is not true")
 			}
+			// The read-only root leaves the agent a writable /tmp on the
+			// node's disk, bounded, for its spilled symbol data.
+			if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+				return v.Name == "tmp" && v.EmptyDir != nil && v.EmptyDir.Medium == "" && v.EmptyDir.SizeLimit != nil
+			}) || !slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == "tmp" && m.MountPath == "/tmp" && !m.ReadOnly
+			}) {
+				t.Errorf("no disk-backed emptyDir with a size limit at /tmp: volumes %v, mounts %v", pod.Volumes, ctr.VolumeMounts)
+			}
 			if got := sc.Privileged != nil && *sc.Privileged; got != tt.wantPrivileged {
 				t.Errorf("privileged = %v, want %v", got, tt.wantPrivileged)
 			}
@@ -346,9 +355,10 @@ func TestRender(t *testing.T) {
 				t.Errorf("appArmorProfile (-want +got):\n%s", diff)
 			}
 
-			// Mounts: only the configuration, read-only; no host paths.
+			// Mounts: the configuration, read-only, and /tmp, an emptyDir
+			// (checked above); no host paths.
 			for _, m := range ctr.VolumeMounts {
-				if !m.ReadOnly {
+				if !m.ReadOnly && m.Name != "tmp" {
 					t.Errorf("volume mount %s at %s is writable", m.Name, m.MountPath)
 				}
 			}
@@ -389,7 +399,7 @@ func TestRender(t *testing.T) {
 			if got, want := ctr.Resources.Requests.Cpu(), resource.MustParse("50m"); got.Cmp(want) != 0 {
 				t.Errorf("cpu request = %v, want %v", got, want)
 			}
-			if got, want := ctr.Resources.Requests.Memory(), resource.MustParse("320Mi"); got.Cmp(want) != 0 {
+			if got, want := ctr.Resources.Requests.Memory(), resource.MustParse("192Mi"); got.Cmp(want) != 0 {
 				t.Errorf("memory request = %v, want %v", got, want)
 			}
 			if got, want := ctr.Resources.Limits.Memory(), resource.MustParse("512Mi"); got.Cmp(want) != 0 {
