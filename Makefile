@@ -17,6 +17,9 @@ FUZZTIME     ?= 10s
 # deadline exceeded" at the deadline, with no failing input (golang/go#75804,
 # fixed in Go 1.27). A count has no deadline to race.
 CI_FUZZTIME  ?= 3000x
+# Minimizing a new input found in a big seed (a whole ELF file) can take
+# the default minute per input, with no executions counted meanwhile.
+FUZZMINTIME  ?= 10s
 # One test package at a time (-p 1): as root, the integration packages
 # (collector, profiler, python, symbolize, kernelcheck) each run their own
 # host-wide profilers, perf record and CPU-bound workloads. Two at once on a
@@ -123,7 +126,7 @@ cross: ## Build the public packages for other systems: a distribution that inclu
 fuzz-short: ## Run every fuzz target for FUZZTIME (default 10s; Nx for N executions)
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) $$pkg; \
 	  done; done
 
 .PHONY: fuzz

@@ -56,6 +56,12 @@ type Finder struct {
 	cies map[cieKey]*cie
 	p    parser // one FDE's program at a time
 	st   Stats
+	// The rows of the FDE last interpreted (lastOK: it could be), which
+	// the next lookup in the same function reuses: a recursion's frames,
+	// and a hostile FDE of tens of thousands of rows looked up again.
+	last   fdeRef
+	lastOK bool
+	have   bool
 }
 
 // fdeRef is one FDE of a Finder's index.
@@ -340,7 +346,7 @@ func (fd *Finder) nextFDE(v uint64) (uint64, bool) {
 	if fd.hdr != nil {
 		n := len(fd.hdr) / 8
 		i := sort.Search(n, func(i int) bool { return fd.hdrBegin(i) > v })
-		for ; i < n; i++ {
+		for end := min(n, i+hdrSkip); i < end; i++ {
 			if ref, ok := fd.hdrRef(i); ok && ref.size > 0 {
 				return ref.begin, true
 			}
@@ -405,17 +411,24 @@ func (fd *Finder) hdrFDE(v uint64) (ref fdeRef, found, usable bool) {
 	n := len(fd.hdr) / 8
 	i := sort.Search(n, func(i int) bool { return fd.hdrBegin(i) > v })
 	// The last FDE with a range at or before v: empty and unreadable ones
-	// are not in the table.
-	for i--; i >= 0; i-- {
+	// are not in the table. A run of them longer than hdrSkip is no
+	// linker's work: the index sorts such a file out, once.
+	for skipped := 0; ; skipped++ {
+		if i--; i < 0 {
+			return ref, false, true
+		}
+		if skipped == hdrSkip {
+			return ref, false, false
+		}
 		if r, ok := fd.hdrRef(i); ok && r.size > 0 {
-			ref, found = r, true
+			ref = r
 			break
 		}
 	}
-	if !found {
-		return ref, false, true
-	}
-	for j := i - 1; j >= 0; j-- {
+	for j, skipped := i-1, 0; j >= 0; j, skipped = j-1, skipped+1 {
+		if skipped == hdrSkip {
+			return ref, false, false
+		}
 		p, ok := fd.hdrRef(j)
 		if !ok || p.size == 0 {
 			continue
@@ -427,6 +440,10 @@ func (fd *Finder) hdrFDE(v uint64) (ref fdeRef, found, usable bool) {
 	}
 	return ref, true, true
 }
+
+// hdrSkip bounds the empty or unreadable entries of the search table a
+// lookup steps over.
+const hdrSkip = 16
 
 // fdeRange reads the address range of the FDE at off in s.
 func (fd *Finder) fdeRange(s *section, off int) (begin, end uint64, ok bool) {
@@ -469,6 +486,17 @@ func (fd *Finder) cie(s *section, off int) *cie {
 // fdeRows interprets the program of FDE ref; ok is false where the table
 // would drop it (a bad entry).
 func (fd *Finder) fdeRows(ref fdeRef) ([]Row, bool) {
+	if fd.have && fd.last == ref {
+		return fd.p.rows, fd.lastOK
+	}
+	rows, ok := fd.interpret(ref)
+	fd.last, fd.lastOK, fd.have = ref, ok, true
+	return rows, ok
+}
+
+// interpret runs the program of FDE ref into fd.p.rows.
+func (fd *Finder) interpret(ref fdeRef) ([]Row, bool) {
+	fd.p.rows = fd.p.rows[:0]
 	s := fd.eh
 	if ref.off&debugBit != 0 {
 		s = fd.dbg

@@ -105,3 +105,34 @@ func FuzzCFIProgram(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFinder opens arbitrary bytes as an ELF file with a Finder and looks
+// rows up across it: a hostile file (bad .eh_frame_hdr, FDEs out of their
+// section, a broken pclntab) is refused or gives rows, never a panic.
+func FuzzFinder(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte("\x7fELF\x02\x01\x01"))
+	if _, err := os.Stat("/usr/bin/cc"); err == nil {
+		bin := testutil.BuildC(f, "seed", []string{"-O2"}, filepath.Join("testdata", "frames.c"))
+		if b, err := os.ReadFile(bin); err == nil {
+			f.Add(b)
+		}
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "elf")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fd, err := NewFinder(path, []string{}, nil)
+		if err != nil {
+			return
+		}
+		defer fd.Close()
+		for off := uint64(0); off < uint64(len(data))+64; off += 13 {
+			if r, ok := fd.Row(off); ok && r.Rule&0x0f > 5 {
+				t.Fatalf("offset %#x: row %+v with an unknown CFA type", off, r)
+			}
+		}
+	})
+}
