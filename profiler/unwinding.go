@@ -190,8 +190,10 @@ func newPreparer(log *zap.Logger, k preparerKernel, procs *process.Table, syms *
 			t, _ := p.misses.peek(p.pid)
 			return t
 		},
-		Loaded: func(since time.Time, pids []int) {
-			p.reportTable(tableDelay(since, !since.IsZero(), time.Now()))
+		Loaded: func(since time.Time, pids []int, onDemand bool) {
+			if !onDemand {
+				p.reportTable(tableDelay(since, !since.IsZero(), time.Now()))
+			}
 			for _, pid := range pids {
 				if !p.loader.Pending(pid) {
 					p.warm.prepared(pid, monotonic())
@@ -334,8 +336,14 @@ func (p *preparer) handle(w prepareWork) {
 	// sets nothing and forgets the pid.
 	before := p.loader.Stats()
 	err = p.loader.Prepare(proc)
+	if err == nil && p.python != nil && p.python.prepare(proc) {
+		// The Python walker needs the eBPF side's native frames, which
+		// take no snapshots: its tables are built now.
+		p.loader.WantProcess(proc.PID)
+	}
 	// A process of the start-up scan is held back until all its tables
-	// are loaded, those built in the background too (Loaded).
+	// are loaded, those built in the background too (Loaded): a CPython
+	// process's lazy ones as well, now wanted.
 	if !p.loader.Pending(w.pid) {
 		p.warm.prepared(w.pid, monotonic())
 	}
@@ -350,11 +358,6 @@ func (p *preparer) handle(w prepareWork) {
 				p.reportTable(d)
 			}
 		}
-	}
-	if err == nil && p.python != nil && p.python.prepare(proc) {
-		// The Python walker needs the eBPF side's native frames, which
-		// take no snapshots: its tables are built now.
-		p.loader.WantProcess(proc.PID)
 	}
 	switch {
 	case errors.Is(err, process.ErrGone):

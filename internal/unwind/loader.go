@@ -62,10 +62,10 @@ type LoaderOptions struct {
 	// time; it stamps the files Prepare defers.
 	Since func() time.Time
 	// Loaded, when set, is called for each deferred table once it is
-	// loaded, with its stamp (Since; zero without one) and the processes
-	// that map the file, without the Loader's lock held. Tables built on
-	// demand (Demand) are not reported.
-	Loaded func(since time.Time, pids []int)
+	// loaded, with its stamp (Since; zero without one), the processes
+	// that map the file, and whether it was built on demand (Demand,
+	// Want, WantProcess), without the Loader's lock held.
+	Loaded func(since time.Time, pids []int, onDemand bool)
 	// Demand, when set, makes tables lazy: Prepare builds the table of a
 	// new file only where Demand(its unwind information's bytes) is 0;
 	// another file's table is built in the background (with Background)
@@ -161,7 +161,7 @@ type Loader struct {
 	// loading the tables being loaded; loads bounds those (maxLoads).
 	background bool
 	since      func() time.Time
-	loaded     func(time.Time, []int)
+	loaded     func(time.Time, []int, bool)
 	demand     func(int64) int
 	pending    []*deferredBuild
 	building   [2]bool
@@ -928,12 +928,18 @@ func (l *Loader) buildDeferred(lane int) {
 // and points the processes that map the file at it.
 func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int64, rows []tracer.Row) {
 	err := l.k.LoadTable(id, rows)
+	// Wait returns once the load is done and Loaded was told.
+	defer func() {
+		l.mu.Lock()
+		l.loading--
+		l.countPending()
+		l.idle.Broadcast()
+		l.mu.Unlock()
+	}()
 	l.mu.Lock()
 	lf := d.lf
 	lf.deferred = false
-	l.loading--
 	l.countPending()
-	defer l.idle.Broadcast()
 	if err = l.commit(lf, id, len(rows), need, err); err != nil {
 		l.loadFailed(lf, tracer.TableEntries(rows), path, err)
 		l.mu.Unlock()
@@ -949,8 +955,8 @@ func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int
 	if err != nil {
 		l.log.Debug("pointing processes at a file's unwind table failed", zap.String("file", path), zap.Error(err))
 	}
-	if l.loaded != nil && !d.onDemand {
-		l.loaded(d.since, pids)
+	if l.loaded != nil {
+		l.loaded(d.since, pids, d.onDemand)
 	}
 }
 

@@ -696,7 +696,7 @@ func TestLoaderBackground(t *testing.T) {
 	l := NewLoader(tr, identifyFile, zaptest.NewLogger(t), LoaderOptions{
 		Background: true,
 		Since:      func() time.Time { return missed },
-		Loaded: func(since time.Time, pids []int) {
+		Loaded: func(since time.Time, pids []int, _ bool) {
 			mu.Lock()
 			defer mu.Unlock()
 			stamps = append(stamps, since)
@@ -888,13 +888,17 @@ func TestLoaderOnDemand(t *testing.T) {
 	procs := process.NewTable("/proc", nil, process.Options{})
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	var asked []int64
-	var told int
+	var told, toldOnDemand int
 	var mu sync.Mutex
 	l := NewLoader(tr, identifyFile, zaptest.NewLogger(t), LoaderOptions{
 		Background: true,
-		Loaded: func(time.Time, []int) {
+		Loaded: func(_ time.Time, _ []int, onDemand bool) {
 			mu.Lock()
-			told++
+			if onDemand {
+				toldOnDemand++
+			} else {
+				told++
+			}
 			mu.Unlock()
 		},
 		Demand: func(size int64) int {
@@ -954,8 +958,8 @@ func TestLoaderOnDemand(t *testing.T) {
 		t.Errorf("mapping %+v does not point at the table built on demand", m)
 	}
 	mu.Lock()
-	if told != 0 {
-		t.Errorf("Loaded was told of %d tables built on demand", told)
+	if told != 0 || toldOnDemand != 1 {
+		t.Errorf("Loaded was told of %d tables built on demand as built ahead, %d as on demand; want 0, 1", told, toldOnDemand)
 	}
 	mu.Unlock()
 	l.WantProcess(p.PID)
