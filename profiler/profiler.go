@@ -588,6 +588,7 @@ func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *prof
 			p.filtered.Add(1)
 			break
 		}
+		p.resolver.wantTable(rec)
 		p.resolver.offCPUStart(rec, q.proc, q.procErr, sample)
 		p.offCPU.start(offCPUKey{tid: rec.TID, start: rec.KTime}, sample)
 	case tracer.RecordOffCPUEnd:

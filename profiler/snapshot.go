@@ -52,6 +52,7 @@ type finderEntry struct {
 func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err error) *process.Process {
 	snap := rec.Snapshot
 	if snap == nil {
+		r.wantTable(rec)
 		return p
 	}
 	r.stats.snapshots.Add(1)
@@ -165,6 +166,30 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 	rec.Flags = flags
 	rec.User, rec.UserFlags, rec.UserFiles = r.snapPCs, r.snapFlags, r.snapFiles
 	return p
+}
+
+// wantTable counts toward the demand for its table the file in which the
+// eBPF side, for want of a table, went on by frame pointers, or stopped, in
+// a stack without a snapshot: an off-CPU stack (the off-CPU path takes
+// none), or a sample whose snapshot was skipped (the ring buffer was half
+// full). That stack was cut short there, as a walk that ran out of its
+// snapshot would have been, and counts as much (unfinishedWant). Want
+// ignores files whose table is not lazy.
+func (r *resolver) wantTable(rec *tracer.Record) {
+	if r.unwinder == nil || rec.Flags&tracer.FlagUserComplete != 0 {
+		return
+	}
+	for i := range rec.User {
+		if i+1 < len(rec.User) && rec.UserFlags[i+1]&tracer.FrameFromFramePointer == 0 {
+			continue
+		}
+		if h := rec.UserFiles[i].File; h != 0 && rec.UserFlags[i]&tracer.FramePython == 0 {
+			if id, ok := r.unwinder.File(h); ok {
+				r.unwinder.Want(id, unfinishedWant)
+			}
+		}
+		return
+	}
 }
 
 // spliceFramePointers finishes a walk that left the snapshot's copy of the

@@ -1,10 +1,15 @@
+//go:build linux
+
 package profiler
 
 import (
+	"maps"
 	"testing"
 	"time"
 
+	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/tracer"
 )
 
 // Every stack the kernel unwound to its root with its tables is unwound
@@ -49,5 +54,53 @@ func TestSnapshotsMatchKernelUnwinding(t *testing.T) {
 	if st.Resolver.SnapshotsDiffer != 0 {
 		t.Errorf("%d of %d stacks unwound from their snapshot differ from the kernel's (the first are logged)",
 			st.Resolver.SnapshotsDiffer, st.Resolver.SnapshotsCompared)
+	}
+}
+
+// wants records what the resolver asks of the Loader's demand.
+type wants struct {
+	handles map[uint32]elfx.FileID
+	n       map[elfx.FileID]int
+}
+
+func (w *wants) File(h uint32) (elfx.FileID, bool) { id, ok := w.handles[h]; return id, ok }
+func (w *wants) Prepared(int) bool                 { return true }
+func (w *wants) Want(id elfx.FileID, n int)        { w.n[id] += n }
+
+// A stack without a snapshot (off-CPU, or its snapshot skipped) that the
+// eBPF side went on by frame pointers from, or ended in, for want of a
+// table counts toward that file's table as an unfinished walk would; a
+// whole stack, a Python frame and a frame of no known file count nothing.
+func TestWantTableWithoutSnapshot(t *testing.T) {
+	lib, bin := elfx.FileID{1}, elfx.FileID{2}
+	fp := tracer.FrameFromFramePointer
+	cases := []struct {
+		name  string
+		flags []tracer.FrameFlags
+		files []uint32
+		whole bool
+		want  map[elfx.FileID]int
+	}{
+		{"frame pointers after the lib", []tracer.FrameFlags{0, 0, fp, fp}, []uint32{7, 9, 7, 7}, false, map[elfx.FileID]int{lib: unfinishedWant}},
+		{"ends in the lib", []tracer.FrameFlags{0, 0}, []uint32{7, 9}, false, map[elfx.FileID]int{lib: unfinishedWant}},
+		{"whole", []tracer.FrameFlags{0, fp, fp}, []uint32{9, 7, 7}, true, map[elfx.FileID]int{}},
+		{"python", []tracer.FrameFlags{tracer.FramePython, fp}, []uint32{0, 7}, false, map[elfx.FileID]int{}},
+		{"unknown file", []tracer.FrameFlags{0, fp}, []uint32{0, 7}, false, map[elfx.FileID]int{}},
+	}
+	for _, c := range cases {
+		w := &wants{handles: map[uint32]elfx.FileID{7: bin, 9: lib}, n: map[elfx.FileID]int{}}
+		r := &resolver{unwinder: w}
+		rec := &tracer.Record{User: make([]uint64, len(c.flags)), UserFlags: c.flags}
+		for i, h := range c.files {
+			rec.User[i] = 0x1000 * uint64(i+1)
+			rec.UserFiles = append(rec.UserFiles, tracer.FileRef{File: h, Offset: 0x10})
+		}
+		if c.whole {
+			rec.Flags |= tracer.FlagUserComplete
+		}
+		r.wantTable(rec)
+		if !maps.Equal(w.n, c.want) {
+			t.Errorf("%s: wanted %v, want %v", c.name, w.n, c.want)
+		}
 	}
 }
