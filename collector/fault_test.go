@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,21 +40,28 @@ import (
 // leakBaseline is what the process holds before a receiver starts.
 type leakBaseline struct {
 	goroutines goleak.Option
-	fds        int
+	fds        map[string]string
 }
 
 func takeLeakBaseline(t *testing.T) leakBaseline {
 	t.Helper()
-	return leakBaseline{goroutines: goleak.IgnoreCurrent(), fds: countFDs(t)}
+	return leakBaseline{goroutines: goleak.IgnoreCurrent(), fds: openFDs(t)}
 }
 
-func countFDs(t *testing.T) int {
+// openFDs maps each file descriptor this process has open to what it
+// refers to.
+func openFDs(t *testing.T) map[string]string {
 	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(fds)
+	open := make(map[string]string, len(fds))
+	for _, fd := range fds {
+		target, _ := os.Readlink("/proc/self/fd/" + fd.Name())
+		open[fd.Name()] = target
+	}
+	return open
 }
 
 // ownBPFObjects names the BPF programs, maps and links this process holds a
@@ -114,10 +122,10 @@ func (b leakBaseline) check(t *testing.T, bpf []string) {
 		t.Errorf("goroutines left after Shutdown: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	var fds int
+	var fds map[string]string
 	var alive []string
 	for {
-		fds = countFDs(t)
+		fds = openFDs(t)
 		live := liveBPFObjects()
 		alive = alive[:0]
 		for _, o := range bpf {
@@ -125,13 +133,20 @@ func (b leakBaseline) check(t *testing.T, bpf []string) {
 				alive = append(alive, o)
 			}
 		}
-		if fds <= b.fds && len(alive) == 0 || time.Now().After(deadline) {
+		if len(fds) <= len(b.fds) && len(alive) == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond) // polling kernel and runtime state, bounded by the deadline
 	}
-	if fds > b.fds {
-		t.Errorf("%d file descriptors open 10 s after Shutdown, %d before Start", fds, b.fds)
+	if len(fds) > len(b.fds) {
+		var added []string
+		for fd, target := range fds {
+			if b.fds[fd] != target {
+				added = append(added, fd+" -> "+target)
+			}
+		}
+		slices.Sort(added)
+		t.Errorf("%d file descriptors open 10 s after Shutdown, %d before Start; new or changed: %v", len(fds), len(b.fds), added)
 	}
 	if len(alive) > 0 {
 		t.Errorf("BPF objects of the receiver still in the kernel 10 s after Shutdown: %v", alive)
