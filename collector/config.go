@@ -128,8 +128,9 @@ type LimitsConfig struct {
 	// RingBufferBytes is the size of the eBPF ring buffer that carries
 	// samples to user space. The kernel requires a power of two that is a
 	// multiple of the page size; 0 (the default) sizes it for
-	// samples_per_second and the CPUs: two seconds of samples, at least
-	// 1 MiB, 4 MiB with off-CPU profiling on.
+	// samples_per_second and the CPUs: two seconds of samples and an
+	// eighth of a second of stack snapshots, at least 1 MiB, 4 MiB with
+	// off-CPU profiling on.
 	RingBufferBytes int `mapstructure:"ring_buffer_bytes"`
 
 	// MaxProcesses is how many processes the receiver tracks at once; it

@@ -119,8 +119,9 @@ type Options struct {
 
 	// RingBufferBytes sizes the eBPF ring buffer: a power of two and a
 	// multiple of the page size, or 0 (the default) to size it for
-	// SamplesPerSecond and the CPUs (two seconds of samples, at least
-	// 1 MiB; 4 MiB with off-CPU profiling on).
+	// SamplesPerSecond and the CPUs (tracer.RingBufferBytesFor: two
+	// seconds of samples and an eighth of a second of stack snapshots, at
+	// least 1 MiB; 4 MiB with off-CPU profiling on).
 	RingBufferBytes int
 
 	// MaxProcesses is how many processes are tracked at once.

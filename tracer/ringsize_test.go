@@ -10,10 +10,11 @@ func TestRingBufferBytesFor(t *testing.T) {
 		offCPU bool
 		want   int
 	}{
-		{name: "default rate, small host", hz: 19, cpus: 2, want: 1 << 20},
-		{name: "default rate, 64 CPUs", hz: 19, cpus: 64, want: 4 << 20}, // 2.4 MB of samples
-		{name: "1000 Hz, 2 CPUs", hz: 1000, cpus: 2, want: 4 << 20},      // 4,000,000 bytes
-		{name: "1000 Hz, 256 CPUs", hz: 1000, cpus: 256, want: 64 << 20}, // capped
+		{name: "default rate, small host", hz: 19, cpus: 2, want: 1 << 20}, // 78 KB of samples, 102 KB of snapshots
+		{name: "default rate, 64 CPUs", hz: 19, cpus: 64, want: 8 << 20},   // 2.5 MB of samples, 3.3 MB of snapshots
+		{name: "499 Hz, 2 CPUs", hz: 499, cpus: 2, want: 8 << 20},          // 2.0 MB of samples, 2.7 MB of snapshots
+		{name: "1000 Hz, 2 CPUs", hz: 1000, cpus: 2, want: 16 << 20},       // 4.1 MB of samples, 5.4 MB of snapshots
+		{name: "1000 Hz, 256 CPUs", hz: 1000, cpus: 256, want: 64 << 20},   // capped
 		{name: "off-CPU on, small host", hz: 19, cpus: 2, offCPU: true, want: 4 << 20},
 		{name: "nonsense inputs", hz: 0, cpus: 0, want: 1 << 20},
 	} {

@@ -524,18 +524,26 @@ const (
 	// A sample record of a typical stack (30 user and 10 kernel frames)
 	// takes about 600 bytes; the estimate leaves room for deeper ones.
 	autoRecordBytes = 1 << 10
+	// A sample record with a whole snapshot: both regions full, and the
+	// snapshot's header and frames.
+	snapshotRecordBytes = int64(MaxSnapshotBytes + MaxSnapshot2Bytes + 1<<10)
 )
 
 // RingBufferBytesFor is the ring buffer size for samplesPerSecond on cpus
 // CPUs when none is configured: two seconds of samples of 1 KiB from every
-// CPU, rounded up to a power of two, at least 1 MiB (room for the stack
-// snapshots of a burst of new programs; 4 MiB when off-CPU
-// profiling, whose record rate follows context switches, is on) and at
-// most 64 MiB. The kernel maps its pages twice, and they count in the
-// agent's RSS once written: a bigger buffer than the rate needs costs
-// memory and buys nothing.
+// CPU, plus an eighth of a second of samples that all carry a whole stack
+// snapshot (snapshotRecordBytes), rounded up to a power of two, at least
+// 1 MiB (4 MiB when off-CPU profiling, whose record rate follows context
+// switches, is on) and at most 64 MiB. The snapshot allowance is what lets
+// new programs' first stacks through while the resolver is busy with a big
+// file's first symbols (~0.1-0.3 s): a snapshot is some twenty samples'
+// bytes, and once the buffer is half full none is taken. The kernel maps
+// the buffer's pages twice, and they count in the agent's RSS once
+// written: a bigger buffer than the rate needs costs memory and buys
+// nothing.
 func RingBufferBytesFor(samplesPerSecond, cpus int, offCPU bool) int {
-	want := int64(max(samplesPerSecond, 1)) * int64(max(cpus, 1)) * autoRecordBytes * 2
+	rate := int64(max(samplesPerSecond, 1)) * int64(max(cpus, 1))
+	want := rate*autoRecordBytes*2 + rate*snapshotRecordBytes/8
 	n := int64(minAutoRingBuffer)
 	if offCPU {
 		n = offCPUAutoRingBuffer
