@@ -552,6 +552,7 @@ func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *prof
 			p.unresolved.Add(1)
 		}
 		p.inflight.Add(-1)
+		rec.ReleaseSnapshot()
 		free <- rec
 		return
 	}
@@ -606,6 +607,7 @@ func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *prof
 	}
 	p.mu.Unlock()
 	p.inflight.Add(-1)
+	rec.ReleaseSnapshot()
 	free <- rec
 }
 

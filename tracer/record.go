@@ -110,7 +110,6 @@ type Record struct {
 	// snapshot holds what unwinding on from that frame needs.
 	Snapshot *Snapshot
 
-	raw   ringbuf.Record
 	snap  Snapshot
 	stack []uint64
 	flags []FrameFlags
@@ -268,11 +267,16 @@ func (t *Tracer) readFrom(r *ring, rec *Record, poll time.Duration) error {
 	for {
 		// A deadline already passed: the reader takes what is there and
 		// never blocks.
+		r.mu.Lock()
 		r.reader.SetDeadline(time.Now())
-		err := r.reader.ReadInto(&rec.raw)
+		err := r.reader.ReadInto(&r.raw)
+		if err == nil {
+			err = rec.decode(r.raw.RawSample, t.clock)
+			r.mu.Unlock()
+			return err
+		}
+		r.mu.Unlock()
 		switch {
-		case err == nil:
-			return rec.decode(rec.raw.RawSample, t.clock)
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			if poll <= 0 {
 				return ErrEmpty
@@ -427,6 +431,12 @@ func (rec *Record) decodeSnapshot(b []byte) error {
 	rec.Snapshot = &rec.snap
 	return nil
 }
+
+// ReleaseSnapshot gives the buffer of rec's snapshot, if any, back, and
+// sets Snapshot to nil. A reader that keeps Records in flight calls it once
+// it is done with a record, so that a record waiting for reuse holds no
+// snapshot; the next read into rec releases it otherwise.
+func (rec *Record) ReleaseSnapshot() { rec.releaseSnapshot() }
 
 // releaseSnapshot gives the buffer of rec's snapshot, if any, back.
 func (rec *Record) releaseSnapshot() {

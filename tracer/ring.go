@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -27,6 +28,12 @@ type ring struct {
 	// kicked: Kick asked the reader to read now; a wait that begins
 	// after the kick returns at once.
 	kicked atomic.Bool
+	// mu guards raw, which every record read from the ring passes through
+	// before it is decoded into its Record: one buffer for the biggest
+	// record (a sample with a stack snapshot, 20 KiB), not one in each of
+	// the hundreds of Records a reader keeps in flight.
+	mu  sync.Mutex
+	raw ringbuf.Record
 }
 
 // newRing opens a reader of m. On error nothing is left open.
