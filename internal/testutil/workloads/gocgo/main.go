@@ -15,7 +15,10 @@ package main
 */
 import "C"
 
-import "os"
+import (
+	"os"
+	"runtime"
+)
 
 var sink uint64
 
@@ -44,6 +47,10 @@ func goCallback(mode C.int) { goInner(mode) }
 
 //go:noinline
 func goOuter(mode C.int) { C.c_outer(mode) }
+
+// The tests count the samples of the main thread: the main goroutine stays
+// on it, as it would not otherwise between two cgo calls.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	mode := C.int(0)
