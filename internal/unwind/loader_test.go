@@ -876,8 +876,9 @@ func TestLoaderLoadsOutsideLock(t *testing.T) {
 
 // With Demand, Prepare builds no table: a process's mappings are set at
 // once without tables, and a file's table is built in the background once
-// Want said so Demand times, then its mappings point at it; Loaded is not
-// told of it. WantProcess builds every lazy file of a process at once.
+// Want said so Demand times, then its mappings point at it; Loaded is told
+// of it as built on demand. WantProcess builds every lazy file of a process
+// at once.
 func TestLoaderOnDemand(t *testing.T) {
 	testutil.RequirePrivileges(t, "loading unwind tables")
 	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
