@@ -531,7 +531,12 @@ func (p *Profiler) resolvedDrain(t time.Time) {
 	if t.After(p.drained) {
 		p.drained = t
 	}
-	wake := len(p.open) > 0 && p.open[0].end.Add(watermarkSkew).After(before) && !p.open[0].end.Add(watermarkSkew).After(p.drained)
+	wake := false
+	if len(p.open) > 0 {
+		// The oldest interval's watermark was passed by this drain.
+		mark := p.open[0].end.Add(watermarkSkew)
+		wake = mark.After(before) && !mark.After(p.drained)
+	}
 	p.mu.Unlock()
 	if wake {
 		select {
@@ -551,9 +556,7 @@ func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *prof
 		if rec.Type == tracer.RecordSample {
 			p.unresolved.Add(1)
 		}
-		p.inflight.Add(-1)
-		rec.ReleaseSnapshot()
-		free <- rec
+		p.done(rec, free)
 		return
 	}
 	if p.opts.BeforeResolve != nil {
@@ -606,6 +609,12 @@ func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *prof
 		p.newest = captured
 	}
 	p.mu.Unlock()
+	p.done(rec, free)
+}
+
+// done gives a resolved (or dropped) record back to free, without its
+// snapshot.
+func (p *Profiler) done(rec *tracer.Record, free chan<- *tracer.Record) {
 	p.inflight.Add(-1)
 	rec.ReleaseSnapshot()
 	free <- rec

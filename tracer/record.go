@@ -136,7 +136,7 @@ type Snapshot struct {
 	SP, FP      uint64
 	// Stack holds the user stack's bytes from SP on, as far as the eBPF
 	// side could read them (at most MaxSnapshotBytes). It aliases a buffer
-	// the next ReadInto with this Record reuses.
+	// that ReleaseSnapshot, or the next read into this Record, gives back.
 	Stack []byte
 	// Stack2, when not empty, holds the bytes from SP2 on (at most
 	// MaxSnapshot2Bytes): where the frame-pointer chain the eBPF side
@@ -300,7 +300,7 @@ func (rec *Record) decode(b []byte, c clock) error {
 	}
 	rec.Type = RecordType(le.Uint32(b[offType:]))
 	rec.OffCPU = 0
-	rec.releaseSnapshot()
+	rec.ReleaseSnapshot()
 	switch rec.Type {
 	case RecordSample, RecordOffCPUStart:
 		if len(b) < offStack {
@@ -436,10 +436,7 @@ func (rec *Record) decodeSnapshot(b []byte) error {
 // sets Snapshot to nil. A reader that keeps Records in flight calls it once
 // it is done with a record, so that a record waiting for reuse holds no
 // snapshot; the next read into rec releases it otherwise.
-func (rec *Record) ReleaseSnapshot() { rec.releaseSnapshot() }
-
-// releaseSnapshot gives the buffer of rec's snapshot, if any, back.
-func (rec *Record) releaseSnapshot() {
+func (rec *Record) ReleaseSnapshot() {
 	if rec.Snapshot == nil {
 		return
 	}

@@ -43,12 +43,7 @@ func identifyFile(path string) (elfx.FileID, error) {
 // first, when the budget needs room.
 func TestLoaderSharesAndEvicts(t *testing.T) {
 	testutil.RequirePrivileges(t, "loading unwind tables")
-	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer testutil.Close(t, tr)
-	procs := process.NewTable("/proc", nil, process.Options{})
+	tr, procs := newTracer(t)
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	start := func() *process.Process {
 		p, _ := startWithLibc(t, procs, bin)
@@ -461,12 +456,7 @@ func TestLoaderSeparateDebugFile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer testutil.Close(t, tr)
-	procs := process.NewTable("/proc", nil, process.Options{})
+	tr, procs := newTracer(t)
 	cmd := testutil.StartWorkload(t, bin)
 	p, binMapping := execMapping(t, procs, cmd.Process.Pid, bin)
 
@@ -678,12 +668,7 @@ func forget(t *testing.T, l *Loader, pid int) {
 // tables from Prepare itself.
 func TestLoaderBackground(t *testing.T) {
 	testutil.RequirePrivileges(t, "loading unwind tables")
-	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer testutil.Close(t, tr)
-	procs := process.NewTable("/proc", nil, process.Options{})
+	tr, procs := newTracer(t)
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	start := func() *process.Process {
 		p, _ := startWithLibc(t, procs, bin)
@@ -881,12 +866,7 @@ func TestLoaderLoadsOutsideLock(t *testing.T) {
 // at once.
 func TestLoaderOnDemand(t *testing.T) {
 	testutil.RequirePrivileges(t, "loading unwind tables")
-	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer testutil.Close(t, tr)
-	procs := process.NewTable("/proc", nil, process.Options{})
+	tr, procs := newTracer(t)
 	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
 	var asked []int64
 	var told, toldOnDemand int
@@ -969,4 +949,16 @@ func TestLoaderOnDemand(t *testing.T) {
 		t.Errorf("after WantProcess: %+v; want every file's table built, none lazy", s)
 	}
 	forget(t, l, p.PID)
+}
+
+// newTracer loads the eBPF objects, closed when t ends, and returns them
+// with a process table of /proc.
+func newTracer(t *testing.T) (*tracer.Tracer, *process.Table) {
+	t.Helper()
+	tr, err := tracer.New(tracer.Options{SamplesPerSecond: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testutil.Close(t, tr) })
+	return tr, process.NewTable("/proc", nil, process.Options{})
 }
