@@ -1,8 +1,11 @@
 package elfx
 
 import (
+	"bufio"
 	"debug/elf"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -63,17 +66,22 @@ func MapAnon(size int64, fill func([]byte) error) (*Image, error) {
 }
 
 // MapSpill is MapAnon for data that is written once and then read a
-// little at a time (inflated debug sections, the kernel's symbol table):
-// it is written to an unlinked file in the system's temporary directory
-// and mapped from there, so its pages are page cache, not the process's
-// own memory. DropPages lets go of those read, and the kernel may reclaim
-// them; the file's disk space goes with the mapping. Where the directory
-// cannot take the file, or is held in memory itself (tmpfs), it is MapAnon.
-func MapSpill(size int64, fill func([]byte) error) (*Image, error) {
-	if m, ok, err := mapSpill(os.TempDir(), size, fill); ok {
-		return m, err
+// little at a time (inflated debug sections): fill writes exactly size
+// bytes to w, which spills them (see Spill). Writing more is an error;
+// writing fewer is io.ErrUnexpectedEOF.
+func MapSpill(size int64, fill func(w io.Writer) error) (*Image, error) {
+	if size <= 0 {
+		return &Image{}, fill(io.Discard)
 	}
-	return MapAnon(size, fill)
+	s, err := NewSpill(size)
+	if err != nil {
+		return nil, err
+	}
+	if err := fill(s); err != nil {
+		s.Discard()
+		return nil, err
+	}
+	return s.Map()
 }
 
 // Magic numbers of file systems whose files live in memory (statfs(2)).
@@ -82,43 +90,140 @@ const (
 	ramfsMagic = 0x858458f6
 )
 
-// mapSpill maps size bytes of a new unlinked file in dir, filled by fill.
-// ok is false when dir cannot hold it, or holds it in memory: nothing was
-// written and fill was not called.
-func mapSpill(dir string, size int64, fill func([]byte) error) (_ *Image, ok bool, _ error) {
-	if size <= 0 || int64(int(size)) != size {
-		return nil, false, nil
+// A Spill collects bytes written once, in order, and then maps them
+// read-only (Map): derived data (an inflated section, the kernel's symbol
+// table) that is read a little at a time, kept out of the Go heap. The
+// bytes go to an unlinked file in the system's temporary directory through
+// write(2), so they are page cache from the start: they never count in the
+// process's RSS while written, and once mapped only the pages reads touch
+// do, until DropPages. The kernel may reclaim them; the file's disk space
+// goes with the mapping. Where the directory cannot take the file, or is
+// held in memory itself (tmpfs), the bytes go to anonymous memory (as
+// MapAnon's), which is the process's own.
+type Spill struct {
+	f    *os.File      // the spill file, or nil
+	w    *bufio.Writer // buffers writes to f
+	anon []byte        // the anonymous mapping being filled, where size is known and f is nil
+	heap []byte        // the bytes so far, where neither
+	size int64         // the exact size promised, or 0 for any
+	n    int64         // bytes written
+	err  error         // the first write error
+}
+
+// NewSpill starts a Spill of exactly size bytes, or of any size where
+// size is 0.
+func NewSpill(size int64) (*Spill, error) { return newSpill(os.TempDir(), size) }
+
+func newSpill(dir string, size int64) (*Spill, error) {
+	if size < 0 || int64(int(size)) != size {
+		return nil, fmt.Errorf("spill %d bytes: too many", size)
 	}
+	if f := spillFile(dir); f != nil {
+		return &Spill{f: f, w: bufio.NewWriterSize(f, 64<<10), size: size}, nil
+	}
+	s := &Spill{size: size}
+	if size > 0 {
+		data, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, fmt.Errorf("map %d anonymous bytes: %w", size, err)
+		}
+		s.anon = data
+	}
+	return s, nil
+}
+
+// spillFile creates an unlinked file in dir; nil when dir cannot hold one
+// or holds it in memory.
+func spillFile(dir string) *os.File {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil || st.Type == tmpfsMagic || st.Type == ramfsMagic {
-		return nil, false, nil
+		return nil
 	}
 	f, err := os.CreateTemp(dir, "sonde-spill-*")
 	if err != nil {
-		return nil, false, nil
+		return nil
 	}
-	defer f.Close()         // the mapping keeps the file
 	_ = os.Remove(f.Name()) // unlinked: gone with the mapping, whatever becomes of the agent
-	if err := f.Truncate(size); err != nil {
-		return nil, false, nil
+	return f
+}
+
+// Write appends p. Past the promised size it writes nothing and fails.
+func (s *Spill) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if s.size > 0 && int64(len(p)) > s.size-s.n {
+		s.err = fmt.Errorf("spill: more than the %d bytes promised", s.size)
+		return 0, s.err
+	}
+	var err error
+	switch {
+	case s.f != nil:
+		_, err = s.w.Write(p)
+	case s.anon != nil:
+		copy(s.anon[s.n:], p)
+	default:
+		s.heap = append(s.heap, p...)
+	}
 	if err != nil {
-		return nil, false, nil
+		s.err = fmt.Errorf("spill: %w", err)
+		return 0, s.err
 	}
-	m := &Image{data: data}
-	if err := fill(data); err != nil {
-		m.Unmap()
-		return nil, true, err
+	s.n += int64(len(p))
+	return len(p), nil
+}
+
+// Len is the number of bytes written so far.
+func (s *Spill) Len() int64 { return s.n }
+
+// Spilled reports whether the bytes go to a file (else to memory).
+func (s *Spill) Spilled() bool { return s.f != nil }
+
+// Map maps the bytes written, read-only, and ends the Spill: it must not
+// be written to again. Fewer bytes than promised is io.ErrUnexpectedEOF.
+func (s *Spill) Map() (*Image, error) {
+	defer s.Discard()
+	if s.err != nil {
+		return nil, s.err
 	}
-	if err := unix.Mprotect(data, unix.PROT_READ); err != nil {
-		m.Unmap()
-		return nil, true, fmt.Errorf("protect %d spilled bytes: %w", size, err)
+	if s.size > 0 && s.n != s.size {
+		return nil, fmt.Errorf("spill: %d of %d bytes: %w", s.n, s.size, io.ErrUnexpectedEOF)
 	}
-	// What fill wrote stays in the page cache (and goes to the file as
-	// the kernel sees fit): the process need not hold it.
-	m.DropPages()
-	return m, true, nil
+	switch {
+	case s.n == 0:
+		return &Image{}, nil
+	case s.f != nil:
+		if err := s.w.Flush(); err != nil {
+			return nil, fmt.Errorf("spill %d bytes: %w", s.n, err)
+		}
+		return MapImage(s.f, s.n)
+	case s.anon != nil:
+		data := s.anon
+		s.anon = nil // the Image owns it now
+		if err := unix.Mprotect(data, unix.PROT_READ); err != nil {
+			_ = unix.Munmap(data)
+			return nil, fmt.Errorf("protect %d anonymous bytes: %w", len(data), err)
+		}
+		return &Image{data: data, anon: true}, nil
+	default:
+		return MapAnon(s.n, func(b []byte) error { copy(b, s.heap); return nil })
+	}
+}
+
+// Discard drops what was written. Safe after Map, and more than once.
+func (s *Spill) Discard() {
+	if s.f != nil {
+		_ = s.f.Close() // a mapping made by Map keeps the file
+		s.f, s.w = nil, nil
+	}
+	if s.anon != nil {
+		_ = unix.Munmap(s.anon)
+		s.anon = nil
+	}
+	s.heap = nil
+	if s.err == nil {
+		s.err = errors.New("spill: already mapped or discarded")
+	}
 }
 
 // Size is the memory the mapping takes: its length in whole pages.

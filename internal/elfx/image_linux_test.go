@@ -3,7 +3,9 @@ package elfx
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -92,27 +94,62 @@ func TestImageDropPagesKeepsAnonymous(t *testing.T) {
 	}
 }
 
-// A spilled mapping holds what fill wrote without counting it in the
-// process's RSS once filled: it reads back the same after DropPages, and
-// its file is unlinked from the start. A directory held in memory (tmpfs)
-// or one that cannot take the file gets no spill.
-func TestMapSpill(t *testing.T) {
+// statusKiB is a field of /proc/self/status, in KiB.
+func statusKiB(t *testing.T, field string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.Atoi(strings.Fields(rest)[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+// A spill holds what was written without counting it in the process's
+// RSS, neither while it is written nor once mapped: it reads back the same
+// after DropPages, and its file is unlinked from the start. A directory
+// held in memory (tmpfs) or one that cannot take the file gets no spill.
+func TestSpill(t *testing.T) {
 	want := bytes.Repeat([]byte("inflated section "), 1<<18) // 4.25 MiB
 	dir := t.TempDir()
-	img, ok, err := mapSpill(dir, int64(len(want)), func(b []byte) error { copy(b, want); return nil })
-	if !ok {
+	s, err := newSpill(dir, int64(len(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Spilled() {
 		t.Skipf("%s cannot hold a spill file here (tmpfs?)", dir)
 	}
+	before := statusKiB(t, "RssFile")
+	for rest := want; len(rest) > 0; {
+		n := min(len(rest), 1000) // small writes, as the kernel's names are
+		if _, err := s.Write(rest[:n]); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	if grew := statusKiB(t, "RssFile") - before; grew > 1024 {
+		t.Errorf("writing %d KiB to a spill added %d KiB of file RSS, want next to none", len(want)>>10, grew)
+	}
+	img, err := s.Map()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer img.Unmap()
 	addr := uintptr(unsafe.Pointer(&img.Bytes()[0]))
 	if rss := mappingRSS(t, addr); rss > 64 {
-		t.Errorf("a spilled mapping holds %d KiB of RSS once filled, want next to none", rss)
+		t.Errorf("a spilled mapping holds %d KiB of RSS once mapped, want next to none", rss)
 	}
 	if !bytes.Equal(img.Bytes(), want) {
-		t.Fatal("spilled bytes differ from what fill wrote")
+		t.Fatal("spilled bytes differ from what was written")
 	}
 	img.DropPages()
 	if !bytes.Equal(img.Bytes(), want) {
@@ -121,16 +158,65 @@ func TestMapSpill(t *testing.T) {
 	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
 		t.Errorf("spill directory holds %d entries (%v), want the file unlinked", len(left), err)
 	}
-	if _, ok, _ := mapSpill("/dev/shm", 4096, func([]byte) error { return nil }); ok {
-		t.Error("a spill went to /dev/shm, a tmpfs")
+	if _, err := s.Write([]byte("late")); err == nil {
+		t.Error("a spill took a write after Map")
 	}
-	if _, ok, _ := mapSpill(filepath.Join(dir, "missing"), 4096, func([]byte) error { return nil }); ok {
-		t.Error("a spill went to a directory that does not exist")
+	for _, d := range []string{"/dev/shm", filepath.Join(dir, "missing")} {
+		s, err := newSpill(d, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Spilled() {
+			t.Errorf("a spill went to %s", d)
+		}
+		s.Discard()
+	}
+}
+
+// A spill takes exactly the bytes promised: more fails at the write that
+// would pass them, fewer fails at Map. Where the temporary directory is in
+// memory, it falls back to anonymous memory, of a known size or not.
+func TestSpillSizes(t *testing.T) {
+	for _, dir := range []string{t.TempDir(), "/dev/shm"} {
+		s, err := newSpill(dir, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Write([]byte("123456789")); err == nil {
+			t.Errorf("%s: a spill of 8 bytes took 9", dir)
+		}
+		s.Discard()
+
+		s, err = newSpill(dir, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Write([]byte("1234")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Map(); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("%s: Map of 4 of 8 bytes: %v, want io.ErrUnexpectedEOF", dir, err)
+		}
+
+		s, err = newSpill(dir, 0) // any size
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(s, "kernel %s", "names")
+		img, err := s.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(img.Bytes()); got != "kernel names" {
+			t.Errorf("%s: spill of any size read back %q", dir, got)
+		}
+		img.Unmap()
+		s.Discard() // after Map: does nothing
 	}
 	// MapSpill falls back to anonymous memory where it cannot spill.
 	t.Setenv("TMPDIR", "/dev/shm")
-	anon, err := MapSpill(4096, func(b []byte) error { b[0] = 7; return nil })
-	if err != nil || anon.Bytes()[0] != 7 {
+	anon, err := MapSpill(4096, func(w io.Writer) error { _, err := w.Write(make([]byte, 4096)); return err })
+	if err != nil || len(anon.Bytes()) != 4096 || !anon.anon {
 		t.Fatalf("MapSpill into tmpfs: %v", err)
 	}
 	anon.Unmap()

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
@@ -47,10 +48,12 @@ type Kernel struct {
 	// mem holds syms and names once the table is built: a mapping outside
 	// the Go heap (5 MB for a distribution kernel, which the collector's
 	// goal would double), spilled to a file's page cache where it can be
-	// (elfx.MapSpill: the pages lookups read count in RSS until the next
+	// (elfx.Spill: the pages lookups read count in RSS until the next
 	// DropPages), unmapped when k is collected. Nothing of it leaves k:
 	// Lookup copies the names it returns.
 	mem *elfx.Image
+	// touched is set by a Lookup since the last Symbolizer.DropPages.
+	touched atomic.Bool
 }
 
 // ksym is one symbol in 16 bytes; its name is names[name : name+nameLen].
@@ -79,12 +82,18 @@ func LoadKernel(path string) (*Kernel, error) {
 
 // parseKallsyms parses kallsyms text: "ADDR TYPE NAME" with an optional
 // "\t[MODULE]". Malformed and overlong lines are skipped and counted.
+// Names go straight to a spill (elfx.Spill) as they are read, and the
+// sorted symbols after them: the heap holds the symbols alone while the
+// table is built.
 func parseKallsyms(r io.Reader) (*Kernel, error) {
+	names, err := elfx.NewSpill(0)
+	if err != nil {
+		return nil, err
+	}
+	defer names.Discard()
 	br := bufio.NewReaderSize(r, 64<<10)
 	k := &Kernel{modules: []string{""}}
 	moduleIndex := map[string]uint16{"": 0}
-	var names strings.Builder
-	names.Grow(2 << 20)
 	k.syms = make([]ksym, 0, 1<<17) // a typical kernel has 100k-150k text symbols
 
 	for {
@@ -98,7 +107,7 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 			line = nil
 		}
 		if len(line) > 0 && (err == nil || errors.Is(err, io.EOF)) {
-			if err := k.add(line, moduleIndex, &names); err != nil {
+			if err := k.add(line, moduleIndex, names); err != nil {
 				return nil, err
 			}
 		}
@@ -115,40 +124,44 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 	if !slices.ContainsFunc(k.syms, func(s ksym) bool { return s.addr != 0 }) {
 		return nil, ErrKernelAddressesHidden
 	}
-	k.names = names.String()
 
 	// kallsyms is mostly sorted already; modules may not be. Among aliases at
 	// one address keep the one listed first.
 	slices.SortStableFunc(k.syms, func(a, b ksym) int { return cmp.Compare(a.addr, b.addr) })
 	k.syms = slices.CompactFunc(k.syms, func(a, b ksym) bool { return a.addr == b.addr })
-	k.offHeap()
+	if err := k.mapTable(names); err != nil {
+		return nil, err
+	}
 	return k, nil
 }
 
-// offHeap moves k's symbols and names into a mapping (elfx.MapSpill); where it
-// cannot be made they stay in the heap, without the growth slack.
-func (k *Kernel) offHeap() {
-	symBytes := len(k.syms) * int(unsafe.Sizeof(ksym{}))
-	m, err := elfx.MapSpill(int64(symBytes+len(k.names)), func(b []byte) error {
-		copy(b, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(k.syms))), symBytes))
-		copy(b[symBytes:], k.names)
-		return nil
-	})
-	if err != nil || len(m.Bytes()) == 0 {
-		if cap(k.syms) > len(k.syms)+len(k.syms)/4 {
-			k.syms = slices.Clone(k.syms) // drop the growth slack
-		}
-		return
+// mapTable appends k's symbols to the names spilled so far, 16-byte
+// aligned, and maps the whole: k.names and k.syms then read the mapping.
+func (k *Kernel) mapTable(names *elfx.Spill) error {
+	namesLen := names.Len()
+	symOff := (namesLen + 15) &^ 15
+	var pad [16]byte
+	_, err := names.Write(pad[:symOff-namesLen])
+	if err == nil {
+		_, err = names.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(k.syms))), len(k.syms)*int(unsafe.Sizeof(ksym{}))))
 	}
-	b := m.Bytes() // page-aligned, so aligned for ksym
-	k.syms = unsafe.Slice((*ksym)(unsafe.Pointer(unsafe.SliceData(b))), len(k.syms))
-	k.names = unsafe.String(&b[symBytes], len(k.names))
+	if err != nil {
+		return fmt.Errorf("spill the symbol table: %w", err)
+	}
+	m, err := names.Map()
+	if err != nil {
+		return fmt.Errorf("map the symbol table: %w", err)
+	}
+	b := m.Bytes() // page-aligned, so symOff is aligned for ksym
+	k.names = unsafe.String(&b[0], namesLen)
+	k.syms = unsafe.Slice((*ksym)(unsafe.Pointer(&b[symOff])), len(k.syms))
 	k.mem = m
 	runtime.AddCleanup(k, func(m *elfx.Image) { m.Unmap() }, m)
+	return nil
 }
 
 // add parses one line and keeps it if it is a text symbol.
-func (k *Kernel) add(line []byte, moduleIndex map[string]uint16, names *strings.Builder) error {
+func (k *Kernel) add(line []byte, moduleIndex map[string]uint16, names *elfx.Spill) error {
 	addr, typ, name, module, ok := splitKallsymsLine(line)
 	if !ok {
 		k.skipped++
@@ -174,7 +187,9 @@ func (k *Kernel) add(line []byte, moduleIndex map[string]uint16, names *strings.
 		return errors.New("symbol names exceed 4 GiB")
 	}
 	k.syms = append(k.syms, ksym{addr: addr, name: uint32(names.Len()), nameLen: uint16(len(name)), module: mod})
-	names.Write(name)
+	if _, err := names.Write(name); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -248,6 +263,9 @@ func (k *Kernel) Lookup(addr uint64) (Symbol, bool) {
 		return Symbol{}, false
 	}
 	s := k.syms[i]
+	if !k.touched.Load() {
+		k.touched.Store(true)
+	}
 	return Symbol{
 		Name:   strings.Clone(k.names[s.name : s.name+uint32(s.nameLen)]),
 		Module: k.modules[s.module],

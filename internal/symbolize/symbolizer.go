@@ -271,6 +271,7 @@ type loadedFile struct {
 	counted bool  // guarded by Symbolizer.mu
 	users   int   // lookups reading syms now; guarded by Symbolizer.mu
 	dropped bool  // evicted: unmap when users reaches 0; guarded by Symbolizer.mu
+	touched bool  // a lookup read syms since the last DropPages; guarded by Symbolizer.mu
 }
 
 type addrKey struct {
@@ -323,17 +324,18 @@ func (s *Symbolizer) Kernel() (*Kernel, error) { return s.kernel() }
 // DropPages lets go of the pages of the loaded files' mappings that lookups
 // have read (they stay in the page cache, shared with the processes that
 // map the files): what the agent's RSS holds of them is then what lookups
-// read since the last call. Calling it once per reporting interval bounds
-// it to the pages one interval's new addresses need.
+// read since the last call. Only files read since then are touched, so
+// calling it often costs little.
 func (s *Symbolizer) DropPages() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.loaded.items {
-		if lf := n.val; lf.done && !lf.dropped && lf.syms != nil {
+		if lf := n.val; lf.done && lf.touched && !lf.dropped && lf.syms != nil {
 			lf.syms.dropPages()
+			lf.touched = false
 		}
 	}
-	if s.kern != nil {
+	if s.kern != nil && s.kern.touched.Swap(false) {
 		s.kern.mem.DropPages()
 	}
 }
@@ -642,6 +644,7 @@ func (s *Symbolizer) Symbolize(id elfx.FileID, fileOffset uint64) ([]Line, error
 		spare = s.unrefLocked(k)
 	}
 	lf.users--
+	lf.touched = true
 	if lf.dropped && lf.users == 0 && lf.syms != nil {
 		lf.syms.unmap()
 	}
