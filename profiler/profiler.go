@@ -513,12 +513,17 @@ func (p *Profiler) read(records chan<- batch, free chan *tracer.Record) {
 // stops.
 func (p *Profiler) resolve(records <-chan batch, free chan<- *tracer.Record) {
 	var sample profile.Sample
+	dropped := time.Now()
 	for b := range records {
 		for _, q := range b.qs {
 			p.resolveOne(q, free, &sample)
 		}
 		if !b.drained.IsZero() {
 			p.resolvedDrain(b.drained)
+		}
+		if now := time.Now(); now.Sub(dropped) >= dropPagesEvery {
+			p.resolver.dropPages()
+			dropped = now
 		}
 	}
 }

@@ -64,6 +64,7 @@ type resolver struct {
 	finderMu       sync.Mutex
 	finders        map[elfx.FileID]*finderEntry
 	tick           uint64
+	droppedAt      uint64 // tick when the Finders' pages were last dropped
 	debugDirs      []string
 	checkSnapshots bool
 	snapPCs        []uint64
@@ -705,6 +706,19 @@ func (r *resolver) logOnce(msg string, fields ...zap.Field) {
 func (r *resolver) endInterval() {
 	r.loggedErr.Store(false)
 	r.holds.tick()
+	r.dropPages()
+}
+
+// dropPagesEvery is how often the resolver lets go of the file pages its
+// lookups read. Each read maps the 64 KiB around it (the kernel's fault-
+// around), so a burst of new addresses, as at start-up, would otherwise
+// hold megabytes of them until the interval ends; a dropped page costs a
+// minor fault when it is read again.
+const dropPagesEvery = 250 * time.Millisecond
+
+// dropPages lets go of the pages of symbol data and unwind information
+// that lookups read since the last call (see elfx.Image.DropPages).
+func (r *resolver) dropPages() {
 	r.syms.DropPages()
 	r.dropFinderPages()
 }

@@ -310,15 +310,17 @@ func (r *resolver) evictFinder() {
 	}
 }
 
-// dropFinderPages lets go of the pages the Finders read this interval.
+// dropFinderPages lets go of the pages the Finders read since the last
+// call: those used since then are the only ones that hold any.
 func (r *resolver) dropFinderPages() {
 	r.finderMu.Lock()
 	defer r.finderMu.Unlock()
 	for _, e := range r.finders {
-		if e.fd != nil {
+		if e.fd != nil && e.used > r.droppedAt {
 			e.fd.DropPages()
 		}
 	}
+	r.droppedAt = r.tick
 }
 
 // closeFinders releases every Finder.
