@@ -517,13 +517,13 @@ func (p *Profiler) resolve(records <-chan batch, free chan<- *tracer.Record) {
 	for b := range records {
 		for _, q := range b.qs {
 			p.resolveOne(q, free, &sample)
+			if now := time.Now(); now.Sub(dropped) >= dropPagesEvery {
+				p.resolver.dropPages()
+				dropped = now
+			}
 		}
 		if !b.drained.IsZero() {
 			p.resolvedDrain(b.drained)
-		}
-		if now := time.Now(); now.Sub(dropped) >= dropPagesEvery {
-			p.resolver.dropPages()
-			dropped = now
 		}
 	}
 }

@@ -714,7 +714,7 @@ func (r *resolver) endInterval() {
 // around), so a burst of new addresses, as at start-up, would otherwise
 // hold megabytes of them until the interval ends; a dropped page costs a
 // minor fault when it is read again.
-const dropPagesEvery = 250 * time.Millisecond
+const dropPagesEvery = 100 * time.Millisecond
 
 // dropPages lets go of the pages of symbol data and unwind information
 // that lookups read since the last call (see elfx.Image.DropPages).

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // mappingRSS is the Rss /proc/self/smaps shows for the mapping that starts
@@ -94,26 +96,6 @@ func TestImageDropPagesKeepsAnonymous(t *testing.T) {
 	}
 }
 
-// statusKiB is a field of /proc/self/status, in KiB.
-func statusKiB(t *testing.T, field string) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skipf("no status: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.Atoi(strings.Fields(rest)[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", field)
-	return 0
-}
-
 // A spill holds what was written without counting it in the process's
 // RSS, neither while it is written nor once mapped: it reads back the same
 // after DropPages, and its file is unlinked from the start. A directory
@@ -128,7 +110,7 @@ func TestSpill(t *testing.T) {
 	if !s.Spilled() {
 		t.Skipf("%s cannot hold a spill file here (tmpfs?)", dir)
 	}
-	before := statusKiB(t, "RssFile")
+	before := testutil.StatusKiB(t, "RssFile")
 	for rest := want; len(rest) > 0; {
 		n := min(len(rest), 1000) // small writes, as the kernel's names are
 		if _, err := s.Write(rest[:n]); err != nil {
@@ -136,7 +118,7 @@ func TestSpill(t *testing.T) {
 		}
 		rest = rest[n:]
 	}
-	if grew := statusKiB(t, "RssFile") - before; grew > 1024 {
+	if grew := testutil.StatusKiB(t, "RssFile") - before; grew > 1024 {
 		t.Errorf("writing %d KiB to a spill added %d KiB of file RSS, want next to none", len(want)>>10, grew)
 	}
 	img, err := s.Map()

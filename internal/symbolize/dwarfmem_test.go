@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"debug/elf"
 	"os"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // anonReadOnlyBytes is the size of this process's read-only anonymous
@@ -93,5 +95,89 @@ func TestLibcDebugFileMemory(t *testing.T) {
 		len(offs), withLine, lookups, mb(heap), mb(anon), mb(st.LoadedBytes))
 	if withLine < len(offs)*9/10 {
 		t.Errorf("only %d of %d lookups have a line: the debug file was not used", withLine, len(offs))
+	}
+}
+
+// Naming addresses in many of libc's compile units reads megabytes of its
+// debug file and of the inflated sections; the pages each unit read go
+// once it is parsed, so the file pages the agent holds stay few without
+// waiting for DropPages.
+func TestLibcLookupsHoldFewPages(t *testing.T) {
+	if _, err := os.Stat(libcPath); err != nil {
+		t.Skipf("no %s: %v", libcPath, err)
+	}
+	s := New(zaptest.NewLogger(t), Options{MaxSymbolBytes: 128 << 20})
+	h, err := s.Open(libcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	dyn := nmFunctions(t, libcPath, true)
+	var offs []uint64
+	for i := 0; i < len(dyn) && len(offs) < 400; i += max(len(dyn)/400, 1) {
+		offs = append(offs, vaddrToOffset(t, libcPath, dyn[i].addr+dyn[i].size/2))
+	}
+	before := testutil.StatusKiB(t, "RssFile")
+	withLine := 0
+	for _, off := range offs {
+		lines, err := s.Symbolize(h.ID, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lines) > 0 && lines[0].Line > 0 {
+			withLine++
+		}
+	}
+	if withLine < len(offs)*9/10 {
+		t.Skipf("only %d of %d lookups have a line: no libc debug file (libc6-dbg) here", withLine, len(offs))
+	}
+	if grew := testutil.StatusKiB(t, "RssFile") - before; grew > 2048 {
+		t.Errorf("%d lookups in libc's units left %d KiB of file pages in the process, want at most 2048", len(offs), grew)
+	}
+}
+
+// Naming Go code reads a few places of a big pclntab for each address,
+// and each read maps the 64 KiB around it: the pages go every few lookups,
+// so naming many addresses holds few of them.
+func TestGoLookupsHoldFewPages(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	f.Close()
+	if text == nil {
+		t.Fatal("the test binary has no .text")
+	}
+	s := New(zaptest.NewLogger(t), Options{MaxSymbolBytes: 128 << 20})
+	h, err := s.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if _, err := s.Symbolize(h.ID, text.Offset); err != nil { // loads the pclntab
+		t.Fatal(err)
+	}
+	before := testutil.StatusKiB(t, "RssFile")
+	const lookups = 200
+	named := 0
+	for i := range uint64(lookups) {
+		lines, err := s.Symbolize(h.ID, text.Offset+i*(text.Size/lookups))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lines) > 0 && lines[0].Function != "" {
+			named++
+		}
+	}
+	if named < lookups*9/10 {
+		t.Fatalf("only %d of %d addresses in the test binary's text were named", named, lookups)
+	}
+	if grew := testutil.StatusKiB(t, "RssFile") - before; grew > 1024 {
+		t.Errorf("%d lookups in the test binary's pclntab left %d KiB of file pages in the process, want at most 1024", lookups, grew)
 	}
 }

@@ -67,11 +67,15 @@ var dwarfSections = []string{"abbrev", "info", "line", "ranges", "str", "addr", 
 // and dropped after), and a bounded LRU keeps the parsed units. Safe for
 // concurrent use: lookups serialise on mu.
 type lineTable struct {
-	sec   map[string][]byte // by name without ".debug_": in place, or in maps
-	maps  []*elfx.Image     // inflated sections; released by unmap
-	heads []unitHead        // every unit of .debug_info, by offset
-	units []unitRange       // sorted by lo
-	size  int64             // memory held apart from the parsed units
+	sec  map[string][]byte // by name without ".debug_": in place, or in maps
+	maps []*elfx.Image     // inflated sections; released by unmap
+	// files are the file mappings the in-place sections lie in (the
+	// caller's, set before the first lookup): parsing a unit reads
+	// megabytes of them and of maps, which it lets go of once parsed.
+	files []*elfx.Image
+	heads []unitHead  // every unit of .debug_info, by offset
+	units []unitRange // sorted by lo
+	size  int64       // memory held apart from the parsed units
 	// refUnits is how many other units a unit's DW_FORM_ref_addr
 	// references are followed into while it is parsed (maxRefUnits).
 	refUnits int
@@ -633,6 +637,15 @@ func (lt *lineTable) lookupUnit(unit int32, pc uint64) []dwarfFrame {
 	u, ok := lt.parsed.get(unit)
 	if !ok {
 		u = lt.parseUnit(unit)
+		// What the unit needs is in u now: the pages it read (64 KiB
+		// around each, the kernel's fault-around) would otherwise count
+		// in the agent's RSS until the next DropPages.
+		for _, m := range lt.maps {
+			m.DropPages()
+		}
+		for _, m := range lt.files {
+			m.DropPages()
+		}
 		lt.parsed.put(unit, u)
 		lt.parsedBytes += u.size
 		for lt.parsedBytes > unitCacheBytes && lt.parsed.len() > 1 {

@@ -272,7 +272,14 @@ type loadedFile struct {
 	users   int   // lookups reading syms now; guarded by Symbolizer.mu
 	dropped bool  // evicted: unmap when users reaches 0; guarded by Symbolizer.mu
 	touched bool  // a lookup read syms since the last DropPages; guarded by Symbolizer.mu
+	reads   int   // lookups that read syms since its pages were last dropped; guarded by Symbolizer.mu
 }
+
+// dropAfterReads is how many lookups may read a file's mappings before
+// their pages are let go of. Each read maps the 64 KiB around it (the
+// kernel's fault-around): twenty lookups in a big Go binary's pclntab hold
+// 4 MB of it. Dropping them costs the next lookups a few minor faults.
+const dropAfterReads = 8
 
 type addrKey struct {
 	id  elfx.FileID
@@ -332,7 +339,7 @@ func (s *Symbolizer) DropPages() {
 	for _, n := range s.loaded.items {
 		if lf := n.val; lf.done && lf.touched && !lf.dropped && lf.syms != nil {
 			lf.syms.dropPages()
-			lf.touched = false
+			lf.reads, lf.touched = 0, false
 		}
 	}
 	if s.kern != nil && s.kern.touched.Swap(false) {
@@ -645,6 +652,10 @@ func (s *Symbolizer) Symbolize(id elfx.FileID, fileOffset uint64) ([]Line, error
 	}
 	lf.users--
 	lf.touched = true
+	if lf.reads++; lf.reads >= dropAfterReads && lf.syms != nil && !lf.dropped {
+		lf.syms.dropPages()
+		lf.reads, lf.touched = 0, false
+	}
 	if lf.dropped && lf.users == 0 && lf.syms != nil {
 		lf.syms.unmap()
 	}
@@ -791,6 +802,9 @@ func (s *Symbolizer) loadFile(f *os.File, k *knownFile, lim loadLimits) (*fileSy
 	syms.images = append(syms.images, img)
 	if debugImg != nil {
 		syms.images = append(syms.images, debugImg)
+	}
+	if syms.lines != nil {
+		syms.lines.files = syms.images
 	}
 	// Indexing read the whole symbol table: lookups need few of its pages.
 	syms.dropPages()

@@ -53,9 +53,10 @@ type Finder struct {
 	entryEnd  uint64 // the end of the CFAEnd range at entry; 0: none
 	entryDone bool
 
-	cies map[cieKey]*cie
-	p    parser // one FDE's program at a time
-	st   Stats
+	cies  map[cieKey]*cie
+	reads int    // Row calls since the mapping's pages were last dropped
+	p     parser // one FDE's program at a time
+	st    Stats
 	// The rows of the FDE last interpreted (lastOK: it could be), which
 	// the next lookup in the same function reuses: a recursion's frames,
 	// and a hostile FDE of tens of thousands of rows looked up again.
@@ -157,6 +158,7 @@ func newFinder(f *os.File, path string, debugDirs []string, log *zap.Logger) (_ 
 	if startsPrograms(ef) {
 		fd.entry = ef.Entry
 	}
+	img.DropPages() // what the lookups need of the headers read is in fd
 	return fd, nil
 }
 
@@ -173,13 +175,23 @@ func (fd *Finder) DropPages() {
 	if fd.img != nil {
 		fd.img.DropPages()
 	}
+	fd.reads = 0
 }
+
+// dropAfterRows is how many Row calls may read the file's mapping before
+// its pages are let go of. Each read maps the 64 KiB around it (the
+// kernel's fault-around): 200 rows of a big Go binary, each a few places
+// of its pclntab, would hold 10 MB of it.
+const dropAfterRows = 8
 
 // Row returns the kernel row that covers file offset off, as the eBPF
 // unwinder would find it in the file's table. ok is false where the table
 // has no row (below its first executable segment): the unwinder walks
 // frame pointers there.
 func (fd *Finder) Row(off uint64) (tracer.Row, bool) {
+	if fd.reads++; fd.reads >= dropAfterRows {
+		fd.DropPages()
+	}
 	if len(fd.code) == 0 || off < fd.code[0].off {
 		return tracer.Row{}, false
 	}

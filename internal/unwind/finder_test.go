@@ -115,3 +115,32 @@ func TestFinderNoCFI(t *testing.T) {
 		t.Error("a file that is not ELF opened")
 	}
 }
+
+// A Finder reads a few places of a Go binary's pclntab for each row, and
+// each read maps the 64 KiB around it: the pages go every few rows, so
+// many rows hold few of them.
+func TestFinderHoldsFewPages(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.StatusKiB(t, "RssFile")
+	fd, err := NewFinder(self, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if len(fd.code) == 0 || fd.gt == nil {
+		t.Fatal("the test binary has no code or no pclntab")
+	}
+	code := fd.code[0]
+	const rows = 200
+	for i := range uint64(rows) {
+		if _, ok := fd.Row(code.off + i*(code.filesz/rows)); !ok {
+			t.Fatalf("no row at file offset %#x of the test binary's code", code.off+i*(code.filesz/rows))
+		}
+	}
+	if grew := testutil.StatusKiB(t, "RssFile") - before; grew > 1024 {
+		t.Errorf("a Finder and %d rows of the test binary left %d KiB of file pages in the process, want at most 1024", rows, grew)
+	}
+}

@@ -152,16 +152,16 @@ const maxCodeSegments = 4
 // codeReader reads len(b) bytes of code at virtual address addr.
 type codeReader func(addr uint64, b []byte) error
 
-// dropEvery is how many SP ranges fromGo reads between two calls of its
-// drop function.
-const dropEvery = 1 << 15
+// dropEvery is how many functions, then SP ranges, fromGo reads between two
+// calls of its drop function.
+const dropEvery = 1 << 12
 
 // fromGo is FromGo with the code of the binary read by code (nil: unknown).
 // drop, if set, is called every dropEvery SP ranges read: a pclntab read in
 // place from a mapping lets go of the pages read so far (a big binary's is
 // 40 MB, which would otherwise all count in the agent's RSS at once).
 func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
-	funcs, err := goFuncs(t, code)
+	funcs, err := goFuncs(t, code, drop)
 	if err != nil {
 		return nil, err
 	}
@@ -271,9 +271,13 @@ func spRow(pc uint64, delta int32) Row {
 // goFuncs returns, in address order, the functions of t whose rows their
 // SP deltas alone do not give: the stack ends, and when code is known the
 // assembly functions.
-func goFuncs(t *pclntab.Table, code codeReader) ([]goFunc, error) {
+func goFuncs(t *pclntab.Table, code codeReader, drop func()) ([]goFunc, error) {
 	var out []goFunc
+	n := 0
 	err := t.Funcs(func(f pclntab.Func) bool {
+		if n++; drop != nil && n%dropEvery == 0 {
+			drop() // each function's record is read once: the pages can go
+		}
 		if g, special := classifyGo(t, f, code != nil); special {
 			out = append(out, g)
 		}
