@@ -88,9 +88,14 @@ func TestShortLivedProcessesGone(t *testing.T) {
 			leaked[pid] = e
 		}
 	}
-	t.Logf("%d short-lived processes: %d sampled, %d times a process (of any on the host) was found gone while being prepared; %d still have entries in the unwinder's maps",
-		n, len(sampled), p.Stats().Preparer.Gone, len(leaked))
+	t.Logf("%d short-lived processes: %d sampled, %d never prepared (gone within execGrace), %d times a process (of any on the host) was found gone while being prepared; %d still have entries in the unwinder's maps",
+		n, len(sampled), p.Stats().Preparer.ExecsSkipped, p.Stats().Preparer.Gone, len(leaked))
 	if len(leaked) > 0 {
 		t.Errorf("entries (known_pids and mapping blocks) left for exited pids: %v", leaked)
+	}
+	// Most of them exit within execGrace of their exec, many unsampled:
+	// those are never prepared.
+	if skipped := p.Stats().Preparer.ExecsSkipped; skipped < n/4 {
+		t.Errorf("%d of %d short-lived processes skipped preparation, want at least %d", skipped, n, n/4)
 	}
 }

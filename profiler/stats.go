@@ -98,6 +98,9 @@ type PreparerStats struct {
 	Dropped  uint64 // requests dropped: the queue was full
 	Excluded uint64 // process images the filters excluded
 	Gone     uint64 // processes that exited before or while being prepared
+	// ExecsSkipped counts processes that exec'd and exited within
+	// execGrace unsampled: never prepared, at no cost.
+	ExecsSkipped uint64
 }
 
 // ResolverStats count the resolver's problems.
@@ -221,7 +224,7 @@ func (p *Profiler) Stats() Stats {
 	pr := p.preparer
 	s.Preparer = PreparerStats{
 		Queued: pr.queued.Load(), Handled: pr.handled.Load(), Dropped: pr.dropped.Load(),
-		Excluded: pr.excluded.Load(), Gone: pr.gone.Load(),
+		Excluded: pr.excluded.Load(), Gone: pr.gone.Load(), ExecsSkipped: pr.skipped.Load(),
 	}
 	rs := &p.resolver.stats
 	s.Resolver = ResolverStats{

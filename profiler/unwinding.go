@@ -5,6 +5,7 @@ package profiler
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,28 @@ type preparer struct {
 	// warm holds back the cut-short samples of the processes running at
 	// start until they are prepared.
 	warm warmUp
+
+	// execs are the processes that exec'd, waiting out execGrace before
+	// they are prepared (run's goroutine only), oldest first; skipped
+	// counts those that exited before, never prepared.
+	execs   []pendingExec
+	skipped atomic.Uint64
 }
+
+// pendingExec is a process that exec'd, to be prepared at due.
+type pendingExec struct {
+	pid int
+	due time.Time
+}
+
+// execGrace is how long a process that exec'd waits before it is prepared
+// (its mappings read, set in the unwinder's maps). Most short-lived
+// programs, a script's grep and awk, are gone by then and cost nothing;
+// one sampled meanwhile asks for its unwind information with that sample
+// and is prepared at once, and its first stacks are unwound from their
+// snapshots in the meantime. Where process filters are set, a new image
+// is decided at once: its samples must not cost anything.
+const execGrace = 50 * time.Millisecond
 
 // maxMisses bounds the processes a missLog remembers; beyond it a miss is
 // not recorded, and its tables count as loaded in time.
@@ -254,7 +276,21 @@ func (p *preparer) enqueue(pid int, kind prepareKind) {
 
 // run handles requests until ctx ends.
 func (p *preparer) run(ctx context.Context) {
+	grace := time.NewTimer(time.Hour)
+	grace.Stop()
+	defer grace.Stop()
 	for {
+		for len(p.execs) > 0 && !time.Now().Before(p.execs[0].due) {
+			pid := p.execs[0].pid
+			p.execs = p.execs[1:]
+			p.handle(prepareWork{pid, prepareExec})
+			p.handled.Add(1)
+		}
+		var due <-chan time.Time
+		if len(p.execs) > 0 {
+			grace.Reset(time.Until(p.execs[0].due))
+			due = grace.C
+		}
 		var w prepareWork
 		select {
 		case w = <-p.urgent:
@@ -262,13 +298,52 @@ func (p *preparer) run(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
+			case <-due:
+				continue
 			case w = <-p.urgent:
 			case w = <-p.work:
 			}
 		}
+		grace.Stop() // no stale tick follows (Go >= 1.23 timers)
+		if p.deferExec(w) {
+			continue
+		}
 		p.handle(w)
 		p.handled.Add(1)
 	}
+}
+
+// deferExec keeps an exec for execGrace, and settles a waiting one when
+// a request about its process comes first: an exit skips it (counted as
+// handled, never prepared), a sample without unwind information prepares
+// it as an exec at once. It reports whether w is done with.
+func (p *preparer) deferExec(w prepareWork) bool {
+	if w.kind == prepareExec && !p.filter.active {
+		if !slices.ContainsFunc(p.execs, func(e pendingExec) bool { return e.pid == w.pid }) {
+			p.execs = append(p.execs, pendingExec{w.pid, time.Now().Add(execGrace)})
+			return true
+		}
+		p.handled.Add(1) // the image waiting is read when due, once
+		return true
+	}
+	i := slices.IndexFunc(p.execs, func(e pendingExec) bool { return e.pid == w.pid })
+	if i < 0 {
+		return false
+	}
+	p.execs = slices.Delete(p.execs, i, i+1)
+	switch w.kind {
+	case prepareExit:
+		p.skipped.Add(1)
+		p.handled.Add(1) // the exec
+	case prepareUnknown:
+		p.handle(prepareWork{w.pid, prepareExec})
+		p.handled.Add(2) // the exec and w
+		return true
+	default:
+		p.handle(prepareWork{w.pid, prepareExec})
+		p.handled.Add(1)
+	}
+	return false
 }
 
 func (p *preparer) handle(w prepareWork) {
