@@ -5,7 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"runtime"
 	"sort"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
 )
 
 // ErrNoCFI is returned when a file has neither .eh_frame nor .debug_frame.
@@ -73,7 +77,10 @@ func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File) (*Table, error)
 
 // sectionOf reads a CFI section; nil when it is absent or empty. A section
 // stored as it is, inside img (f's bytes, or nil), is parsed in place
-// instead of copied into the heap: LLVM's .eh_frame is 10 MB.
+// instead of copied into the heap: LLVM's .eh_frame is 10 MB. A compressed
+// one (an unstripped Go binary's .debug_frame: 2.3 MB inflated) is
+// inflated into a spill (elfx.MapSpill), outside the heap, unmapped once
+// the section is unreachable.
 func sectionOf(f *elf.File, img []byte, name string, debug bool) (*section, error) {
 	s := f.Section(name)
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
@@ -83,15 +90,31 @@ func sectionOf(f *elf.File, img []byte, name string, debug bool) (*section, erro
 		return nil, fmt.Errorf("section %s: %d bytes exceeds %d", name, s.Size, maxSectionSize)
 	}
 	var data []byte
-	if s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(img)) && s.Size <= uint64(len(img))-s.Offset {
+	var spill *elfx.Image
+	switch {
+	case s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(img)) && s.Size <= uint64(len(img))-s.Offset:
 		data = img[s.Offset : s.Offset+s.Size : s.Offset+s.Size]
-	} else {
+	case s.Flags&elf.SHF_COMPRESSED != 0:
+		m, err := elfx.MapSpill(int64(s.Size), func(w io.Writer) error {
+			_, err := io.CopyN(w, s.Open(), int64(s.Size))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("section %s: %w", name, err)
+		}
+		data, spill = m.Bytes(), m
+	default:
 		var err error
 		if data, err = s.Data(); err != nil {
 			return nil, fmt.Errorf("section %s: %w", name, err)
 		}
 	}
 	sec := &section{data: data, addr: s.Addr, debug: debug}
+	if spill != nil {
+		// Whatever reads data holds sec (a Finder its sections, a build
+		// its own until the rows are made): data goes with it.
+		runtime.AddCleanup(sec, func(m *elfx.Image) { m.Unmap() }, spill)
+	}
 	sec.ctx = ptrCtx{secAddr: s.Addr, deref: derefFunc(f)}
 	if debug {
 		// .debug_frame is not loaded: pc-relative pointers do not occur.

@@ -1,9 +1,11 @@
 package unwind
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"testing"
 
@@ -143,4 +145,39 @@ func TestFinderHoldsFewPages(t *testing.T) {
 	if grew := testutil.StatusKiB(t, "RssFile") - before; grew > 1024 {
 		t.Errorf("a Finder and %d rows of the test binary left %d KiB of file pages in the process, want at most 1024", rows, grew)
 	}
+}
+
+// A compressed .debug_frame (an unstripped Go binary's) is inflated
+// outside the heap: a Finder holds it for its whole life, and in the heap
+// it would count twice towards the collector's goal.
+func TestFinderInflatesOutsideHeap(t *testing.T) {
+	self := testutil.BuildWorkload(t, testutil.GoChain) // go build keeps DWARF, compressed
+	f, err := elf.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Section(".debug_frame")
+	f.Close()
+	if s == nil || s.Flags&elf.SHF_COMPRESSED == 0 {
+		t.Fatal("go build wrote no compressed .debug_frame")
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	fd, err := NewFinder(self, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if fd.dbg == nil || uint64(len(fd.dbg.data)) != s.Size {
+		t.Fatalf("the Finder's .debug_frame is not the %d inflated bytes", s.Size)
+	}
+	if grew := int64(heap()) - int64(before); grew > int64(s.Size)/2 {
+		t.Errorf("a Finder grew the heap by %d bytes, with %d bytes of .debug_frame inflated: want them outside the heap", grew, s.Size)
+	}
+	runtime.KeepAlive(fd)
 }
