@@ -42,10 +42,10 @@ func anonReadOnlyBytes(t testing.TB) int64 {
 	return n
 }
 
-// What libc's separate debug file (libc6-dbg) costs: the heap and the
-// anonymous mappings held after loading it and naming a few hundred PCs
-// in libc, against what the Symbolizer accounts for, and the load time.
-func TestLibcDebugFileMemory(t *testing.T) {
+// openLibc opens libc in a Symbolizer of a 128 MiB budget, and returns
+// the file offsets of 400 of its functions, spread over its text.
+func openLibc(t *testing.T) (*Symbolizer, *Handle, []uint64) {
+	t.Helper()
 	if _, err := os.Stat(libcPath); err != nil {
 		t.Skipf("no %s: %v", libcPath, err)
 	}
@@ -54,18 +54,26 @@ func TestLibcDebugFileMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Release()
+	t.Cleanup(h.Release)
+	dyn := nmFunctions(t, libcPath, true)
+	var offs []uint64
+	for i := 0; i < len(dyn) && len(offs) < 400; i += max(len(dyn)/400, 1) {
+		offs = append(offs, vaddrToOffset(t, libcPath, dyn[i].addr+dyn[i].size/2))
+	}
+	return s, h, offs
+}
+
+// What libc's separate debug file (libc6-dbg) costs: the heap and the
+// anonymous mappings held after loading it and naming a few hundred PCs
+// in libc, against what the Symbolizer accounts for, and the load time.
+func TestLibcDebugFileMemory(t *testing.T) {
+	s, h, offs := openLibc(t)
 	debugPath := h.GNUBuildID
 	if len(debugPath) > 2 {
 		debugPath = elfx.DefaultDebugDir + "/.build-id/" + debugPath[:2] + "/" + debugPath[2:] + ".debug"
 	}
 	if _, err := os.Stat(debugPath); err != nil {
 		t.Skipf("libc6-dbg is not installed (%v)", err)
-	}
-	dyn := nmFunctions(t, libcPath, true)
-	var offs []uint64
-	for i := 0; i < len(dyn) && len(offs) < 400; i += max(len(dyn)/400, 1) {
-		offs = append(offs, vaddrToOffset(t, libcPath, dyn[i].addr+dyn[i].size/2))
 	}
 	heap0, anon0 := heapNow(), anonReadOnlyBytes(t)
 	start := time.Now()
@@ -103,20 +111,7 @@ func TestLibcDebugFileMemory(t *testing.T) {
 // once it is parsed, so the file pages the agent holds stay few without
 // waiting for DropPages.
 func TestLibcLookupsHoldFewPages(t *testing.T) {
-	if _, err := os.Stat(libcPath); err != nil {
-		t.Skipf("no %s: %v", libcPath, err)
-	}
-	s := New(zaptest.NewLogger(t), Options{MaxSymbolBytes: 128 << 20})
-	h, err := s.Open(libcPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Release()
-	dyn := nmFunctions(t, libcPath, true)
-	var offs []uint64
-	for i := 0; i < len(dyn) && len(offs) < 400; i += max(len(dyn)/400, 1) {
-		offs = append(offs, vaddrToOffset(t, libcPath, dyn[i].addr+dyn[i].size/2))
-	}
+	s, h, offs := openLibc(t)
 	before := testutil.StatusKiB(t, "RssFile")
 	withLine := 0
 	for _, off := range offs {
