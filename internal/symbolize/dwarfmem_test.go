@@ -63,6 +63,22 @@ func openLibc(t *testing.T) (*Symbolizer, *Handle, []uint64) {
 	return s, h, offs
 }
 
+// nameWithLines names offs in h's file and returns how many got a line.
+func nameWithLines(t *testing.T, s *Symbolizer, h *Handle, offs []uint64) int {
+	t.Helper()
+	n := 0
+	for _, off := range offs {
+		lines, err := s.Symbolize(h.ID, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lines) > 0 && lines[0].Line > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // What libc's separate debug file (libc6-dbg) costs: the heap and the
 // anonymous mappings held after loading it and naming a few hundred PCs
 // in libc, against what the Symbolizer accounts for, and the load time.
@@ -84,16 +100,7 @@ func TestLibcDebugFileMemory(t *testing.T) {
 	heapLoaded, anonLoaded := heapNow()-heap0, anonReadOnlyBytes(t)-anon0
 	loadedBytes := s.Stats().LoadedBytes
 	start = time.Now()
-	withLine := 0
-	for _, off := range offs {
-		lines, err := s.Symbolize(h.ID, off)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(lines) > 0 && lines[0].Line > 0 {
-			withLine++
-		}
-	}
+	withLine := nameWithLines(t, s, h, offs)
 	lookups := time.Since(start)
 	heap, anon := heapNow()-heap0, anonReadOnlyBytes(t)-anon0
 	st := s.Stats()
@@ -113,16 +120,7 @@ func TestLibcDebugFileMemory(t *testing.T) {
 func TestLibcLookupsHoldFewPages(t *testing.T) {
 	s, h, offs := openLibc(t)
 	before := testutil.StatusKiB(t, "RssFile")
-	withLine := 0
-	for _, off := range offs {
-		lines, err := s.Symbolize(h.ID, off)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(lines) > 0 && lines[0].Line > 0 {
-			withLine++
-		}
-	}
+	withLine := nameWithLines(t, s, h, offs)
 	if withLine < len(offs)*9/10 {
 		t.Skipf("only %d of %d lookups have a line: no libc debug file (libc6-dbg) here", withLine, len(offs))
 	}
