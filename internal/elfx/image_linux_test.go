@@ -184,7 +184,9 @@ func TestSpillSizes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(s, "kernel %s", "names")
+		if _, err := fmt.Fprintf(s, "kernel %s", "names"); err != nil {
+			t.Fatal(err)
+		}
 		img, err := s.Map()
 		if err != nil {
 			t.Fatal(err)
