@@ -64,7 +64,6 @@ type resolver struct {
 	finderMu       sync.Mutex
 	finders        map[elfx.FileID]*finderEntry
 	tick           uint64
-	droppedAt      uint64 // tick when the Finders' pages were last dropped
 	debugDirs      []string
 	checkSnapshots bool
 	snapPCs        []uint64

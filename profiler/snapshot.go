@@ -311,16 +311,15 @@ func (r *resolver) evictFinder() {
 }
 
 // dropFinderPages lets go of the pages the Finders read since the last
-// call: those used since then are the only ones that hold any.
+// call (a Finder not read since costs nothing).
 func (r *resolver) dropFinderPages() {
 	r.finderMu.Lock()
 	defer r.finderMu.Unlock()
 	for _, e := range r.finders {
-		if e.fd != nil && e.used > r.droppedAt {
+		if e.fd != nil {
 			e.fd.DropPages()
 		}
 	}
-	r.droppedAt = r.tick
 }
 
 // closeFinders releases every Finder.

@@ -66,19 +66,22 @@ func MapAnon(size int64, fill func([]byte) error) (*Image, error) {
 }
 
 // MapSpill is MapAnon for data that is written once and then read a
-// little at a time (inflated debug sections): fill writes exactly size
-// bytes to w, which spills them (see Spill). Writing more is an error;
-// writing fewer is io.ErrUnexpectedEOF.
-func MapSpill(size int64, fill func(w io.Writer) error) (*Image, error) {
+// little at a time (inflated debug sections): the first size bytes of r,
+// spilled (see Spill). Fewer is io.ErrUnexpectedEOF; what r holds past
+// them is not read.
+func MapSpill(size int64, r io.Reader) (*Image, error) {
 	if size <= 0 {
-		return &Image{}, fill(io.Discard)
+		return &Image{}, nil
 	}
 	s, err := NewSpill(size)
 	if err != nil {
 		return nil, err
 	}
-	if err := fill(s); err != nil {
+	if _, err := io.CopyN(s, r, size); err != nil {
 		s.Discard()
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, err
 	}
 	return s.Map()

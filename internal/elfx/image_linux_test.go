@@ -199,7 +199,7 @@ func TestSpillSizes(t *testing.T) {
 	}
 	// MapSpill falls back to anonymous memory where it cannot spill.
 	t.Setenv("TMPDIR", "/dev/shm")
-	anon, err := MapSpill(4096, func(w io.Writer) error { _, err := w.Write(make([]byte, 4096)); return err })
+	anon, err := MapSpill(4096, bytes.NewReader(make([]byte, 4096)))
 	if err != nil || len(anon.Bytes()) != 4096 || !anon.anon {
 		t.Fatalf("MapSpill into tmpfs: %v", err)
 	}

@@ -151,9 +151,7 @@ func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflat
 			return nil, nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, s.Size, errInflateCap)
 		}
 		*inflate -= int64(s.Size)
-		m, err := elfx.MapSpill(int64(s.Size), func(w io.Writer) error {
-			return copyExactly(w, s.Open(), int64(s.Size))
-		})
+		m, err := elfx.MapSpill(int64(s.Size), s.Open())
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -177,27 +175,15 @@ func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflat
 		return nil, nil, 0, fmt.Errorf("%s: %d bytes: %w", s.Name, n, errInflateCap)
 	}
 	*inflate -= int64(n)
-	m, err = elfx.MapSpill(int64(n), func(w io.Writer) error {
-		zr, err := zlib.NewReader(io.NewSectionReader(s, 12, int64(min(s.Size, 1<<62))))
-		if err != nil {
-			return err
-		}
-		return copyExactly(w, zr, int64(n))
-	})
+	zr, err := zlib.NewReader(io.NewSectionReader(s, 12, int64(min(s.Size, 1<<62))))
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("%s: %w", s.Name, err)
+	}
+	m, err = elfx.MapSpill(int64(n), zr)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("%s: %w", s.Name, err)
 	}
 	return m.Bytes(), m, m.Size(), nil
-}
-
-// copyExactly copies the first n bytes of r to w; fewer is
-// io.ErrUnexpectedEOF, and whatever r holds past them is not read.
-func copyExactly(w io.Writer, r io.Reader, n int64) error {
-	_, err := io.CopyN(w, r, n)
-	if errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 // dwarfSize returns the uncompressed size of the DWARF sections a lineTable

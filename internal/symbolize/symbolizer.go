@@ -271,7 +271,6 @@ type loadedFile struct {
 	counted bool  // guarded by Symbolizer.mu
 	users   int   // lookups reading syms now; guarded by Symbolizer.mu
 	dropped bool  // evicted: unmap when users reaches 0; guarded by Symbolizer.mu
-	touched bool  // a lookup read syms since the last DropPages; guarded by Symbolizer.mu
 	reads   int   // lookups that read syms since its pages were last dropped; guarded by Symbolizer.mu
 }
 
@@ -337,9 +336,9 @@ func (s *Symbolizer) DropPages() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.loaded.items {
-		if lf := n.val; lf.done && lf.touched && !lf.dropped && lf.syms != nil {
+		if lf := n.val; lf.done && lf.reads > 0 && !lf.dropped && lf.syms != nil {
 			lf.syms.dropPages()
-			lf.reads, lf.touched = 0, false
+			lf.reads = 0
 		}
 	}
 	if s.kern != nil && s.kern.touched.Swap(false) {
@@ -651,10 +650,9 @@ func (s *Symbolizer) Symbolize(id elfx.FileID, fileOffset uint64) ([]Line, error
 		spare = s.unrefLocked(k)
 	}
 	lf.users--
-	lf.touched = true
 	if lf.reads++; lf.reads >= dropAfterReads && lf.syms != nil && !lf.dropped {
 		lf.syms.dropPages()
-		lf.reads, lf.touched = 0, false
+		lf.reads = 0
 	}
 	if lf.dropped && lf.users == 0 && lf.syms != nil {
 		lf.syms.unmap()

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
 	"sort"
 
@@ -95,10 +94,7 @@ func sectionOf(f *elf.File, img []byte, name string, debug bool) (*section, erro
 	case s.Flags&elf.SHF_COMPRESSED == 0 && s.Offset <= uint64(len(img)) && s.Size <= uint64(len(img))-s.Offset:
 		data = img[s.Offset : s.Offset+s.Size : s.Offset+s.Size]
 	case s.Flags&elf.SHF_COMPRESSED != 0:
-		m, err := elfx.MapSpill(int64(s.Size), func(w io.Writer) error {
-			_, err := io.CopyN(w, s.Open(), int64(s.Size))
-			return err
-		})
+		m, err := elfx.MapSpill(int64(s.Size), s.Open())
 		if err != nil {
 			return nil, fmt.Errorf("section %s: %w", name, err)
 		}

@@ -170,9 +170,10 @@ func (fd *Finder) Close() {
 	}
 }
 
-// DropPages lets go of the pages lookups have read (see elfx.Image).
+// DropPages lets go of the pages lookups have read (see elfx.Image); it
+// costs nothing when no Row was read since the last call.
 func (fd *Finder) DropPages() {
-	if fd.img != nil {
+	if fd.img != nil && fd.reads > 0 {
 		fd.img.DropPages()
 	}
 	fd.reads = 0
@@ -189,9 +190,10 @@ const dropAfterRows = 8
 // has no row (below its first executable segment): the unwinder walks
 // frame pointers there.
 func (fd *Finder) Row(off uint64) (tracer.Row, bool) {
-	if fd.reads++; fd.reads >= dropAfterRows {
+	if fd.reads >= dropAfterRows {
 		fd.DropPages()
 	}
+	fd.reads++
 	if len(fd.code) == 0 || off < fd.code[0].off {
 		return tracer.Row{}, false
 	}
