@@ -5,19 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
 )
 
 // fileSyms is the symbol data of one ELF file: what Symbolize consults. It
-// is immutable once loaded and safe for concurrent use. Its tables read the
-// file (and its debug file) in place, from read-only mappings that stay
-// until unmap.
+// is safe for concurrent use. Its tables read the file (and its debug file)
+// in place, from read-only mappings that stay until unmap.
 type fileSyms struct {
 	layout *elf.File // only the PT_LOAD headers, for elfx.OffsetToVaddr
 	goTab  *goTable
-	native *nativeTable
-	lines  *lineTable
+	// native is the function symbols. In a Go binary, whose pclntab names
+	// the Go code, it names only the rest (a cgo binary's C code), and
+	// nativeLater reads it when a lookup first needs it, not before: a big
+	// Go binary's .strtab alone is megabytes. Both guarded by nativeMu.
+	nativeMu    sync.Mutex
+	native      *nativeTable
+	nativeLater func() (*nativeTable, error)
+	lines       *lineTable
 	images []*elfx.Image // the mappings the tables read; unmapped by unmap
 	// refused is set when a compressed section was refused by the
 	// per-file inflation cap: the file is named without it.
@@ -65,7 +71,12 @@ func loadSymsWith(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, li
 			return t, err
 		}
 	}
-	if fs.native, err = loadNative(f, fImg, debug, debugImg, mini); err != nil {
+	if fs.goTab != nil && fImg != nil && debug == nil && f.Section(".gnu_debugdata") == nil {
+		// The mapping outlives the lookups (unmap); the symbol table is
+		// read from it on first need. An unreadable one then names nothing
+		// more than the pclntab does.
+		fs.nativeLater = func() (*nativeTable, error) { return loadNative(f, fImg, nil, nil, nil) }
+	} else if fs.native, err = loadNative(f, fImg, debug, debugImg, mini); err != nil {
 		return nil, err
 	}
 	// Go code is named from the pclntab; DWARF would only add memory.
@@ -93,13 +104,32 @@ func (fs *fileSyms) memSize() int64 {
 	if fs.goTab != nil {
 		n += fs.goTab.size
 	}
-	if fs.native != nil {
-		n += fs.native.memSize()
+	if native := fs.nativeIfLoaded(); native != nil {
+		n += native.memSize()
 	}
 	if fs.lines != nil {
 		n += fs.lines.memSize()
 	}
 	return n
+}
+
+// nativeTab returns the function symbols, reading them now if they were
+// left for the first lookup that needs them.
+func (fs *fileSyms) nativeTab() *nativeTable {
+	fs.nativeMu.Lock()
+	defer fs.nativeMu.Unlock()
+	if fs.nativeLater != nil {
+		fs.native, _ = fs.nativeLater()
+		fs.nativeLater = nil
+	}
+	return fs.native
+}
+
+// nativeIfLoaded returns the function symbols if they are read.
+func (fs *fileSyms) nativeIfLoaded() *nativeTable {
+	fs.nativeMu.Lock()
+	defer fs.nativeMu.Unlock()
+	return fs.native
 }
 
 // dropPages lets go of the file mappings' pages read so far (see
@@ -143,8 +173,8 @@ func (fs *fileSyms) frames(off uint64) []Line {
 		chain = fs.lines.lookup(pc)
 	}
 	var symName string
-	if fs.native != nil {
-		symName, _ = fs.native.lookup(pc)
+	if native := fs.nativeTab(); native != nil {
+		symName, _ = native.lookup(pc)
 	}
 	if symName == "" && (len(chain) == 0 || chain[len(chain)-1].name == "") {
 		return nil // no function to name: a line alone is not a frame
@@ -185,8 +215,8 @@ func (fs *fileSyms) describe() string {
 	if fs.goTab != nil {
 		parts = append(parts, fmt.Sprintf("pclntab (%d funcs)", fs.goTab.numFuncs()))
 	}
-	if fs.native != nil {
-		parts = append(parts, fmt.Sprintf("%s (%d funcs)", fs.native.source, len(fs.native.syms)))
+	if native := fs.nativeIfLoaded(); native != nil {
+		parts = append(parts, fmt.Sprintf("%s (%d funcs)", native.source, len(native.syms)))
 	}
 	if fs.lines != nil {
 		parts = append(parts, fmt.Sprintf("dwarf (%d unit ranges)", len(fs.lines.units)))

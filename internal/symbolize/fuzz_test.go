@@ -49,7 +49,7 @@ func FuzzLoadSymbols(f *testing.F) {
 		for _, off := range offs {
 			fs.frames(off)
 		}
-		if fs.native != nil && !slices.IsSortedFunc(fs.native.syms, func(a, b nativeSym) int { return cmpUint(a.addr, b.addr) }) {
+		if native := fs.nativeTab(); native != nil && !slices.IsSortedFunc(native.syms, func(a, b nativeSym) int { return cmpUint(a.addr, b.addr) }) {
 			t.Fatal("native symbols are not sorted")
 		}
 		fs.describe()

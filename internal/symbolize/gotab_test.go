@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -140,6 +142,59 @@ func TestSymbolizeGoInline(t *testing.T) {
 	}
 	if inlined < 4 {
 		t.Fatalf("fixture gave %d frames with inlined calls, want >= 4", inlined)
+	}
+}
+
+// A Go binary's symbol table is read only when a lookup misses the
+// pclntab (a cgo binary's C code), not when the file is loaded: a big Go
+// binary's names are megabytes, and Go code never needs them.
+func TestGoSymbolTableOnFirstNeed(t *testing.T) {
+	bin := testutil.BuildWorkload(t, testutil.GoCgo)
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := elfx.MapImage(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Unmap()
+	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := loadSymsWith(ef, img.Bytes(), nil, nil, loadLimits{maxDWARF: 1 << 30, maxDWARFHeap: 1 << 30, inflate: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]uint64{}
+	for _, s := range syms {
+		at[s.Name] = s.Value
+	}
+	before := fs.memSize()
+	if fs.nativeIfLoaded() != nil {
+		t.Fatal("the symbol table was read at load")
+	}
+	if fr := fs.frames(vaddrToOffset(t, bin, at["main.goInner"]+1)); len(fr) == 0 || fr[0].Function != "main.goInner" {
+		t.Errorf("main.goInner named %v", fr)
+	}
+	if fs.nativeIfLoaded() != nil || fs.memSize() != before {
+		t.Error("a Go function's lookup read the symbol table")
+	}
+	if fr := fs.frames(vaddrToOffset(t, bin, at["c_leaf"]+1)); len(fr) == 0 || fr[0].Function != "c_leaf" {
+		t.Errorf("c_leaf named %v", fr)
+	}
+	if fs.nativeIfLoaded() == nil || fs.memSize() <= before {
+		t.Errorf("after a C function's lookup: table read %v, %d bytes (%d before); want it read and counted", fs.nativeIfLoaded() != nil, fs.memSize(), before)
 	}
 }
 
