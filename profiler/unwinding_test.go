@@ -37,8 +37,13 @@ func (k *recordingKernel) Unfilter(pid uint32) error {
 	return nil
 }
 
-func (k *recordingKernel) LoadTable(uint32, []tracer.Row) error { return nil }
-func (k *recordingKernel) UnloadTable(uint32) error             { return nil }
+func (k *recordingKernel) LoadTable(_ uint32, rows []tracer.Row, copied func(int)) error {
+	if copied != nil {
+		copied(len(rows))
+	}
+	return nil
+}
+func (k *recordingKernel) UnloadTable(uint32) error { return nil }
 
 func (k *recordingKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) error {
 	for _, m := range old {

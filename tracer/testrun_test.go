@@ -139,7 +139,7 @@ func TestRowSearchTestRun(t *testing.T) {
 		mustRow(t, 0x1010, CFAUnknown, 0, FPUnknown, 0),
 	}
 	const smallID, bigID = 1, MaxTables - 1 // the first and the last id there is
-	if err := loadTable(tr.Tables, smallID, small); err != nil {
+	if err := loadTable(tr.Tables, smallID, small, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A table as large as big libraries' (2^20 rows and some: 21 search
@@ -151,11 +151,11 @@ func TestRowSearchTestRun(t *testing.T) {
 		big[i] = mustRow(t, pc, CFASP, int32(8*(i%1000+1)), uint8(i%3), 0)
 		pc += 1 + uint32(r.IntN(60))
 	}
-	if err := loadTable(tr.Tables, bigID, big); err != nil {
+	if err := loadTable(tr.Tables, bigID, big, nil); err != nil {
 		t.Fatal(err)
 	}
 
-	if err := loadTable(tr.Tables, 3, make([]Row, MaxTableRows+1)); err == nil {
+	if err := loadTable(tr.Tables, 3, make([]Row, MaxTableRows+1), nil); err == nil {
 		t.Errorf("a table of %d rows was loaded: the row search does not reach its end", MaxTableRows+1)
 	}
 
@@ -275,10 +275,10 @@ func TestUnwindStepTestRun(t *testing.T) {
 		mustRow(t, 0x800, CFASP, 0xfff8, FPSame, 0),     // a large offset in bytes
 		mustRow(t, 0x900, CFASP, 0x10008, FPOffset, -1024),
 	}
-	if err := loadTable(tr.Tables, table, rows); err != nil {
+	if err := loadTable(tr.Tables, table, rows, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := loadTable(tr.Tables, lateTable, []Row{mustRow(t, 0x100, CFASP, 8, FPSame, 0)}); err != nil {
+	if err := loadTable(tr.Tables, lateTable, []Row{mustRow(t, 0x100, CFASP, 8, FPSame, 0)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{2, 9} {
@@ -424,7 +424,7 @@ func BenchmarkRowSearchTestRun(b *testing.B) {
 				rows[j] = mustRow(b, uint32(16*j), CFASP, 8, FPSame, 0)
 			}
 			id := uint32(i + 1)
-			if err := loadTable(tr.Tables, id, rows); err != nil {
+			if err := loadTable(tr.Tables, id, rows, nil); err != nil {
 				b.Fatal(err)
 			}
 			in := testrunIO{Lookup: uint64(16*(n/3) + 5), TableId: id, Rows: uint32(n)}
@@ -440,7 +440,7 @@ func BenchmarkStepTestRun(b *testing.B) {
 	for j := range rows {
 		rows[j] = mustRow(b, uint32(16*j), CFASP, 16, FPSame, 0)
 	}
-	if err := loadTable(tr.Tables, 1, rows); err != nil {
+	if err := loadTable(tr.Tables, 1, rows, nil); err != nil {
 		b.Fatal(err)
 	}
 	// Memory that stays where it is (a Go slice can move with its

@@ -160,14 +160,18 @@ var ErrTableFull = errors.New("unwind table slots full")
 
 // LoadTable loads rows (sorted by PC) as table id, replacing any table with
 // that id. The rows live in their own BPF array, sized to them, so kernel
-// memory is what the table needs.
-func (t *Tracer) LoadTable(id uint32, rows []Row) error {
-	return loadTable(t.objs.Tables, id, rows)
+// memory is what the table needs. copied, if not nil, is told as the copy
+// into that array goes how many rows (a prefix of rows) are in; its call
+// with len(rows) comes before the table is installed, which waits for an
+// RCU grace period: from then on rows are not read, and their memory may
+// go. A copy that fails makes no such call.
+func (t *Tracer) LoadTable(id uint32, rows []Row, copied func(n int)) error {
+	return loadTable(t.objs.Tables, id, rows, copied)
 }
 
 // loadTable puts rows as table id into tables, an array of tables as the
 // programs declare it (the sampler's, or a test program's).
-func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
+func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) error {
 	if id == 0 || id >= MaxTables {
 		return fmt.Errorf("unwind table id %d out of range 1..%d: %w", id, MaxTables-1, ErrTableFull)
 	}
@@ -191,10 +195,10 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row) error {
 		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
 	}
 	defer func() { _ = inner.Close() }() // the outer map holds its own reference
-	if err := fill(inner, 0, rows); err != nil {
+	if err := fill(inner, 0, rows, copied); err != nil {
 		return fmt.Errorf("unwind table %d: fill: %w", id, err)
 	}
-	if err := fill(inner, len(rows), index); err != nil {
+	if err := fill(inner, len(rows), index, nil); err != nil {
 		return fmt.Errorf("unwind table %d: fill its page index: %w", id, err)
 	}
 	if err := tables.Put(id, inner); err != nil {
@@ -210,8 +214,9 @@ const fillChunk = 1 << 14
 
 // fill writes rows at indexes at..at+len(rows)-1 of the array inner, a
 // chunk per batch update; one by one where batch operations on arrays are
-// not supported (before 5.6).
-func fill(inner *ebpf.Map, at int, rows []Row) error {
+// not supported (before 5.6). copied, if not nil, is told after each chunk
+// how many rows are in.
+func fill(inner *ebpf.Map, at int, rows []Row, copied func(n int)) error {
 	keys := make([]uint32, min(len(rows), fillChunk))
 	for start := 0; start < len(rows); start += fillChunk {
 		chunk := rows[start:min(start+fillChunk, len(rows))]
@@ -220,6 +225,9 @@ func fill(inner *ebpf.Map, at int, rows []Row) error {
 		}
 		_, err := inner.BatchUpdate(keys[:len(chunk)], chunk, nil)
 		if err == nil {
+			if copied != nil {
+				copied(start + len(chunk))
+			}
 			continue
 		}
 		if !errors.Is(err, ebpf.ErrNotSupported) {
@@ -229,6 +237,9 @@ func fill(inner *ebpf.Map, at int, rows []Row) error {
 			if err := inner.Put(uint32(at+i), rows[i]); err != nil {
 				return fmt.Errorf("row %d: %w", i, err)
 			}
+		}
+		if copied != nil {
+			copied(len(rows))
 		}
 		return nil
 	}

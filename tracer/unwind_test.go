@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sonde-dev/sonde/support"
@@ -175,11 +177,57 @@ func TestLoadTable(t *testing.T) {
 		}
 		rows = append(rows, row)
 	}
-	if err := tr.LoadTable(1, rows); err != nil {
+	// copied tells of every row before the table is installed; what the
+	// caller then does to rows does not reach it.
+	want := slices.Clone(rows)
+	var calls []int
+	copied := func(n int) {
+		calls = append(calls, n)
+		if n < len(rows) {
+			return
+		}
+		var inner *ebpf.Map
+		if err := tr.objs.Tables.Lookup(uint32(1), &inner); err == nil {
+			inner.Close()
+			t.Error("table 1 installed before all its rows were copied")
+		}
+		clear(rows)
+	}
+	if err := tr.LoadTable(1, rows, copied); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.LoadTable(0, rows); err == nil {
+	if !slices.Equal(calls, []int{len(rows)}) {
+		t.Errorf("copied told %v, want [%d]", calls, len(rows))
+	}
+	var inner *ebpf.Map
+	if err := tr.objs.Tables.Lookup(uint32(1), &inner); err != nil {
+		t.Fatalf("table 1 after LoadTable: %v", err)
+	}
+	defer inner.Close()
+	for i, w := range want {
+		var got Row
+		if err := inner.Lookup(uint32(i), &got); err != nil || got != w {
+			t.Errorf("row %d = %+v (%v), want %+v", i, got, err, w)
+		}
+	}
+	// A table of several chunks is told of each.
+	big := make([]Row, 2*fillChunk+5)
+	for i := range big {
+		big[i], _ = MakeRow(uint32(i)*4, CFASP, 8, FPSame, 0)
+	}
+	var told []int
+	if err := tr.LoadTable(2, big, func(n int) { told = append(told, n) }); err != nil {
+		t.Fatal(err)
+	}
+	if w := []int{fillChunk, 2 * fillChunk, len(big)}; !slices.Equal(told, w) {
+		t.Errorf("copied told %v for %d rows, want %v", told, len(big), w)
+	}
+	calls = nil
+	if err := tr.LoadTable(0, want, copied); err == nil {
 		t.Error("LoadTable(0) succeeded; id 0 means no table")
+	}
+	if len(calls) != 0 {
+		t.Errorf("copied told %v by a failed load, want nothing", calls)
 	}
 	if err := tr.UnloadTable(1); err != nil {
 		t.Fatal(err)

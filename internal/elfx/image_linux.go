@@ -135,6 +135,12 @@ func newSpill(dir string, size int64) (*Spill, error) {
 	return s, nil
 }
 
+// SpillFile creates an unlinked file in the temporary directory, for the
+// caller to fill and map: its pages are page cache, which the process's RSS
+// counts only while they are mapped and touched. It is nil where that
+// directory cannot hold one or holds it in memory (tmpfs).
+func SpillFile() *os.File { return spillFile(os.TempDir()) }
+
 // spillFile creates an unlinked file in dir; nil when dir cannot hold one
 // or holds it in memory.
 func spillFile(dir string) *os.File {

@@ -45,12 +45,12 @@ func BenchmarkBuildLibc(b *testing.B) {
 	var n int
 	b.ReportAllocs()
 	for b.Loop() {
-		lf, rows, free := buildFile(libcPath, []string{elfx.DefaultDebugDir}, zap.NewNop())
+		lf, rows, mem := buildFile(libcPath, []string{elfx.DefaultDebugDir}, zap.NewNop())
 		if lf.err != nil {
 			b.Fatal(lf.err)
 		}
 		n = len(rows)
-		free()
+		mem.run()
 	}
 	b.ReportMetric(float64(n), "rows")
 	b.ReportMetric(float64(tableBytes(n)), "kernel-bytes") // rows only: the page index adds a few per cent
@@ -112,8 +112,8 @@ func BenchmarkHostTables(b *testing.B) {
 		largestPath, largestRows := "", 0
 		start := time.Now()
 		for _, path := range paths {
-			lf, kr, free := buildFile(path, debugDirs, log)
-			free() // only its length is read below
+			lf, kr, mem := buildFile(path, debugDirs, log)
+			mem.run() // only its length is read below
 			switch {
 			case lf.err == nil:
 				tables++

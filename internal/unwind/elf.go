@@ -27,7 +27,7 @@ func FromELF(f *elf.File) (*Table, error) {
 	if eh == nil && dbg == nil {
 		return nil, fmt.Errorf("unwind tables: %w", ErrNoCFI)
 	}
-	t, err := fromSections(eh, dbg)
+	t, err := fromSections(eh, dbg, pcRange{})
 	return t.onHeap(), err
 }
 
@@ -51,14 +51,14 @@ func frameSections(f *elf.File, img []byte) (eh, dbg *section, err error) {
 // .debug_frame of debug, its separate debug file (found through build id or
 // debuglink), for addresses the loaded file's CFI does not cover.
 func FromSeparateDebug(f, debug *elf.File) (*Table, error) {
-	t, err := fromSeparateDebug(f, nil, debug)
+	t, err := fromSeparateDebug(f, nil, debug, pcRange{})
 	return t.onHeap(), err
 }
 
 // fromSeparateDebug is FromSeparateDebug with the rows outside the heap
 // (the table must be released), and f's sections read in place from img
-// (f's bytes) when it is not nil.
-func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File) (*Table, error) {
+// (f's bytes) when it is not nil; the FDEs wholly inside skip are left out.
+func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File, skip pcRange) (*Table, error) {
 	eh, dbg, err := frameSections(f, img)
 	if err != nil {
 		return nil, err
@@ -71,7 +71,7 @@ func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File) (*Table, error)
 	if eh == nil && dbg == nil {
 		return nil, fmt.Errorf("unwind tables: %w", ErrNoCFI)
 	}
-	return fromSections(eh, dbg)
+	return fromSections(eh, dbg, skip)
 }
 
 // sectionOf reads a CFI section; nil when it is absent or empty. A section
@@ -144,10 +144,11 @@ func derefFunc(f *elf.File) func(uint64) (uint64, error) {
 }
 
 // fromSections parses both sections (either may be nil) and builds the
-// table, whose rows live outside the heap until it is released.
-func fromSections(eh, dbg *section) (*Table, error) {
+// table, whose rows live outside the heap until it is released. The FDEs
+// wholly inside skip are left out (counted in Stats.Skipped).
+func fromSections(eh, dbg *section, skip pcRange) (*Table, error) {
 	var st Stats
-	p := parser{st: &st}
+	p := parser{st: &st, skip: skip}
 	// The buffers are reserved at what the input can hold: every row but
 	// an FDE's first needs an advance of at least one byte of CFI, and an
 	// FDE takes at least 8 bytes. If the mappings cannot be made, they are
@@ -163,6 +164,7 @@ func fromSections(eh, dbg *section) (*Table, error) {
 	defer scratch.run()
 	p.rows = reserve[Row](&scratch, size+1, min(size/5+1, maxPrealloc))
 	p.fdes = reserve[fdeRows](&scratch, size/8+1, min(size/32+1, maxPrealloc))
+	p.scratch = scratch
 	var ehErr error
 	if eh != nil {
 		if err := p.parseSection(eh); err != nil {
@@ -182,7 +184,7 @@ func fromSections(eh, dbg *section) (*Table, error) {
 	if nEH > 0 && len(fdes) > nEH {
 		fdes = dropCovered(fdes, nEH, &st)
 	}
-	return build(fdes, p.rows, &st), nil
+	return build(fdes, p.rows, &st, scratch), nil
 }
 
 // dropCovered removes the FDEs after the first nEH (those from .debug_frame)

@@ -62,8 +62,8 @@ func TestLoaderEntryEndsStack(t *testing.T) {
 	if !found {
 		t.Fatalf("entry %#x of %s is in no loaded segment", f.Entry, ldso)
 	}
-	lf, rows, free := buildFile(ldso, nil, zap.NewNop())
-	t.Cleanup(free)
+	lf, rows, mem := buildFile(ldso, nil, zap.NewNop())
+	t.Cleanup(mem.run)
 	if lf.err != nil {
 		t.Fatalf("build %s: %v", ldso, lf.err)
 	}

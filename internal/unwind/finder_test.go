@@ -49,13 +49,13 @@ func TestFinderMatchesTable(t *testing.T) {
 			if _, err := os.Stat(path); err != nil {
 				t.Skipf("no %s here: %v", path, err)
 			}
-			lf, rows, free := buildFile(path, nil, zap.NewNop())
+			lf, rows, mem := buildFile(path, nil, zap.NewNop())
 			if lf.err != nil {
 				t.Fatalf("build: %v", lf.err)
 			}
 			// The kernel rows alias the build's buffers: copy them out.
 			rows = append([]tracer.Row(nil), rows...)
-			free()
+			mem.run()
 			fd, err := NewFinder(path, nil, zap.NewNop())
 			if err != nil {
 				t.Fatal(err)

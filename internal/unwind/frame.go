@@ -207,6 +207,19 @@ type parser struct {
 	rows []Row
 	fdes []fdeRows
 	vm   machine
+	skip pcRange // FDEs wholly inside are not interpreted
+	// scratch holds rows and fdes; parseFDE drops its pages every
+	// dropRows rows (dropped counts up to the next drop).
+	scratch releases
+	dropped int
+}
+
+// pcRange is the code in [lo, hi); the zero range holds none.
+type pcRange struct{ lo, hi uint64 }
+
+// holds reports whether [begin, end) lies wholly inside r.
+func (r pcRange) holds(begin, end uint64) bool {
+	return r.lo < r.hi && begin >= r.lo && end <= r.hi
 }
 
 // parseSection interprets every FDE of s. Errors in single entries are
@@ -296,6 +309,10 @@ func (p *parser) parseFDE(s *section, e entry, c *cie) error {
 	if end < begin {
 		return fmt.Errorf("fde at %#x: range wraps", e.start)
 	}
+	if p.skip.holds(begin, end) {
+		p.st.Skipped++
+		return nil
+	}
 	ctx.funcBase = begin
 	first := len(p.rows)
 	rows, err := p.vm.run(p.rows, program{
@@ -314,5 +331,9 @@ func (p *parser) parseFDE(s *section, e entry, c *cie) error {
 	p.rows = rows
 	p.st.FDEs++
 	p.fdes = append(p.fdes, fdeRows{begin: begin, end: end, first: first, n: len(rows) - first})
+	if p.dropped += len(rows) - first; p.dropped >= dropRows {
+		p.dropped = 0
+		p.scratch.drop()
+	}
 	return nil
 }

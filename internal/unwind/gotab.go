@@ -189,6 +189,9 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 			return // equal neighbours merge
 		}
 		rows = append(rows, r)
+		if len(rows)%dropRows == 0 {
+			mem.drop()
+		}
 	}
 	// The ranges of the special function funcs[0], held until it ends.
 	var held []spRange
@@ -336,18 +339,21 @@ func readCode(f *elf.File, addr uint64, b []byte) error {
 // separate debug file or nil; its .debug_frame adds to f's CFI as
 // FromSeparateDebug does.
 func fromFile(f *elf.File, img []byte, debug *elf.File, drop func()) (*Table, error) {
-	cfi, cfiErr := fromSeparateDebug(f, img, debug)
 	if pclntab.Section(f) == nil {
-		return cfi, cfiErr
+		return fromSeparateDebug(f, img, debug, pcRange{})
 	}
 	pt, err := pclntab.OpenELFImage(f, img)
 	if err != nil {
-		return cfi, cfiErr
+		return fromSeparateDebug(f, img, debug, pcRange{})
 	}
 	gt, err := fromGo(pt, elfCode(f), drop)
 	if err != nil {
-		return cfi, cfiErr
+		return fromSeparateDebug(f, img, debug, pcRange{})
 	}
+	// The CFI matters only outside the Go code, which mergeOutside takes
+	// from gt: an unstripped Go binary's .debug_frame describes every Go
+	// function again, as many rows as gt's, built for nothing.
+	cfi, cfiErr := fromSeparateDebug(f, img, debug, pcRange{gt.Rows[0].PC, gt.Rows[len(gt.Rows)-1].PC})
 	if cfiErr != nil {
 		if !errors.Is(cfiErr, ErrNoCFI) {
 			gt.release()
@@ -362,32 +368,41 @@ func fromFile(f *elf.File, img []byte, debug *elf.File, drop func()) (*Table, er
 
 // mergeOutside returns inner's rows, with outer's rows before and after
 // inner's range; at the end of inner's range outer's rule there resumes.
+// The result lives outside the heap, as its inputs do (a cgo binary's
+// merge is a big Go binary's rows again), with fileRows's room after it.
 func mergeOutside(inner, outer *Table) *Table {
 	lo, hi := inner.Rows[0].PC, inner.Rows[len(inner.Rows)-1].PC
-	var rows []Row
-	for _, r := range outer.Rows {
-		if r.PC < lo {
-			rows = append(rows, r)
+	var mem releases
+	n := len(inner.Rows) + len(outer.Rows) + 2*maxCodeSegments
+	out := reserve[Row](&mem, n, n)
+	add := func(r Row) {
+		if n := len(out); n > 0 && out[n-1].sameRule(r) {
+			return // equal neighbours merge
+		}
+		out = append(out, r)
+		if len(out)%dropRows == 0 {
+			mem.drop()
+			inner.mem.drop()
 		}
 	}
-	rows = append(rows, inner.Rows[:len(inner.Rows)-1]...)
+	for _, r := range outer.Rows {
+		if r.PC < lo {
+			add(r)
+		}
+	}
+	for _, r := range inner.Rows[:len(inner.Rows)-1] {
+		add(r)
+	}
 	resume := Row{PC: hi}
 	if r, ok := outer.Lookup(hi); ok {
 		resume = r
 		resume.PC = hi
 	}
-	rows = append(rows, resume)
+	add(resume)
 	for _, r := range outer.Rows {
 		if r.PC > hi {
-			rows = append(rows, r)
+			add(r)
 		}
 	}
-	out := rows[:0]
-	for _, r := range rows {
-		if n := len(out); n > 0 && out[n-1].sameRule(r) {
-			continue
-		}
-		out = append(out, r)
-	}
-	return &Table{Rows: out, Stats: Stats{Rows: len(out)}}
+	return &Table{Rows: out, Stats: Stats{Rows: len(out)}, mem: mem}
 }

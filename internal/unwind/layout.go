@@ -40,8 +40,9 @@ func loadSegments(f *elf.File) []segment {
 // fileRows consumes rows: where their array has room for the rows it adds
 // (two per segment at most), the result is written over them, as a big
 // binary's second copy of a million rows would be the largest allocation
-// of its build.
-func fileRows(rows []Row, segs []segment) ([]Row, error) {
+// of its build. mem holds rows (nil: the heap): its pages are dropped as
+// fileRows goes.
+func fileRows(rows []Row, segs []segment, mem *releases) ([]Row, error) {
 	var code []segment
 	for _, s := range segs {
 		if s.exec && s.filesz > 0 {
@@ -85,8 +86,15 @@ func fileRows(rows []Row, segs []segment) ([]Row, error) {
 	src := rows
 	var out []Row
 	if inOrder && cap(rows)-len(rows) >= extra {
+		// Moved a stretch at a time from the end, so that the pages in
+		// between can go.
 		src = rows[extra : extra+len(rows)]
-		copy(src, rows)
+		for hi := len(rows); hi > 0; {
+			lo := max(0, hi-dropRows)
+			copy(src[lo:hi], rows[lo:hi])
+			mem.drop()
+			hi = lo
+		}
 		out = rows[:0]
 	} else {
 		out = make([]Row, 0, len(rows)+extra)
@@ -113,9 +121,12 @@ func fileRows(rows []Row, segs []segment) ([]Row, error) {
 		first := sp.first
 		first.PC = at(s.vaddr)
 		add(first)
-		for _, r := range src[sp.lo:sp.hi] {
+		for j, r := range src[sp.lo:sp.hi] {
 			r.PC = at(r.PC)
 			add(r)
+			if j%dropRows == dropRows-1 {
+				mem.drop()
+			}
 		}
 		add(Row{PC: at(s.vaddr + s.filesz)})
 	}

@@ -115,8 +115,8 @@ func TestLayouts(t *testing.T) {
 			bin := testutil.BuildLayout(t, l)
 			segs := readelfSegments(t, bin)
 
-			lf, rows, free := buildFile(bin, []string{}, zaptest.NewLogger(t))
-			t.Cleanup(free)
+			lf, rows, mem := buildFile(bin, []string{}, zaptest.NewLogger(t))
+			t.Cleanup(mem.run)
 			if lf.err != nil {
 				t.Fatalf("building the table: %v", lf.err)
 			}
@@ -210,11 +210,11 @@ func TestFileRowsKeepRules(t *testing.T) {
 			// fileRows consumes its input: given room it writes over it,
 			// otherwise it copies. Both must give the same rows.
 			roomy := append(make([]Row, 0, len(vt.Rows)+2*len(segs)), vt.Rows...)
-			rows, err := fileRows(roomy, segs)
+			rows, err := fileRows(roomy, segs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			copied, err := fileRows(slices.Clone(vt.Rows), segs)
+			copied, err := fileRows(slices.Clone(vt.Rows), segs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

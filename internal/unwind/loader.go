@@ -22,10 +22,13 @@ import (
 )
 
 // Kernel is where the Loader puts tables and mappings: the tracer's maps.
-// The rows given to LoadTable are valid only during the call (they live in
-// a build buffer outside the heap, unmapped after it).
+// The rows given to LoadTable live in a build buffer outside the heap.
+// LoadTable tells copied (if not nil) how many of them, a prefix, it has
+// copied so far, all of them before it waits for the kernel to install the
+// table; the rows are valid until that last call or until LoadTable
+// returns, whichever comes first.
 type Kernel interface {
-	LoadTable(id uint32, rows []tracer.Row) error
+	LoadTable(id uint32, rows []tracer.Row, copied func(n int)) error
 	UnloadTable(id uint32) error
 	SetMappings(pid uint32, old, mappings []tracer.Mapping) error
 	ForgetProcess(pid uint32, old []tracer.Mapping) error
@@ -463,8 +466,8 @@ func (l *Loader) retryRefused() error {
 // retry builds the refused table of lf again from path and loads it, if it
 // is still refused and mapped.
 func (l *Loader) retry(id elfx.FileID, lf *loadedFile, path string) error {
-	built, rows, free := buildFile(path, l.debug, l.log)
-	defer free()
+	built, rows, mem := buildFile(path, l.debug, l.log)
+	defer mem.run()
 	if built.err != nil {
 		return nil // its process went away, or the file changed: stays refused
 	}
@@ -473,7 +476,7 @@ func (l *Loader) retry(id elfx.FileID, lf *loadedFile, path string) error {
 	if l.files[id] != lf || !lf.refused || lf.refs == 0 {
 		return nil
 	}
-	if err := l.load(lf, rows); err != nil {
+	if err := l.load(lf, rows, loadProgress(rows, mem, nil)); err != nil {
 		lf.err = err
 		return nil
 	}
@@ -635,42 +638,43 @@ func (l *Loader) file(path string, loads *sync.WaitGroup) *loadedFile {
 			return lf
 		}
 	}
-	lf, rows, free := buildFile(path, l.debug, l.log)
+	lf, rows, mem := buildFile(path, l.debug, l.log)
 	if vanished(lf.err) {
 		// The path went away with its process between identify and
 		// here: nothing is wrong with the file, so it is not recorded as
 		// unusable for the next process that maps it.
-		free()
+		mem.run()
 		return lf
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if existing, ok := l.files[id]; ok {
-		free()
+		mem.run()
 		return existing
 	}
 	l.add(id, lf)
 	if !l.counted(lf, path) {
-		free()
+		mem.run()
 		return lf
 	}
 	tid, need, err := l.reserve(lf, tracer.TableEntries(rows))
 	if err != nil {
 		l.loadFailed(lf, tracer.TableEntries(rows), path, err)
-		free()
+		mem.run()
 		return lf
 	}
 	lf.loading = true
 	loads.Add(1)
 	go func() {
 		defer loads.Done()
-		err := l.k.LoadTable(tid, rows)
-		free()
+		n, entries := len(rows), tracer.TableEntries(rows) // rows go with mem
+		err := l.k.LoadTable(tid, rows, loadProgress(rows, mem, nil))
+		mem.run()
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		lf.loading = false
-		if err = l.commit(lf, tid, len(rows), need, err); err != nil {
-			l.loadFailed(lf, tracer.TableEntries(rows), path, err)
+		if err = l.commit(lf, tid, n, need, err); err != nil {
+			l.loadFailed(lf, entries, path, err)
 		}
 	}()
 	return lf
@@ -857,9 +861,9 @@ func (l *Loader) buildDeferred(lane int) {
 
 		var built *loadedFile
 		var rows []tracer.Row
-		free := func() {} // rows's buffer, once they are loaded or dropped
+		var mem *releases // rows's buffers, run once they are loaded or dropped
 		if path != "" {
-			built, rows, free = buildFile(path, l.debug, l.log)
+			built, rows, mem = buildFile(path, l.debug, l.log)
 		}
 
 		l.mu.Lock()
@@ -870,7 +874,7 @@ func (l *Loader) buildDeferred(lane int) {
 			lf.deferred = false
 			l.countPending()
 			l.mu.Unlock()
-			free()
+			mem.run()
 			continue
 		}
 		if path != "" && vanished(built.err) && l.pathOf(lf) != "" {
@@ -878,7 +882,7 @@ func (l *Loader) buildDeferred(lane int) {
 			l.pending = append(l.pending, d)
 			l.countPending()
 			l.mu.Unlock()
-			free()
+			mem.run()
 			continue
 		}
 		if path == "" || vanished(built.err) {
@@ -888,7 +892,7 @@ func (l *Loader) buildDeferred(lane int) {
 			l.drop(d.id, lf)
 			l.countPending()
 			l.mu.Unlock()
-			free()
+			mem.run()
 			continue
 		}
 		lf.base, lf.segments, lf.debug, lf.err = built.base, built.segments, built.debug, built.err
@@ -901,7 +905,7 @@ func (l *Loader) buildDeferred(lane int) {
 			}
 			l.countPending()
 			l.mu.Unlock()
-			free()
+			mem.run()
 			continue
 		}
 		id, need, err := l.reserve(lf, tracer.TableEntries(rows))
@@ -910,24 +914,35 @@ func (l *Loader) buildDeferred(lane int) {
 			l.loadFailed(lf, tracer.TableEntries(rows), path, err)
 			l.countPending()
 			l.mu.Unlock()
-			free()
+			mem.run()
 			continue
 		}
 		l.loading++
 		l.mu.Unlock()
 		l.loads <- struct{}{}
+		// The lane takes its next file once these rows are in the kernel
+		// and their buffer is gone, not after the install's grace period:
+		// a big table's rows (7 MB for a big Go binary) are then never
+		// held beside the next build's.
+		filled := make(chan struct{})
+		release := sync.OnceFunc(func() {
+			mem.run()
+			close(filled)
+		})
 		go func() {
 			defer func() { <-l.loads }()
-			defer free()
-			l.loadDeferred(d, path, id, need, rows)
+			defer release()
+			l.loadDeferred(d, path, id, need, rows, loadProgress(rows, mem, release))
 		}()
+		<-filled
 	}
 }
 
 // loadDeferred loads a deferred file's rows as table id, reserved for it,
 // and points the processes that map the file at it.
-func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int64, rows []tracer.Row) {
-	err := l.k.LoadTable(id, rows)
+func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int64, rows []tracer.Row, copied func(int)) {
+	n, entries := len(rows), tracer.TableEntries(rows) // rows may be gone after the load
+	err := l.k.LoadTable(id, rows, copied)
 	// Wait returns once the load is done and Loaded was told.
 	defer func() {
 		l.mu.Lock()
@@ -940,8 +955,8 @@ func (l *Loader) loadDeferred(d *deferredBuild, path string, id uint32, need int
 	lf := d.lf
 	lf.deferred = false
 	l.countPending()
-	if err = l.commit(lf, id, len(rows), need, err); err != nil {
-		l.loadFailed(lf, tracer.TableEntries(rows), path, err)
+	if err = l.commit(lf, id, n, need, err); err != nil {
+		l.loadFailed(lf, entries, path, err)
 		l.mu.Unlock()
 		return
 	}
@@ -1041,12 +1056,12 @@ func vanished(err error) bool {
 
 // buildFile parses the file's CFI into kernel rows, with the .debug_frame
 // of its separate debug file (searched in debugDirs) where the file has no
-// .debug_frame of its own.
-func buildFile(path string, debugDirs []string, log *zap.Logger) (_ *loadedFile, _ []tracer.Row, free func()) {
-	free = func() {}
+// .debug_frame of its own. The rows live in mem (nil with no rows), which
+// the caller runs once they are loaded or given up.
+func buildFile(path string, debugDirs []string, log *zap.Logger) (*loadedFile, []tracer.Row, *releases) {
 	f, err := elfx.OpenFile(path)
 	if err != nil {
-		return &loadedFile{err: err}, nil, free
+		return &loadedFile{err: err}, nil, nil
 	}
 	defer f.Close()
 	// The file is read through a read-only mapping: a Go binary's pclntab
@@ -1054,16 +1069,16 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (_ *loadedFile,
 	// cache, instead of being copied into the heap for each build.
 	st, err := f.Stat()
 	if err != nil {
-		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil, free
+		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil, nil
 	}
 	img, err := elfx.MapImage(f, st.Size())
 	if err != nil {
-		return &loadedFile{err: err}, nil, free
+		return &loadedFile{err: err}, nil, nil
 	}
 	defer img.Unmap() // the rows built below copy what they keep
 	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
 	if err != nil {
-		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil, free
+		return &loadedFile{err: fmt.Errorf("%s: %w", path, err)}, nil, nil
 	}
 	lf := &loadedFile{segments: loadSegments(ef)}
 	var debug *elf.File
@@ -1088,7 +1103,7 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (_ *loadedFile,
 	}
 	if err != nil {
 		lf.err = err
-		return lf, nil, free
+		return lf, nil, nil
 	}
 	if startsPrograms(ef) {
 		t = t.EndAtEntry(ef.Entry)
@@ -1096,24 +1111,24 @@ func buildFile(path string, debugDirs []string, log *zap.Logger) (_ *loadedFile,
 	// t's rows live outside the heap: fileRows re-keys them and kernelRows
 	// converts them in place, so the kernel rows are t's memory, released
 	// once the caller has loaded them.
-	byOffset, err := fileRows(t.Rows, lf.segments)
+	byOffset, err := fileRows(t.Rows, lf.segments, &t.mem)
 	if err != nil {
 		t.release()
 		lf.err = fmt.Errorf("%s: %w", path, err)
-		return lf, nil, free
+		return lf, nil, nil
 	}
-	rows, base, err := kernelRows(byOffset)
+	rows, base, err := kernelRows(byOffset, &t.mem)
 	if err != nil {
 		t.release()
 		lf.err = fmt.Errorf("%s: %w", path, err)
-		return lf, nil, free
+		return lf, nil, nil
 	}
 	lf.base = base
 	// The kernel rows fill the first half of the rows they were made
 	// from; the second half's pages go back now, not after the load,
 	// which waits for the kernel (a big Go binary's: 7 MB of 14).
 	t.mem.discardAfter(uintptr(unsafe.Pointer(unsafe.SliceData(rows))) + uintptr(len(rows))*unsafe.Sizeof(tracer.Row{}))
-	return lf, rows, t.release
+	return lf, rows, &t.mem
 }
 
 // startsPrograms reports whether f's entry point is where a process's
@@ -1147,8 +1162,9 @@ var _ [unsafe.Sizeof(Row{}) - unsafe.Sizeof(tracer.Row{})]byte
 // kernelRows converts a table to the eBPF side's compact rows, with PCs
 // relative to the table's first row. It converts in place: the result
 // shares rows' memory (row i is written over the first bytes of rows[i:]
-// only after rows[i] was read), and rows must not be used after it.
-func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
+// only after rows[i] was read), and rows must not be used after it. mem
+// holds rows (nil: the heap): its pages are dropped as kernelRows goes.
+func kernelRows(rows []Row, mem *releases) ([]tracer.Row, uint64, error) {
 	if len(rows) == 0 {
 		return nil, 0, ErrNoCFI
 	}
@@ -1159,6 +1175,9 @@ func kernelRows(rows []Row) ([]tracer.Row, uint64, error) {
 			return nil, 0, fmt.Errorf("unwind table spans more than 4 GiB")
 		}
 		out[i] = kernelRow(r, uint32(r.PC-base))
+		if i%dropRows == dropRows-1 {
+			mem.drop()
+		}
 	}
 	return out, base, nil
 }
@@ -1199,6 +1218,22 @@ func kernelRow(r Row, pc uint32) tracer.Row {
 	return kr
 }
 
+// loadProgress returns LoadTable's copied for rows held in mem: the pages
+// of the rows copied so far go as the copy proceeds, and mem itself once
+// every row is in; then done, if not nil, is called.
+func loadProgress(rows []tracer.Row, mem *releases, done func()) func(int) {
+	return func(n int) {
+		if n < len(rows) {
+			mem.drop()
+			return
+		}
+		mem.run()
+		if done != nil {
+			done()
+		}
+	}
+}
+
 // errNoRoom: a table did not fit in the budget.
 var errNoRoom = errors.New("unwind table budget full")
 
@@ -1206,14 +1241,14 @@ var errNoRoom = errors.New("unwind table budget full")
 // budget needs it. Called with l.mu held, which it lets go of during the
 // load itself (the kernel waits for an RCU grace period there); lf is
 // marked loading meanwhile, so nothing evicts it.
-func (l *Loader) load(lf *loadedFile, rows []tracer.Row) error {
+func (l *Loader) load(lf *loadedFile, rows []tracer.Row, copied func(int)) error {
 	id, need, err := l.reserve(lf, tracer.TableEntries(rows))
 	if err != nil {
 		return err
 	}
 	lf.loading = true
 	l.mu.Unlock()
-	err = l.k.LoadTable(id, rows)
+	err = l.k.LoadTable(id, rows, copied)
 	l.mu.Lock()
 	lf.loading = false
 	return l.commit(lf, id, len(rows), need, err)

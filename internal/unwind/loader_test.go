@@ -138,11 +138,14 @@ func newMapsKernel(t *testing.T) *mapsKernel {
 	return &mapsKernel{t: t, tables: map[uint32]int{}, rows: map[uint32][]tracer.Row{}, mappings: map[uint32]map[tracer.Mapping]bool{}, known: map[uint32]bool{}}
 }
 
-func (k *mapsKernel) LoadTable(id uint32, rows []tracer.Row) error {
+func (k *mapsKernel) LoadTable(id uint32, rows []tracer.Row, copied func(int)) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.tables[id] = len(rows)
 	k.rows[id] = slices.Clone(rows)
+	if copied != nil {
+		copied(len(rows))
+	}
 	return nil
 }
 
@@ -346,11 +349,11 @@ type recordingKernel struct {
 	mappings map[uint32][]tracer.Mapping
 }
 
-func (k *recordingKernel) LoadTable(id uint32, rows []tracer.Row) error {
+func (k *recordingKernel) LoadTable(id uint32, rows []tracer.Row, copied func(int)) error {
 	k.mu.Lock()
 	k.tables[id] = slices.Clone(rows)
 	k.mu.Unlock()
-	return k.Tracer.LoadTable(id, rows)
+	return k.Tracer.LoadTable(id, rows, copied)
 }
 
 func (k *recordingKernel) SetMappings(pid uint32, old, mappings []tracer.Mapping) error {
@@ -743,6 +746,45 @@ func TestLoaderBackground(t *testing.T) {
 	check(b.PID)
 }
 
+// A background build lets go of its table's rows once they are copied
+// into the kernel, while the install still waits for its grace period: a
+// big table's rows are never held beside the next build's.
+func TestLoaderFreesRowsBeforeInstall(t *testing.T) {
+	procs := process.NewTable("/proc", nil, process.Options{})
+	static := testutil.BuildC(t, "static", []string{"-O2", "-static", "-fomit-frame-pointer"}, testutil.WorkloadSource(t, testutil.CChain))
+	cmd := testutil.StartWorkload(t, static)
+	p, _ := execMapping(t, procs, cmd.Process.Pid, static)
+	k := &gatedKernel{mapsKernel: newMapsKernel(t), entered: make(chan uint32, 64), release: make(chan struct{})}
+	l := NewLoader(k, identifyFile, zaptest.NewLogger(t), LoaderOptions{Background: true, DebugDirs: []string{}})
+	defer l.Close()
+	before := mappedBuffers.Load()
+	if err := l.Prepare(p); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the static binary's table was not loaded")
+	}
+	// The load waits in the gate, after filled.
+	if n := mappedBuffers.Load() - before; n != 0 {
+		t.Errorf("%d build buffers mapped while the install waits, want 0", n)
+	}
+	if len(k.rows) != 1 {
+		t.Fatalf("kernel holds %d tables, want the static binary's", len(k.rows))
+	}
+	for id, rows := range k.rows {
+		if len(rows) < 100 {
+			t.Errorf("table %d: %d rows; want a whole static binary's", id, len(rows))
+		}
+	}
+	close(k.release)
+	l.Wait()
+	if s := l.Stats(); s.Tables != 1 || s.BuiltLater != 1 {
+		t.Errorf("after the install: %+v; want the table loaded in the background", s)
+	}
+}
+
 // Close stops the background builds before the kernel side goes away: it
 // returns once no build or load is under way, with nothing left queued,
 // and the goroutines have ended.
@@ -788,8 +830,9 @@ func TestDeferredWaitsForItsPrepare(t *testing.T) {
 	l.mu.Unlock()
 }
 
-// gatedKernel holds each LoadTable until the test lets it go, as the
-// kernel's grace period does after installing a table.
+// gatedKernel holds each LoadTable, once it has copied the rows, until the
+// test lets it go, as the kernel's grace period does after installing a
+// table.
 type gatedKernel struct {
 	*mapsKernel
 	open    atomic.Bool // loads pass without waiting
@@ -797,12 +840,13 @@ type gatedKernel struct {
 	release chan struct{}
 }
 
-func (k *gatedKernel) LoadTable(id uint32, rows []tracer.Row) error {
+func (k *gatedKernel) LoadTable(id uint32, rows []tracer.Row, copied func(int)) error {
+	err := k.mapsKernel.LoadTable(id, rows, copied)
 	if !k.open.Load() {
 		k.entered <- id
 		<-k.release
 	}
-	return k.mapsKernel.LoadTable(id, rows)
+	return err
 }
 
 // A table goes into the kernel without the Loader's lock: while a load

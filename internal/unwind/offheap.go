@@ -1,9 +1,13 @@
 package unwind
 
 import (
+	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
 )
 
 // A table's build holds its rows two or three times over for a moment:
@@ -11,62 +15,128 @@ import (
 // Go heap that is tens of megabytes of garbage at once, which also raises
 // the collector's next goal, so the agent's resident memory grows by twice
 // the build's peak and stays there until the scavenger returns it. The
-// build's buffers therefore live outside the heap, in anonymous mappings
-// that are unmapped as soon as the table is in the kernel.
+// build's buffers therefore live outside the heap, unmapped as soon as the
+// table is in the kernel.
+//
+// Where the temporary directory is on disk, a buffer is a shared mapping of
+// an unlinked file there (elfx.SpillFile): what the build wrote is page
+// cache, and the build lets go of the pages it has passed (drop) every
+// dropRows rows, so the process holds a few of them at a time, not the
+// whole table. Elsewhere it is anonymous memory, the process's own, and
+// drop does nothing.
 //
 // A buffer is reserved at an upper bound of what it can hold (nothing is
 // committed: a page is only backed once written), so appending never moves
 // it. Should a bound ever be wrong, append moves the slice into the heap,
 // which is correct, only dearer.
 
+// dropRows is how many rows a build writes or reads between two drops.
+const dropRows = 1 << 15
+
 // reserve returns an empty slice of T with room for n elements, backed by
-// an anonymous mapping outside the Go heap whose unmapping is added to r.
-// T must hold no pointers. Once r runs, neither the slice nor any slice of
-// its array may be used. Where the mapping cannot be made (a host that
-// refuses to overcommit), the slice is a heap one with room for hint
-// elements, which grows as any slice does.
+// a mapping outside the Go heap whose unmapping is added to r. T must hold
+// no pointers. Once r runs, neither the slice nor any slice of its array
+// may be used. Where no mapping can be made (a host that refuses to
+// overcommit), the slice is a heap one with room for hint elements, which
+// grows as any slice does.
 func reserve[T any](r *releases, n, hint int) []T {
 	var zero T
 	size := int(unsafe.Sizeof(zero))
 	if n <= 0 || size == 0 || n > (1<<40)/size {
 		return make([]T, 0, min(max(hint, 0), max(n, 0)))
 	}
-	mem, err := unix.Mmap(-1, 0, n*size, unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
-	if err != nil {
+	b, ok := mapBuffer(n * size)
+	if !ok {
 		return make([]T, 0, min(max(hint, 0), n))
 	}
-	*r = append(*r, mem)
-	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(mem))), n)[:0]
+	*r = append(*r, b)
+	mappedBuffers.Add(1)
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b.mem))), n)[:0]
+}
+
+// buffer is one mapping of a build.
+type buffer struct {
+	mem  []byte
+	file *os.File // the unlinked file mapped; nil: anonymous memory
+}
+
+// mapBuffer maps size bytes: of an unlinked file where the temporary
+// directory can hold one on disk, else anonymous memory.
+func mapBuffer(size int) (buffer, bool) {
+	if f := elfx.SpillFile(); f != nil {
+		if err := f.Truncate(int64(size)); err == nil {
+			mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			if err == nil {
+				return buffer{mem: mem, file: f}, true
+			}
+		}
+		_ = f.Close()
+	}
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return buffer{}, false
+	}
+	return buffer{mem: mem}, true
 }
 
 // releases are a build's buffers outside the heap.
-type releases [][]byte
+type releases []buffer
 
-// run unmaps every buffer, newest first; it may run again (to no effect).
+// mappedBuffers counts the build buffers mapped now, in every build.
+var mappedBuffers atomic.Int64
+
+// run unmaps every buffer, newest first; it may run again (to no effect),
+// and r may be nil.
 func (r *releases) run() {
+	if r == nil {
+		return
+	}
 	for i := len(*r) - 1; i >= 0; i-- {
-		_ = unix.Munmap((*r)[i])
+		b := (*r)[i]
+		_ = unix.Munmap(b.mem)
+		if b.file != nil {
+			_ = b.file.Close()
+		}
+		mappedBuffers.Add(-1)
 	}
 	*r = nil
 }
 
-// discardAfter gives back to the kernel the pages of the buffer holding
-// address at that lie wholly after it: what a build wrote there and no longer needs
+// drop lets go of the pages of r's file-backed buffers: their contents stay
+// in the file, and a later read maps them again from the page cache. r may
+// be nil.
+func (r *releases) drop() {
+	if r == nil {
+		return
+	}
+	for _, b := range *r {
+		if b.file != nil {
+			_ = unix.Madvise(b.mem, unix.MADV_DONTNEED)
+		}
+	}
+}
+
+// discardAfter gives back the pages of the buffer holding address at that
+// lie wholly after it: what a build wrote there and no longer needs
 // (kernelRows leaves its 8-byte rows in the first half of the 16-byte ones
 // it read). Those pages read as zeros if touched again. It does nothing
 // when at is in none of r's buffers (rows that moved into the heap).
 func (r releases) discardAfter(at uintptr) {
 	page := uintptr(unix.Getpagesize())
-	for _, m := range r {
-		start := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
-		if at < start || at >= start+uintptr(len(m)) {
+	for _, b := range r {
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))
+		if at < start || at >= start+uintptr(len(b.mem)) {
 			continue
 		}
 		from := (at - start + page - 1) &^ (page - 1)
-		if from < uintptr(len(m)) {
-			_ = unix.Madvise(m[from:], unix.MADV_DONTNEED)
+		if from >= uintptr(len(b.mem)) {
+			return
 		}
+		advice := unix.MADV_DONTNEED
+		if b.file != nil {
+			advice = unix.MADV_REMOVE // frees the file's pages too
+		}
+		_ = unix.Madvise(b.mem[from:], advice)
 		return
 	}
 }

@@ -101,6 +101,7 @@ type Stats struct {
 	BadFDEs     int // FDEs dropped: bad encoding, unknown op, or a cap was hit
 	EmptyFDEs   int // FDEs covering no address (zero length)
 	Overlapping int // FDEs dropped because an earlier one (eh_frame first) covers their start
+	Skipped     int // FDEs left out: wholly inside code another source unwinds (a Go binary's pclntab)
 	Rows        int // rows in the final table
 	Unknown     int // of Rows, those with CFAUnknown (gaps included)
 }
@@ -150,7 +151,14 @@ func (t *Table) EndAtEntry(entry uint64) *Table {
 	if i == len(t.Rows) || i > 0 && t.Rows[i-1].CFA != CFAUnknown {
 		return t
 	}
-	rows := make([]Row, 0, len(t.Rows)+1+2*maxCodeSegments) // room for fileRows
+	n := len(t.Rows) + 1 + 2*maxCodeSegments // room for fileRows
+	var mem releases
+	var rows []Row
+	if t.mem != nil {
+		rows = reserve[Row](&mem, n, n) // outside the heap, as t's rows are
+	} else {
+		rows = make([]Row, 0, n)
+	}
 	defer t.release()
 	rows = append(rows, t.Rows[:i]...)
 	if end := (Row{PC: entry, CFA: CFAEnd}); i > 0 && rows[i-1].PC == entry {
@@ -161,7 +169,7 @@ func (t *Table) EndAtEntry(entry uint64) *Table {
 	rows = append(rows, t.Rows[i:]...)
 	st := t.Stats
 	st.Rows = len(rows)
-	return &Table{Rows: rows, Stats: st}
+	return &Table{Rows: rows, Stats: st, mem: mem}
 }
 
 // Lookup returns the row covering pc. ok is false when pc is below the first
@@ -186,8 +194,9 @@ type fdeRows struct {
 }
 
 // build sorts the FDEs (earlier ones in fdes win over later ones on overlap)
-// and lays their rows out into one table.
-func build(fdes []fdeRows, all []Row, st *Stats) *Table {
+// and lays their rows out into one table. scratch holds fdes and all: its
+// pages, like the table's, are dropped as the build goes.
+func build(fdes []fdeRows, all []Row, st *Stats, scratch releases) *Table {
 	// Stable: among FDEs with the same start the earlier one in the input
 	// wins. An FDE starting inside the previous kept one is dropped
 	// (.debug_frame FDEs overlapping .eh_frame were removed before).
@@ -215,6 +224,7 @@ func build(fdes []fdeRows, all []Row, st *Stats) *Table {
 	}
 	var prevEnd uint64
 	have := false
+	read := 0
 	for _, f := range fdes {
 		if have && f.begin < prevEnd {
 			st.Overlapping++
@@ -227,6 +237,11 @@ func build(fdes []fdeRows, all []Row, st *Stats) *Table {
 			add(r)
 		}
 		prevEnd, have = f.end, true
+		if read += f.n; read >= dropRows {
+			read = 0
+			scratch.drop()
+			mem.drop()
+		}
 	}
 	if have {
 		add(Row{PC: prevEnd})
