@@ -145,6 +145,10 @@ func asmRows(g *goFunc, ranges []spRange, code codeReader, add func(Row)) error 
 // function's rows and fileRows's.
 const goRowsSlack = 1 << 16
 
+// goRowsPerFunc is about how many rows a Go function takes (the agent's
+// own binary: 6).
+const goRowsPerFunc = 6
+
 // maxCodeSegments is the number of executable segments the rows leave
 // room for (fileRows adds two rows per segment); a Go binary has one.
 const maxCodeSegments = 4
@@ -171,7 +175,7 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 	// functions' rows, added a function at a time, and fileRows's in-place
 	// re-keying fit.
 	var mem releases
-	rows := reserve[Row](&mem, maxGoRows+goRowsSlack, 1<<16)
+	rows := reserve[Row](&mem, maxGoRows+goRowsSlack, goRowsPerFunc*t.NumFuncs())
 	ok := false
 	defer func() {
 		if !ok {

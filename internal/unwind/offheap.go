@@ -18,12 +18,14 @@ import (
 // build's buffers therefore live outside the heap, unmapped as soon as the
 // table is in the kernel.
 //
-// Where the temporary directory is on disk, a buffer is a shared mapping of
-// an unlinked file there (elfx.SpillFile): what the build wrote is page
-// cache, and the build lets go of the pages it has passed (drop) every
-// dropRows rows, so the process holds a few of them at a time, not the
-// whole table. Elsewhere it is anonymous memory, the process's own, and
-// drop does nothing.
+// A big buffer (spillBytes and more expected), where the temporary
+// directory is on disk, is a shared mapping of an unlinked file there
+// (elfx.SpillFile): what the build wrote is page cache, and the build lets
+// go of the pages it has passed (drop) every dropRows rows, so the process
+// holds a few of them at a time, not the whole table. That costs each pass
+// over the rows a fault per page (a big Go binary's build takes 10% more
+// CPU), which a small table's few pages are not worth. Other buffers are
+// anonymous memory, the process's own, and drop does nothing to them.
 //
 // A buffer is reserved at an upper bound of what it can hold (nothing is
 // committed: a page is only backed once written), so appending never moves
@@ -33,19 +35,24 @@ import (
 // dropRows is how many rows a build writes or reads between two drops.
 const dropRows = 1 << 15
 
+// spillBytes is the least a buffer is expected to hold for it to be a
+// file's mapping: 256k rows.
+const spillBytes = 4 << 20
+
 // reserve returns an empty slice of T with room for n elements, backed by
-// a mapping outside the Go heap whose unmapping is added to r. T must hold
-// no pointers. Once r runs, neither the slice nor any slice of its array
-// may be used. Where no mapping can be made (a host that refuses to
-// overcommit), the slice is a heap one with room for hint elements, which
-// grows as any slice does.
+// a mapping outside the Go heap whose unmapping is added to r; hint is how
+// many it is expected to hold, which says whether the mapping is a file's.
+// T must hold no pointers. Once r runs, neither the slice nor any slice of
+// its array may be used. Where no mapping can be made (a host that refuses
+// to overcommit), the slice is a heap one with room for hint elements,
+// which grows as any slice does.
 func reserve[T any](r *releases, n, hint int) []T {
 	var zero T
 	size := int(unsafe.Sizeof(zero))
 	if n <= 0 || size == 0 || n > (1<<40)/size {
 		return make([]T, 0, min(max(hint, 0), max(n, 0)))
 	}
-	b, ok := mapBuffer(n * size)
+	b, ok := mapBuffer(n*size, min(max(hint, 0), n)*size >= spillBytes)
 	if !ok {
 		return make([]T, 0, min(max(hint, 0), n))
 	}
@@ -60,10 +67,10 @@ type buffer struct {
 	file *os.File // the unlinked file mapped; nil: anonymous memory
 }
 
-// mapBuffer maps size bytes: of an unlinked file where the temporary
-// directory can hold one on disk, else anonymous memory.
-func mapBuffer(size int) (buffer, bool) {
-	if f := elfx.SpillFile(); f != nil {
+// mapBuffer maps size bytes: with spill, of an unlinked file where the
+// temporary directory can hold one on disk; else anonymous memory.
+func mapBuffer(size int, spill bool) (buffer, bool) {
+	if f := spillFile(spill); f != nil {
 		if err := f.Truncate(int64(size)); err == nil {
 			mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 			if err == nil {
@@ -77,6 +84,15 @@ func mapBuffer(size int) (buffer, bool) {
 		return buffer{}, false
 	}
 	return buffer{mem: mem}, true
+}
+
+// spillFile returns a new unlinked file to map, or nil: without spill, or
+// where the temporary directory cannot hold one on disk.
+func spillFile(spill bool) *os.File {
+	if !spill {
+		return nil
+	}
+	return elfx.SpillFile()
 }
 
 // releases are a build's buffers outside the heap.

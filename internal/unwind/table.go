@@ -247,9 +247,12 @@ func build(fdes []fdeRows, all []Row, st *Stats, scratch releases) *Table {
 		add(Row{PC: prevEnd})
 	}
 	st.Rows = len(out)
-	for _, r := range out {
+	for i, r := range out {
 		if r.CFA == CFAUnknown {
 			st.Unknown++
+		}
+		if i%dropRows == dropRows-1 {
+			mem.drop()
 		}
 	}
 	// The room left in out lets fileRows re-key the rows in place.
