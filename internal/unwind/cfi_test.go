@@ -120,7 +120,7 @@ func fde(enc uint8, bases ptrCtx, withAug bool, prog []byte) func(int) []byte {
 func parseEH(t *testing.T, data []byte, ctx ptrCtx) *Table {
 	t.Helper()
 	ctx.secAddr = secAddr
-	tab, err := fromSections(&section{data: data, addr: secAddr, ctx: ctx}, nil, pcRange{})
+	tab, err := fromSections(&section{data: data, addr: secAddr, ctx: ctx}, nil, pcRange{}, nil)
 	if err != nil {
 		t.Fatalf("fromSections: %v", err)
 	}
@@ -322,7 +322,7 @@ func TestDebugFrameMerge(t *testing.T) {
 	// One FDE overlaps the .eh_frame one and must lose; one fills a gap; one
 	// comes after a gap.
 	dbg := debugFrame([][2]uint64{{0x1080, 0x1200}, {0x1100, 0x1180}, {0x1300, 0x1310}}, []byte{0x0e, 32})
-	tab, err := fromSections(&section{data: eh, addr: secAddr, ctx: ptrCtx{secAddr: secAddr}}, &section{data: dbg, debug: true}, pcRange{})
+	tab, err := fromSections(&section{data: eh, addr: secAddr, ctx: ptrCtx{secAddr: secAddr}}, &section{data: dbg, debug: true}, pcRange{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func FromELF(f *elf.File) (*Table, error) {
 	if eh == nil && dbg == nil {
 		return nil, fmt.Errorf("unwind tables: %w", ErrNoCFI)
 	}
-	t, err := fromSections(eh, dbg, pcRange{})
+	t, err := fromSections(eh, dbg, pcRange{}, nil)
 	return t.onHeap(), err
 }
 
@@ -51,14 +51,16 @@ func frameSections(f *elf.File, img []byte) (eh, dbg *section, err error) {
 // .debug_frame of debug, its separate debug file (found through build id or
 // debuglink), for addresses the loaded file's CFI does not cover.
 func FromSeparateDebug(f, debug *elf.File) (*Table, error) {
-	t, err := fromSeparateDebug(f, nil, debug, pcRange{})
+	t, err := fromSeparateDebug(f, nil, debug, pcRange{}, nil)
 	return t.onHeap(), err
 }
 
 // fromSeparateDebug is FromSeparateDebug with the rows outside the heap
 // (the table must be released), and f's sections read in place from img
 // (f's bytes) when it is not nil; the FDEs wholly inside skip are left out.
-func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File, skip pcRange) (*Table, error) {
+// drop, if set, lets go of the pages of img read so far; the parse calls
+// it as it goes.
+func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File, skip pcRange, drop func()) (*Table, error) {
 	eh, dbg, err := frameSections(f, img)
 	if err != nil {
 		return nil, err
@@ -71,7 +73,7 @@ func fromSeparateDebug(f *elf.File, img []byte, debug *elf.File, skip pcRange) (
 	if eh == nil && dbg == nil {
 		return nil, fmt.Errorf("unwind tables: %w", ErrNoCFI)
 	}
-	return fromSections(eh, dbg, skip)
+	return fromSections(eh, dbg, skip, drop)
 }
 
 // sectionOf reads a CFI section; nil when it is absent or empty. A section
@@ -145,10 +147,11 @@ func derefFunc(f *elf.File) func(uint64) (uint64, error) {
 
 // fromSections parses both sections (either may be nil) and builds the
 // table, whose rows live outside the heap until it is released. The FDEs
-// wholly inside skip are left out (counted in Stats.Skipped).
-func fromSections(eh, dbg *section, skip pcRange) (*Table, error) {
+// wholly inside skip are left out (counted in Stats.Skipped). drop, if
+// set, lets go of the sections' pages read so far (those of a mapping).
+func fromSections(eh, dbg *section, skip pcRange, drop func()) (*Table, error) {
 	var st Stats
-	p := parser{st: &st, skip: skip}
+	p := parser{st: &st, skip: skip, dropInput: drop}
 	// The buffers are reserved at what the input can hold: every row but
 	// an FDE's first needs an advance of at least one byte of CFI, and an
 	// FDE takes at least 8 bytes. If the mappings cannot be made, they are

@@ -209,9 +209,11 @@ type parser struct {
 	vm   machine
 	skip pcRange // FDEs wholly inside are not interpreted
 	// scratch holds rows and fdes; parseFDE drops its pages every
-	// dropRows rows (dropped counts up to the next drop).
-	scratch releases
-	dropped int
+	// dropRows rows (dropped counts up to the next drop), and the input's
+	// with dropInput when set.
+	scratch   releases
+	dropped   int
+	dropInput func()
 }
 
 // pcRange is the code in [lo, hi); the zero range holds none.
@@ -334,6 +336,9 @@ func (p *parser) parseFDE(s *section, e entry, c *cie) error {
 	if p.dropped += len(rows) - first; p.dropped >= dropRows {
 		p.dropped = 0
 		p.scratch.drop()
+		if p.dropInput != nil {
+			p.dropInput()
+		}
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func FuzzEHFrame(f *testing.F) {
 		deref := func(uint64) (uint64, error) { return addr, nil }
 		for _, debug := range []bool{false, true} {
 			s := &section{data: data, addr: addr, debug: debug, ctx: ptrCtx{secAddr: addr, deref: deref}}
-			tab, err := fromSections(s, nil, pcRange{})
+			tab, err := fromSections(s, nil, pcRange{}, nil)
 			if err != nil {
 				continue
 			}

@@ -341,23 +341,24 @@ func readCode(f *elf.File, addr uint64, b []byte) error {
 // holds f's bytes (a read-only mapping; nil: read f's sections into the
 // heap): the pclntab and the code are then read in place. debug is f's
 // separate debug file or nil; its .debug_frame adds to f's CFI as
-// FromSeparateDebug does.
+// FromSeparateDebug does. drop, if set, lets go of img's pages read so
+// far; the pclntab and CFI parses call it as they go.
 func fromFile(f *elf.File, img []byte, debug *elf.File, drop func()) (*Table, error) {
 	if pclntab.Section(f) == nil {
-		return fromSeparateDebug(f, img, debug, pcRange{})
+		return fromSeparateDebug(f, img, debug, pcRange{}, drop)
 	}
 	pt, err := pclntab.OpenELFImage(f, img)
 	if err != nil {
-		return fromSeparateDebug(f, img, debug, pcRange{})
+		return fromSeparateDebug(f, img, debug, pcRange{}, drop)
 	}
 	gt, err := fromGo(pt, elfCode(f), drop)
 	if err != nil {
-		return fromSeparateDebug(f, img, debug, pcRange{})
+		return fromSeparateDebug(f, img, debug, pcRange{}, drop)
 	}
 	// The CFI matters only outside the Go code, which mergeOutside takes
 	// from gt: an unstripped Go binary's .debug_frame describes every Go
 	// function again, as many rows as gt's, built for nothing.
-	cfi, cfiErr := fromSeparateDebug(f, img, debug, pcRange{gt.Rows[0].PC, gt.Rows[len(gt.Rows)-1].PC})
+	cfi, cfiErr := fromSeparateDebug(f, img, debug, pcRange{gt.Rows[0].PC, gt.Rows[len(gt.Rows)-1].PC}, drop)
 	if cfiErr != nil {
 		if !errors.Is(cfiErr, ErrNoCFI) {
 			gt.release()
