@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -150,29 +149,19 @@ func TestSymbolizeGoInline(t *testing.T) {
 // binary's names are megabytes, and Go code never needs them.
 func TestGoSymbolTableOnFirstNeed(t *testing.T) {
 	bin := testutil.BuildWorkload(t, testutil.GoCgo)
-	f, err := os.Open(bin)
+	img, err := os.ReadFile(bin) // the file's bytes, as its mapping holds them
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := elfx.MapImage(f, st.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer img.Unmap()
-	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := loadSymsWith(ef, img.Bytes(), nil, nil, loadLimits{maxDWARF: 1 << 30, maxDWARFHeap: 1 << 30, inflate: 1 << 30})
+	ef, err := elf.NewFile(bytes.NewReader(img))
 	if err != nil {
 		t.Fatal(err)
 	}
 	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := loadSymsWith(ef, img, nil, nil, loadLimits{maxDWARF: 1 << 30, maxDWARFHeap: 1 << 30, inflate: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

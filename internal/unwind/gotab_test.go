@@ -404,3 +404,48 @@ func TestFromGoDropsPagesAsItReads(t *testing.T) {
 		t.Errorf("the table built with drop differs: %d rows, want %d", len(got.Rows), len(want.Rows))
 	}
 }
+
+// A cgo binary's CFI is parsed without the FDEs inside its Go code (an
+// unstripped Go binary's .debug_frame describes every Go function), and
+// the table is the one the whole CFI merged with the Go rows gives.
+func TestCgoTableSkipsGoCFI(t *testing.T) {
+	bin := testutil.BuildWorkload(t, testutil.GoCgo)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := fromFile(f, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.release()
+
+	pt, err := pclntab.OpenELF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt, err := fromGo(pt, elfCode(f), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gt.release()
+	all, err := fromSeparateDebug(f, nil, nil, pcRange{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.release()
+	skipping, err := fromSeparateDebug(f, nil, nil, pcRange{gt.Rows[0].PC, gt.Rows[len(gt.Rows)-1].PC}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer skipping.release()
+	if skipping.Stats.Skipped == 0 || skipping.Stats.FDEs+skipping.Stats.Skipped != all.Stats.FDEs || len(skipping.Rows) >= len(all.Rows) {
+		t.Errorf("CFI skipping the Go code: %+v, %d rows; the whole CFI: %+v, %d rows; want the Go code's FDEs left out", skipping.Stats, len(skipping.Rows), all.Stats, len(all.Rows))
+	}
+	want := mergeOutside(gt, all)
+	defer want.release()
+	if !slices.Equal(got.Rows, want.Rows) {
+		t.Errorf("table: %d rows, want the %d the whole CFI gives", len(got.Rows), len(want.Rows))
+	}
+}
