@@ -75,7 +75,13 @@ func loadSymsWith(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, li
 		// The mapping outlives the lookups (unmap); the symbol table is
 		// read from it on first need. An unreadable one then names nothing
 		// more than the pclntab does.
-		fs.nativeLater = func() (*nativeTable, error) { return loadNative(f, fImg, nil, nil, nil) }
+		fs.nativeLater = func() (*nativeTable, error) {
+			t, err := loadNative(f, fImg, nil, nil, nil)
+			if t != nil && fs.goTab.pcln != nil {
+				t = t.outside(fs.goTab.pcln.Range()) // the pclntab names those
+			}
+			return t, err
+		}
 	} else if fs.native, err = loadNative(f, fImg, debug, debugImg, mini); err != nil {
 		return nil, err
 	}

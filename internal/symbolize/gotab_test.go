@@ -182,8 +182,25 @@ func TestGoSymbolTableOnFirstNeed(t *testing.T) {
 	if fr := fs.frames(vaddrToOffset(t, bin, at["c_leaf"]+1)); len(fr) == 0 || fr[0].Function != "c_leaf" {
 		t.Errorf("c_leaf named %v", fr)
 	}
-	if fs.nativeIfLoaded() == nil || fs.memSize() <= before {
-		t.Errorf("after a C function's lookup: table read %v, %d bytes (%d before); want it read and counted", fs.nativeIfLoaded() != nil, fs.memSize(), before)
+	native := fs.nativeIfLoaded()
+	if native == nil || fs.memSize() <= before {
+		t.Fatalf("after a C function's lookup: table read %v, %d bytes (%d before); want it read and counted", native != nil, fs.memSize(), before)
+	}
+	// It holds the C functions only: the pclntab names the Go code.
+	lo, hi := fs.goTab.pcln.Range()
+	funcs := 0
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			funcs++
+		}
+	}
+	for _, s := range native.syms {
+		if s.addr >= lo && s.addr < hi || s.addr < lo && s.addr+uint64(s.size) > lo {
+			t.Errorf("symbol %q [%#x, +%d) reaches into the Go code [%#x, %#x)", native.name(s.name), s.addr, s.size, lo, hi)
+		}
+	}
+	if len(native.syms) == 0 || len(native.syms) > funcs/4 {
+		t.Errorf("symbol table keeps %d of the file's %d functions; want the C ones only", len(native.syms), funcs)
 	}
 }
 
