@@ -24,7 +24,7 @@ type fileSyms struct {
 	native      *nativeTable
 	nativeLater func() (*nativeTable, error)
 	lines       *lineTable
-	images []*elfx.Image // the mappings the tables read; unmapped by unmap
+	images      []*elfx.Image // the mappings the tables read; unmapped by unmap
 	// refused is set when a compressed section was refused by the
 	// per-file inflation cap: the file is named without it.
 	refused error
