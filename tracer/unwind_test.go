@@ -188,7 +188,7 @@ func TestLoadTable(t *testing.T) {
 		}
 		var inner *ebpf.Map
 		if err := tr.objs.Tables.Lookup(uint32(1), &inner); err == nil {
-			inner.Close()
+			_ = inner.Close()
 			t.Error("table 1 installed before all its rows were copied")
 		}
 		clear(rows)
@@ -203,7 +203,7 @@ func TestLoadTable(t *testing.T) {
 	if err := tr.objs.Tables.Lookup(uint32(1), &inner); err != nil {
 		t.Fatalf("table 1 after LoadTable: %v", err)
 	}
-	defer inner.Close()
+	defer func() { _ = inner.Close() }()
 	for i, w := range want {
 		var got Row
 		if err := inner.Lookup(uint32(i), &got); err != nil || got != w {
