@@ -193,9 +193,7 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 			return // equal neighbours merge
 		}
 		rows = append(rows, r)
-		if len(rows)%dropRows == 0 {
-			mem.drop()
-		}
+		mem.passed(len(rows) - 1)
 	}
 	// The ranges of the special function funcs[0], held until it ends.
 	var held []spRange
@@ -385,10 +383,8 @@ func mergeOutside(inner, outer *Table) *Table {
 			return // equal neighbours merge
 		}
 		out = append(out, r)
-		if len(out)%dropRows == 0 {
-			mem.drop()
-			inner.mem.drop()
-		}
+		mem.passed(len(out) - 1)
+		inner.mem.passed(len(out) - 1)
 	}
 	for _, r := range outer.Rows {
 		if r.PC < lo {

@@ -124,9 +124,7 @@ func fileRows(rows []Row, segs []segment, mem *releases) ([]Row, error) {
 		for j, r := range src[sp.lo:sp.hi] {
 			r.PC = at(r.PC)
 			add(r)
-			if j%dropRows == dropRows-1 {
-				mem.drop()
-			}
+			mem.passed(j)
 		}
 		add(Row{PC: at(s.vaddr + s.filesz)})
 	}

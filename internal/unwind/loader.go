@@ -1175,9 +1175,7 @@ func kernelRows(rows []Row, mem *releases) ([]tracer.Row, uint64, error) {
 			return nil, 0, fmt.Errorf("unwind table spans more than 4 GiB")
 		}
 		out[i] = kernelRow(r, uint32(r.PC-base))
-		if i%dropRows == dropRows-1 {
-			mem.drop()
-		}
+		mem.passed(i)
 	}
 	return out, base, nil
 }

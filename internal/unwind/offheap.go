@@ -132,6 +132,14 @@ func (r *releases) drop() {
 	}
 }
 
+// passed tells r that a step has passed row i (counting from 0): every
+// dropRows rows it drops r's pages. r may be nil.
+func (r *releases) passed(i int) {
+	if i%dropRows == dropRows-1 {
+		r.drop()
+	}
+}
+
 // discardAfter gives back the pages of the buffer holding address at that
 // lie wholly after it: what a build wrote there and no longer needs
 // (kernelRows leaves its 8-byte rows in the first half of the 16-byte ones

@@ -251,9 +251,7 @@ func build(fdes []fdeRows, all []Row, st *Stats, scratch releases) *Table {
 		if r.CFA == CFAUnknown {
 			st.Unknown++
 		}
-		if i%dropRows == dropRows-1 {
-			mem.drop()
-		}
+		mem.passed(i)
 	}
 	// The room left in out lets fileRows re-key the rows in place.
 	return &Table{Rows: out, Stats: *st, mem: mem}
