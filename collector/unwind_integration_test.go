@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/profiler"
+	"github.com/sonde-dev/sonde/tracer"
 )
 
 // completeShare profiles pid and returns how many of its main thread's
@@ -191,6 +193,45 @@ func TestUnwindWithoutFramePointers(t *testing.T) {
 				t.Errorf("%s: %.2f %% of %d samples complete, want at least 99.5 %% of at least 1500", tc.name, share, total)
 			}
 		})
+	}
+}
+
+// A stack deeper than the unwinder's frame limit ends there: its leaf-most
+// tracer.MaxUserFrames frames, then the truncation marker. The unwinder
+// walks it in one bpf_loop (5.17+) or in runs joined by tail calls: no frame
+// may be lost or repeated where they join, and none of the bottom reported.
+func TestUnwindStopsAtFrameLimit(t *testing.T) {
+	sink := startReceiver(t, 499)
+	bin := testutil.BuildWorkload(t, testutil.Recurse)
+	cmd := testutil.StartWorkload(t, bin, "400")
+	match := func(frames []frame) bool {
+		user := userNames(frames)
+		if len(user) != tracer.MaxUserFrames+1 || user[len(user)-1] != profiler.TruncatedFrame {
+			return false
+		}
+		// The leaf is burn, or rec between its calls.
+		if user[0] != "burn" && user[0] != "rec" {
+			return false
+		}
+		for _, f := range user[1 : len(user)-1] {
+			if f != "rec" {
+				return false
+			}
+		}
+		return true
+	}
+	complete, total, bad := completeShare(t, sink, cmd.Process.Pid, 1500, match)
+	share := 100 * float64(complete) / float64(max(total, 1))
+	t.Logf("%d of %d samples (%.2f %%) hold %d frames of the recursion, then %s",
+		complete, total, share, tracer.MaxUserFrames, profiler.TruncatedFrame)
+	for i, s := range bad {
+		if i == 5 {
+			break
+		}
+		t.Logf("  not cut at the limit (%d user frames): %s", len(userNames(s.Frames)), functions(s.Frames))
+	}
+	if total < 1500 || share < 99.5 {
+		t.Errorf("%.2f %% of %d samples cut at the frame limit, want at least 99.5 %% of at least 1500", share, total)
 	}
 }
 

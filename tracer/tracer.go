@@ -196,10 +196,13 @@ func New(opts Options) (_ *Tracer, err error) {
 		spec.Maps[support.SondeMapKnownPids].MaxEntries = uint32(opts.MaxProcesses)
 		spec.Maps[support.SondeMapPidFilter].MaxEntries = uint32(opts.MaxProcesses)
 	}
-	// Where the kernel can look up a task's VMAs (5.17+), the unwinder
-	// checks every mapping entry it uses against the live mapping; elsewhere
-	// the build without that check is loaded in its place.
-	checked := features.HaveProgramHelper(ebpf.PerfEvent, asm.FnFindVma) == nil
+	// Where the kernel can look up a task's VMAs and has bpf_loop (both
+	// 5.17+), the unwinder checks every mapping entry it uses against the
+	// live mapping and walks the whole stack in one bpf_loop; elsewhere the
+	// build without that check, which tail-calls itself every
+	// FRAMES_PER_RUN frames, is loaded in its place.
+	checked := features.HaveProgramHelper(ebpf.PerfEvent, asm.FnFindVma) == nil &&
+		features.HaveProgramHelper(ebpf.PerfEvent, asm.FnLoop) == nil
 	if !checked {
 		spec.Programs[support.SondeProgUnwindUser] = spec.Programs[support.SondeProgUnwindUserUnchecked]
 		spec.Programs[support.SondeProgOffCpuUnwindUser] = spec.Programs[support.SondeProgOffCpuUnwindUserUnchecked]

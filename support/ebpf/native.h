@@ -493,59 +493,106 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	return STEP_CONTINUE;
 }
 
+enum frame_result {
+	FRAME_NEXT, // go on with the caller's frame
+	FRAME_STOP, // the stack is done (or cannot go on)
+};
+
+// unwind_frame reports the current frame into s (or the Python frames it
+// ran) and steps to its caller.
+static __always_inline enum frame_result unwind_frame(struct sample_record *s,
+                                                      struct ustack_state *st, bool vma)
+{
+	__u32 ulen = s->user_len;
+	__u32 idx = s->kernel_len + 2 * ulen;
+	if (ulen >= MAX_USER_FRAMES || idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
+		s->flags |= SAMPLE_USER_TRUNCATED;
+		return FRAME_STOP;
+	}
+	__u64 pc = st->pc & ~PC_FLAGS_MASK;
+	if (pc == 0)
+		return FRAME_STOP;
+	__u64 lookup = st->adjust ? pc - 1 : pc;
+	struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
+	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
+		if (!st->py_walking) {
+			st->py_walking = 1;
+			st->py_run = 0;
+		}
+		enum py_result r = py_frame(st, s, idx);
+		if (r == PY_MORE) {
+			s->user_len = ulen + 1;
+			return FRAME_NEXT;
+		}
+		st->py_walking = 0;
+		if (r == PY_LAST)
+			s->user_len = ulen + 1;
+		if (r == PY_LAST || st->py_run > 0) {
+			// The eval-loop frame is shown as the Python frames it
+			// ran: step past it.
+			return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
+		}
+		// A run without Python frames: the eval-loop frame shows as a
+		// native frame.
+	}
+	__u64 file_word = 0;
+	if (mi && mi->file != 0 && pc - mi->file_bias <= 0xffffffffULL)
+		file_word = ((__u64)mi->file << 32) | (pc - mi->file_bias);
+	s->stack[idx] = st->pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+	s->stack[idx + 1] = file_word;
+	s->user_len = ulen + 1;
+	return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
+}
+
 // unwind_frames unwinds up to FRAMES_PER_RUN frames into s. It returns true
 // when the stack needs another run.
 static __always_inline bool unwind_frames(struct sample_record *s, struct ustack_state *st,
                                           bool vma)
 {
 	for (int i = 0; i < FRAMES_PER_RUN; i++) {
-		__u32 ulen = s->user_len;
-		__u32 idx = s->kernel_len + 2 * ulen;
-		if (ulen >= MAX_USER_FRAMES || idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
-			s->flags |= SAMPLE_USER_TRUNCATED;
-			return false;
-		}
-		__u64 pc = st->pc & ~PC_FLAGS_MASK;
-		if (pc == 0)
-			return false;
-		__u64 lookup = st->adjust ? pc - 1 : pc;
-		struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
-		if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
-			if (!st->py_walking) {
-				st->py_walking = 1;
-				st->py_run = 0;
-			}
-			enum py_result r = py_frame(st, s, idx);
-			if (r == PY_MORE) {
-				s->user_len = ulen + 1;
-				continue;
-			}
-			st->py_walking = 0;
-			if (r == PY_LAST)
-				s->user_len = ulen + 1;
-			if (r == PY_LAST || st->py_run > 0) {
-				// The eval-loop frame is shown as the Python frames it
-				// ran: step past it.
-				if (step(st, s, mi, pc, lookup) == STEP_DONE)
-					return false;
-				continue;
-			}
-			// A run without Python frames: the eval-loop frame shows as
-			// a native frame.
-		}
-		__u64 file_word = 0;
-		if (mi && mi->file != 0 && pc - mi->file_bias <= 0xffffffffULL)
-			file_word = ((__u64)mi->file << 32) | (pc - mi->file_bias);
-		s->stack[idx] = st->pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
-		s->stack[idx + 1] = file_word;
-		s->user_len = ulen + 1;
-		if (step(st, s, mi, pc, lookup) == STEP_DONE)
+		if (unwind_frame(s, st, vma) == FRAME_STOP)
 			return false;
 	}
 	return true;
 }
 
-// unwind_run is one run of the user-stack unwinder; it tail-calls the next.
+// frame_loop is what bpf_loop hands each call of unwind_frame_checked.
+struct frame_loop {
+	struct sample_record *s;
+	struct ustack_state *st;
+	bool more; // the loop ended before the stack did
+};
+
+// unwind_frame_checked is one frame of the bpf_loop unwinder (5.17+, the
+// kernels with bpf_find_vma): the verifier checks this body once for every
+// frame, where the tail-call build's unrolled frames cost it a copy each.
+static long unwind_frame_checked(__u32 i, void *data)
+{
+	struct frame_loop *l = data;
+	if (unwind_frame(l->s, l->st, true) == FRAME_NEXT)
+		return 0;
+	l->more = false;
+	return 1;
+}
+
+// send_stack counts the stack's frames and sends its record.
+static __always_inline void send_stack(struct sample_record *s, struct ustack_state *st,
+                                       bool offcpu)
+{
+	// Frames are counted once per stack, not per frame.
+	if (st->frames_cfi)
+		count_n(COUNTER_FRAMES_CFI, st->frames_cfi);
+	if (st->frames_fp)
+		count_n(COUNTER_FRAMES_FP, st->frames_fp);
+	if (offcpu)
+		send_offcpu_start(s);
+	else
+		send_sample(s, st->snap_set ? take_snapshot(s, st) : 0);
+}
+
+// unwind_run is the user-stack unwinder. Where the kernel has bpf_find_vma
+// and bpf_loop (vma, 5.17+) one run unwinds the whole stack in a bpf_loop;
+// elsewhere each run unwinds FRAMES_PER_RUN frames and tail-calls the next.
 // offcpu picks the off-CPU path's scratch slots, program array and record;
 // it is a constant at every call, so each build refers only to its own maps.
 static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
@@ -557,6 +604,14 @@ static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
 	        offcpu ? (void *)&offcpu_unwind_scratch : (void *)&unwind_scratch, &zero);
 	if (!s || !st)
 		return 0;
+	if (vma) {
+		struct frame_loop l = {.s = s, .st = st, .more = true};
+		bpf_loop(MAX_USER_FRAMES, unwind_frame_checked, &l, 0);
+		if (l.more)
+			s->flags |= SAMPLE_USER_TRUNCATED;
+		send_stack(s, st, offcpu);
+		return 0;
+	}
 	if (unwind_frames(s, st, vma)) {
 		if (st->runs < MAX_UNWIND_RUNS - 1) {
 			st->runs++;
@@ -568,14 +623,6 @@ static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
 		}
 		s->flags |= SAMPLE_USER_TRUNCATED;
 	}
-	// Frames are counted once per stack, not per frame.
-	if (st->frames_cfi)
-		count_n(COUNTER_FRAMES_CFI, st->frames_cfi);
-	if (st->frames_fp)
-		count_n(COUNTER_FRAMES_FP, st->frames_fp);
-	if (offcpu)
-		send_offcpu_start(s);
-	else
-		send_sample(s, st->snap_set ? take_snapshot(s, st) : 0);
+	send_stack(s, st, offcpu);
 	return 0;
 }

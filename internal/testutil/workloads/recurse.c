@@ -1,5 +1,7 @@
 // recurse burns CPU at the bottom of a 200-deep recursion:
-// main -> rec x 200 -> burn.
+// main -> rec x 200 -> burn; or as deep as its argument says.
+#include <stdlib.h>
+
 volatile unsigned long sink;
 
 __attribute__((noinline)) void burn(void)
@@ -17,8 +19,9 @@ __attribute__((noinline)) void rec(int depth)
 	sink++; // keeps the call from being a tail call
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	int depth = argc > 1 ? atoi(argv[1]) : 200;
 	for (;;)
-		rec(199);
+		rec(depth - 1);
 }
