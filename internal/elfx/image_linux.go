@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -261,6 +262,28 @@ func (m *Image) DropPages() {
 		return
 	}
 	_ = unix.Madvise(m.data, unix.MADV_DONTNEED) // only fails for a range that is not a mapping
+}
+
+// DropRange is DropPages for the whole pages of the mapping that b, a
+// slice of Bytes, covers: a section read once (inflated, indexed) need not
+// wait in the RSS for the next DropPages. A b outside the mapping, and an
+// anonymous mapping, are left alone.
+func (m *Image) DropRange(b []byte) {
+	if m == nil || len(m.data) == 0 || m.anon || len(b) == 0 {
+		return
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(m.data)))
+	from := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - base
+	if from >= uintptr(len(m.data)) || uintptr(len(b)) > uintptr(len(m.data))-from {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	lo := (from + page - 1) &^ (page - 1)
+	hi := (from + uintptr(len(b))) &^ (page - 1)
+	if lo >= hi {
+		return
+	}
+	_ = unix.Madvise(m.data[lo:hi], unix.MADV_DONTNEED) // only fails for a range that is not a mapping
 }
 
 // Unmap releases the mapping; nothing may read from it afterwards.

@@ -82,6 +82,51 @@ func TestImageDropPages(t *testing.T) {
 	}
 }
 
+// DropRange lets go of the whole pages a slice of the mapping covers, and
+// of nothing else: the partial pages at its ends stay, as does a slice of
+// other memory.
+func TestImageDropRange(t *testing.T) {
+	page := os.Getpagesize()
+	want := bytes.Repeat([]byte("sonde range "), 64*page/12)
+	path := filepath.Join(t.TempDir(), "image")
+	if err := os.WriteFile(path, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := MapImage(f, int64(len(want)))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Unmap()
+	b := img.Bytes()
+	addr := uintptr(unsafe.Pointer(&b[0]))
+	touch := func() {
+		if !bytes.Equal(b, want) {
+			t.Fatal("mapped bytes differ from the file")
+		}
+	}
+	touch()
+	before := mappingRSS(t, addr)
+	// Pages 8..39 whole, and a part of pages 7 and 40, which stay.
+	img.DropRange(b[8*page-100 : 40*page+100])
+	if got, want := before-mappingRSS(t, addr), 32*page/1024; got != want {
+		t.Errorf("DropRange let go of %d KiB, want %d (32 whole pages)", got, want)
+	}
+	touch()
+	img.DropRange(bytes.Clone(b)) // not the mapping's memory
+	if got := mappingRSS(t, addr); got != before {
+		t.Errorf("DropRange of other memory changed the mapping's RSS: %d KiB, want %d", got, before)
+	}
+	img.DropRange(b[page+1 : 2*page-1]) // no whole page
+	if got := mappingRSS(t, addr); got != before {
+		t.Errorf("DropRange within one page changed the mapping's RSS: %d KiB, want %d", got, before)
+	}
+}
+
 // DropPages leaves an anonymous mapping's bytes alone: they are its only copy.
 func TestImageDropPagesKeepsAnonymous(t *testing.T) {
 	want := bytes.Repeat([]byte("inflated "), 1<<16)

@@ -24,13 +24,13 @@ func loadLineTable(t *testing.T, bin string, aranges bool) *lineTable {
 	}
 	defer f.Close()
 	inflate := int64(1 << 30)
-	lt, err := loadLines(f, nil, 1<<30, 1<<30, &inflate)
+	lt, err := loadLines(f, nil, 1<<30, 1<<30, &inflate, nil)
 	if err != nil || lt == nil {
 		t.Fatalf("loadLines(%s) = %v, %v", bin, lt, err)
 	}
 	t.Cleanup(lt.unmap)
 	if !aranges {
-		fromEntries, err := indexUnits(lt.sec, nil)
+		fromEntries, err := indexUnits(lt.sec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,6 +38,10 @@ type loadLimits struct {
 	maxDWARFHeap int64
 	inflate      int64 // the most bytes inflated (MiniDebugInfo, compressed DWARF)
 	noMini       bool  // skip MiniDebugInfo (refused before: not inflated again)
+	// dropRead, when set, lets go of the file pages of bytes the load has
+	// read and will not read again (elfx.Image.DropRange): a compressed
+	// section once inflated.
+	dropRead func(b []byte)
 }
 
 // loadSymsWith reads the symbol data of f and of its separate debug file
@@ -91,7 +95,7 @@ func loadSymsWith(f *elf.File, fImg []byte, debug *elf.File, debugImg []byte, li
 		if debug != nil && hasDWARF(debug) {
 			dwarfFile, dwarfImg = debug, debugImg
 		}
-		fs.lines, err = loadLines(dwarfFile, dwarfImg, lim.maxDWARF, lim.maxDWARFHeap, &inflate)
+		fs.lines, err = loadLines(dwarfFile, dwarfImg, lim.maxDWARF, lim.maxDWARFHeap, &inflate, lim.dropRead)
 		if errors.Is(err, errInflateCap) {
 			fs.refused, fs.lines, err = err, nil, nil
 		}

@@ -59,7 +59,7 @@ func FuzzDWARF(f *testing.F) {
 			}
 			secs[i], rest = rest[:n], rest[n:]
 		}
-		lt, err := indexUnits(map[string][]byte{"abbrev": secs[0], "info": secs[1], "line": secs[2], "str": secs[3]}, nil)
+		lt, err := indexUnits(map[string][]byte{"abbrev": secs[0], "info": secs[1], "line": secs[2], "str": secs[3]}, nil, nil)
 		if err != nil {
 			return
 		}
@@ -109,7 +109,7 @@ func FuzzDWARFAranges(f *testing.F) {
 			return
 		}
 		in := map[string][]byte{"abbrev": sec["abbrev"], "line": sec["line"], "str": sec["str"], "line_str": sec["line_str"], "info": data[4 : 4+n]}
-		lt, err := indexUnits(in, data[4+n:])
+		lt, err := indexUnits(in, data[4+n:], nil)
 		if err != nil {
 			return
 		}

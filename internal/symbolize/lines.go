@@ -186,6 +186,22 @@ func debugSectionData(f *elf.File, img []byte, name string, limit uint64, inflat
 	return m.Bytes(), m, m.Size(), nil
 }
 
+// dropCompressed hands dropRead the bytes of img that the compressed DWARF
+// section name (.debug_ or .zdebug_) takes in the file.
+func dropCompressed(f *elf.File, img []byte, name string, dropRead func([]byte)) {
+	if dropRead == nil || img == nil {
+		return
+	}
+	s := f.Section(".debug_" + name)
+	if s == nil {
+		s = f.Section(".zdebug_" + name)
+	}
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Offset > uint64(len(img)) || s.FileSize > uint64(len(img))-s.Offset {
+		return
+	}
+	dropRead(img[s.Offset : s.Offset+s.FileSize])
+}
+
 // dwarfSize returns the uncompressed size of the DWARF sections a lineTable
 // reads.
 func dwarfSize(f *elf.File) uint64 {
@@ -249,8 +265,11 @@ func hasDWARF(f *elf.File) bool {
 // maxBytes (so one huge unstripped binary cannot take the whole budget).
 // Plain sections are read in place; compressed ones are inflated within
 // what inflate allows, which is reduced by what they take, into mappings
-// the table owns until unmap.
-func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate *int64) (lt *lineTable, err error) {
+// the table owns until unmap. dropRead (nil: none) is handed the bytes of
+// img a compressed section took once it is inflated, and the inflated
+// sections' pages the indexing read are let go of: a big debug file's
+// load would otherwise hold them all in the RSS at once.
+func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate *int64, dropRead func([]byte)) (lt *lineTable, err error) {
 	if !hasDWARF(f) {
 		return nil, nil
 	}
@@ -275,6 +294,7 @@ func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate 
 		}
 		if m != nil {
 			maps = append(maps, m)
+			dropCompressed(f, img, name, dropRead)
 		}
 		sec[name], held = b, held+n
 	}
@@ -285,7 +305,15 @@ func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate 
 		aranges = nil
 	}
 	defer am.Unmap()
-	if lt, err = indexUnits(sec, aranges); err != nil {
+	if am != nil {
+		dropCompressed(f, img, "aranges", dropRead)
+	}
+	walked := func(b []byte) {
+		for _, m := range maps {
+			m.DropRange(b)
+		}
+	}
+	if lt, err = indexUnits(sec, aranges, walked); err != nil {
 		return nil, err
 	}
 	lt.maps = maps
@@ -320,7 +348,7 @@ func (lt *lineTable) unmap() {
 // ".debug_"), indexing its compile units by address range: from aranges
 // (.debug_aranges, nil when absent) for the units it lists, else from each
 // unit's entry. The table's size counts its index, not sec.
-func indexUnits(sec map[string][]byte, aranges []byte) (lt *lineTable, err error) {
+func indexUnits(sec map[string][]byte, aranges []byte, dropRead func([]byte)) (lt *lineTable, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			lt, err = nil, fmt.Errorf("dwarf: corrupt data: %v", r)
@@ -333,7 +361,7 @@ func indexUnits(sec map[string][]byte, aranges []byte) (lt *lineTable, err error
 	}
 	lt = &lineTable{sec: sec, refUnits: maxRefUnits, parsed: newLRU[int32, *unitInfo]()}
 	var utypes []uint8
-	if lt.heads, utypes, err = walkUnits(info, order); err != nil {
+	if lt.heads, utypes, err = walkUnits(info, order, dropRead); err != nil {
 		return nil, err
 	}
 	listed := make([]bool, len(lt.heads))
@@ -343,10 +371,12 @@ func indexUnits(sec map[string][]byte, aranges []byte) (lt *lineTable, err error
 			listed[u.unit] = true
 		}
 	}
+	behind := dropBehind{b: info, drop: dropRead}
 	for i, h := range lt.heads {
 		if listed[i] || utypes[i] != utCompile && utypes[i] != utPartial {
 			continue
 		}
+		behind.passed(h.off)
 		for _, rg := range lt.topRanges(h) {
 			if rg[0] >= rg[1] {
 				continue
@@ -489,10 +519,32 @@ func readUnitHeader(info []byte, off uint64, order binary.ByteOrder) (unitHeader
 	return h, nil
 }
 
+// dropBehind hands drop (nil: none) each MiB of b that a walk in order of
+// offset has passed: each read of a mapped section maps the 64 KiB around
+// it, so a walk over a big section's units would otherwise leave most of
+// its pages in the RSS.
+type dropBehind struct {
+	b    []byte
+	done uint64 // b[:done] was handed over
+	drop func([]byte)
+}
+
+// passed says the walk has reached off and will not read before it again.
+func (d *dropBehind) passed(off uint64) {
+	const every = 1 << 20
+	if d.drop != nil && off > d.done && off-d.done >= every && off <= uint64(len(d.b)) {
+		d.drop(d.b[d.done:off])
+		d.done = off
+	}
+}
+
 // walkUnits lists the units of .debug_info from their headers alone, with
-// each one's unit type.
-func walkUnits(info []byte, order binary.ByteOrder) (heads []unitHead, utypes []uint8, err error) {
+// each one's unit type. dropRead (nil: none) is handed each MiB of info it
+// has walked past (dropBehind).
+func walkUnits(info []byte, order binary.ByteOrder, dropRead func([]byte)) (heads []unitHead, utypes []uint8, err error) {
+	behind := dropBehind{b: info, drop: dropRead}
 	for off := uint64(0); off < uint64(len(info)); {
+		behind.passed(off)
 		h, err := readUnitHeader(info, off, order)
 		if err != nil {
 			return nil, nil, fmt.Errorf("dwarf: %w", err)

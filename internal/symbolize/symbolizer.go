@@ -784,6 +784,10 @@ func (s *Symbolizer) loadFile(f *os.File, k *knownFile, lim loadLimits) (*fileSy
 			s.logger.Debug("separate debug file", zap.String("file", k.info.Name), zap.String("debug_file", df.Path), zap.String("found_by", df.How))
 		}
 	}
+	lim.dropRead = func(b []byte) {
+		img.DropRange(b)
+		debugImg.DropRange(b)
+	}
 	syms, err := loadSymsWith(ef, img.Bytes(), debug, debugImg.Bytes(), lim)
 	if err != nil && debug != nil {
 		// A broken debug file must not cost the names the file itself has.
