@@ -394,3 +394,52 @@ func TestConcurrentSymbolize(t *testing.T) {
 		t.Errorf("stats %+v: lookups must be counted once each", st)
 	}
 }
+
+// The (file, offset) cache holds at most 1/addrCacheShare of the budget:
+// a stream of addresses seen once evicts the oldest, and the most recent
+// stay.
+func TestAddrCacheBytesBound(t *testing.T) {
+	if _, err := os.Stat(libcPath); err != nil {
+		t.Skipf("no %s: %v", libcPath, err)
+	}
+	const budget = 4 << 20
+	s := New(zaptest.NewLogger(t), Options{MaxSymbolBytes: budget, DebugDirs: []string{}})
+	h, err := s.Open(libcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	dyn := nmFunctions(t, libcPath, true)
+	var offs []uint64
+	seen := map[uint64]bool{}
+	for _, f := range dyn {
+		if off := vaddrToOffset(t, libcPath, f.addr); !seen[off] { // aliases share an address
+			seen[off] = true
+			offs = append(offs, off)
+		}
+	}
+	for _, off := range offs {
+		if _, err := s.Symbolize(h.ID, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	held, entries := s.addrBytes, s.addrs.len()
+	s.mu.Unlock()
+	if held > budget/addrCacheShare {
+		t.Errorf("the address cache holds %d bytes, want at most %d", held, budget/addrCacheShare)
+	}
+	st := s.Stats()
+	if st.AddrsEvicted == 0 || entries+int(st.AddrsEvicted) != len(offs) {
+		t.Errorf("%d addresses looked up, %d cached, %d evicted: want every one either", len(offs), entries, st.AddrsEvicted)
+	}
+	// The last one looked up is still cached.
+	before := s.Stats().Hits
+	if _, err := s.Symbolize(h.ID, offs[len(offs)-1]); err != nil {
+		t.Fatal(err)
+	}
+	if s.Stats().Hits != before+1 {
+		t.Error("the most recent address was evicted")
+	}
+	t.Logf("%d addresses: %d cached in %d bytes, %d evicted", len(offs), entries, held, st.AddrsEvicted)
+}
