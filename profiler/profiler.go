@@ -234,10 +234,7 @@ func (p *Profiler) Run(ctx context.Context, emit EmitFunc) error {
 	// a record is taken from free before each read, so at most
 	// pendingRecords wait.
 	records := make(chan batch, pendingRecords/maxBatch+1)
-	free := make(chan *tracer.Record, pendingRecords)
-	for range pendingRecords {
-		free <- new(tracer.Record)
-	}
+	free := newRecordPool(pendingRecords)
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
@@ -438,7 +435,7 @@ func (p *Profiler) readNotices() {
 // poll interval, or the reporter's kick at the end of an interval, after
 // which it says that the ring buffer was empty (batch.drained) even when
 // it read nothing.
-func (p *Profiler) read(records chan<- batch, free chan *tracer.Record) {
+func (p *Profiler) read(records chan<- batch, free *recordPool) {
 	var b batch
 	defer func() {
 		if len(b.qs) > 0 {
@@ -448,11 +445,11 @@ func (p *Profiler) read(records chan<- batch, free chan *tracer.Record) {
 	}()
 	var loggedDecode bool
 	for {
-		rec := <-free
+		rec := free.get()
 		before := time.Now()
 		err := p.tracer.TryReadInto(rec)
 		if errors.Is(err, tracer.ErrEmpty) {
-			free <- rec
+			free.put(rec)
 			if kicked := p.kicked.Swap(false); len(b.qs) > 0 || kicked {
 				b.drained = before
 				records <- b
@@ -471,7 +468,7 @@ func (p *Profiler) read(records chan<- batch, free chan *tracer.Record) {
 				p.log.Warn("dropping undecodable ring buffer records (logged once)", zap.Error(err))
 				loggedDecode = true
 			}
-			free <- rec
+			free.put(rec)
 			continue
 		}
 		q := queued{rec: rec}
@@ -495,7 +492,7 @@ func (p *Profiler) read(records chan<- batch, free chan *tracer.Record) {
 		case tracer.RecordUnknown:
 			p.preparer.misses.note(int(rec.PID), rec.Time)
 			p.preparer.enqueue(int(rec.PID), prepareUnknown)
-			free <- rec
+			free.put(rec)
 			continue
 		}
 		p.inflight.Add(1)
@@ -511,7 +508,7 @@ func (p *Profiler) read(records chan<- batch, free chan *tracer.Record) {
 
 // resolve turns records into samples of their intervals until the reader
 // stops.
-func (p *Profiler) resolve(records <-chan batch, free chan<- *tracer.Record) {
+func (p *Profiler) resolve(records <-chan batch, free *recordPool) {
 	var sample profile.Sample
 	dropped := time.Now()
 	for b := range records {
@@ -553,7 +550,7 @@ func (p *Profiler) resolvedDrain(t time.Time) {
 
 // resolveOne turns one record into a sample of its interval, and gives the
 // record back to free.
-func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *profile.Sample) {
+func (p *Profiler) resolveOne(q queued, free *recordPool, sample *profile.Sample) {
 	rec := q.rec
 	if p.closing.Err() != nil {
 		// Close does not wait for the backlog: what is left is
@@ -619,10 +616,10 @@ func (p *Profiler) resolveOne(q queued, free chan<- *tracer.Record, sample *prof
 
 // done gives a resolved (or dropped) record back to free, without its
 // snapshot.
-func (p *Profiler) done(rec *tracer.Record, free chan<- *tracer.Record) {
+func (p *Profiler) done(rec *tracer.Record, free *recordPool) {
 	p.inflight.Add(-1)
 	rec.ReleaseSnapshot()
-	free <- rec
+	free.put(rec)
 }
 
 func b2i(b bool) int {
