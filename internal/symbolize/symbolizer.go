@@ -285,9 +285,11 @@ const addrCacheShare = 32
 
 // dropAfterReads is how many lookups may read a file's mappings before
 // their pages are let go of. Each read maps the 64 KiB around it (the
-// kernel's fault-around): twenty lookups in a big Go binary's pclntab hold
-// 4 MB of it. Dropping them costs the next lookups a few minor faults.
-const dropAfterReads = 8
+// kernel's fault-around), and a lookup in a Go binary's pclntab reads five
+// of its tables: after eight lookups the agent held 3 MB of its own
+// pclntab at start-up. Dropping them costs the next lookups a few minor
+// faults, and lookups that hit the address cache read nothing.
+const dropAfterReads = 2
 
 type addrKey struct {
 	id  elfx.FileID

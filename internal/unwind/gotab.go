@@ -157,8 +157,9 @@ const maxCodeSegments = 4
 type codeReader func(addr uint64, b []byte) error
 
 // dropEvery is how many functions, then SP ranges, fromGo reads between two
-// calls of its drop function.
-const dropEvery = 1 << 12
+// calls of its drop function: 4096 let a big Go binary's build hold 2-3 MB
+// of its pclntab between drops.
+const dropEvery = 1 << 10
 
 // fromGo is FromGo with the code of the binary read by code (nil: unknown).
 // drop, if set, is called every dropEvery SP ranges read: a pclntab read in
