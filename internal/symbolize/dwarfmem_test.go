@@ -3,7 +3,9 @@ package symbolize
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,9 +180,10 @@ func TestGoLookupsHoldFewPages(t *testing.T) {
 	}
 }
 
-// spillRSS is the RSS of this process's spilled mappings (elfx.MapSpill),
+// smapsRSS is the RSS of this process's mappings whose smaps header line
+// (address range, permissions, offset, device, inode, path) match takes,
 // in bytes, and how many there are.
-func spillRSS(t *testing.T) (rss int64, n int) {
+func smapsRSS(t *testing.T, match func(header []string) bool) (rss int64, n int) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
@@ -190,8 +193,7 @@ func spillRSS(t *testing.T) (rss int64, n int) {
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
-			in = len(f) >= 6 && f[1] == "r--s" && strings.Contains(f[5], "sonde-spill-")
-			if in {
+			if in = match(f); in {
 				n++
 			}
 			continue
@@ -207,81 +209,85 @@ func spillRSS(t *testing.T) (rss int64, n int) {
 	return rss, n
 }
 
-// Indexing a big compressed DWARF, libc6-dbg's, lets go of what it read as
-// it goes: each compressed section's file pages once it is inflated, and
-// the inflated .debug_info's pages as the walk over its unit headers
-// passes them. Otherwise the load holds the whole compressed file and most
-// of what it inflated in the RSS at once (10 MB for libc).
+// spilled matches the mappings of spill files (elfx.MapSpill).
+func spilled(h []string) bool {
+	return len(h) >= 6 && h[1] == "r--s" && strings.Contains(h[5], "sonde-spill-")
+}
+
+// Indexing a big DWARF, libc6-dbg's, lets go of what it read as it goes:
+// each compressed section's file pages once it is inflated, and the pages
+// of .debug_info, inflated or in place, as the walk over its unit headers
+// passes them. Otherwise the load holds the whole file and most of what it
+// inflated in the RSS at once (10 MB for libc's).
 func TestLoadLinesLetsGoOfWhatItRead(t *testing.T) {
-	if _, err := os.Stat(libcPath); err != nil {
-		t.Skipf("no %s: %v", libcPath, err)
+	compressed := libcDebugFile()
+	if compressed == "" {
+		t.Skip("libc6-dbg is not installed")
 	}
-	lf, err := elf.Open(libcPath)
-	if err != nil {
-		t.Fatal(err)
+	plain := filepath.Join(t.TempDir(), "libc.debug")
+	run(t, nil, testutil.RequireTool(t, "objcopy"), "--decompress-debug-sections", compressed, plain)
+	for _, tc := range []struct {
+		name, path string
+		compressed bool
+	}{{"compressed", compressed, true}, {"in place", plain, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := os.Open(tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := elfx.MapImage(f, st.Size())
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer img.Unmap()
+			ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := ef.Section(".debug_info")
+			if info == nil || (info.Flags&elf.SHF_COMPRESSED != 0) != tc.compressed || info.Size < 4<<20 {
+				t.Fatalf("%s: want a .debug_info of at least 4 MiB, compressed %v; have %+v", tc.path, tc.compressed, info)
+			}
+			base := uintptr(unsafe.Pointer(&img.Bytes()[0]))
+			isImg := func(h []string) bool { return strings.HasPrefix(h[0], fmt.Sprintf("%x-", base)) }
+			handed := map[[2]uint64]bool{}
+			dropRead := func(b []byte) {
+				handed[[2]uint64{uint64(uintptr(unsafe.Pointer(&b[0])) - base), uint64(len(b))}] = true
+				img.DropRange(b)
+			}
+			spill0, n0 := smapsRSS(t, spilled)
+			inflate := int64(1 << 30)
+			lt, err := loadLines(ef, img.Bytes(), 1<<30, 1<<30, &inflate, dropRead)
+			if err != nil || lt == nil {
+				t.Fatalf("loadLines(%s) = %v, %v", tc.path, lt, err)
+			}
+			defer lt.unmap()
+			spill, n := smapsRSS(t, spilled)
+			imgRSS, _ := smapsRSS(t, isImg)
+			if tc.compressed && n == n0 {
+				t.Skip("no section was spilled to a file: the temporary directory keeps spills in memory")
+			}
+			for _, name := range append(slices.Clone(dwarfSections), "aranges") {
+				s := ef.Section(".debug_" + name)
+				if tc.compressed && s != nil && s.Flags&elf.SHF_COMPRESSED != 0 && !handed[[2]uint64{s.Offset, s.FileSize}] {
+					t.Errorf("%s: its %d compressed bytes were not handed back once inflated", s.Name, s.FileSize)
+				}
+			}
+			// The walk leaves at most the last MiB it passed, and the 64
+			// KiB the kernel maps around each read; in place, the other
+			// sections' pages the indexing read (aranges, abbreviations).
+			held := spill - spill0 + imgRSS
+			if held > 2<<20 {
+				t.Errorf("the file and its inflated sections hold %.1f MiB of RSS after indexing (.debug_info is %.1f MiB), want at most 2",
+					float64(held)/(1<<20), float64(info.Size)/(1<<20))
+			}
+			t.Logf("%d ranges handed back; %.1f MiB of RSS after indexing, .debug_info %.1f MiB",
+				len(handed), float64(held)/(1<<20), float64(info.Size)/(1<<20))
+		})
 	}
-	id, err := elfx.GNUBuildID(lf)
-	lf.Close()
-	if err != nil || len(id) < 2 {
-		t.Fatalf("libc's build id: %q, %v", id, err)
-	}
-	debugPath := elfx.DefaultDebugDir + "/.build-id/" + id[:2] + "/" + id[2:] + ".debug"
-	f, err := os.Open(debugPath)
-	if err != nil {
-		t.Skipf("libc6-dbg is not installed (%v)", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := elfx.MapImage(f, st.Size())
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer img.Unmap()
-	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info := ef.Section(".debug_info")
-	if info == nil || info.Flags&elf.SHF_COMPRESSED == 0 || info.Size < 4<<20 {
-		t.Fatalf("%s: want a compressed .debug_info of at least 4 MiB, have %+v", debugPath, info)
-	}
-
-	base := uintptr(unsafe.Pointer(&img.Bytes()[0]))
-	handed := map[[2]uint64]bool{}
-	dropRead := func(b []byte) {
-		handed[[2]uint64{uint64(uintptr(unsafe.Pointer(&b[0])) - base), uint64(len(b))}] = true
-		img.DropRange(b)
-	}
-	spill0, n0 := spillRSS(t)
-	inflate := int64(1 << 30)
-	lt, err := loadLines(ef, img.Bytes(), 1<<30, 1<<30, &inflate, dropRead)
-	if err != nil || lt == nil {
-		t.Fatalf("loadLines(%s) = %v, %v", debugPath, lt, err)
-	}
-	defer lt.unmap()
-	spill, n := spillRSS(t)
-	if n == n0 {
-		t.Skip("no section was spilled to a file: the temporary directory keeps spills in memory")
-	}
-
-	for _, name := range append(slices.Clone(dwarfSections), "aranges") {
-		s := ef.Section(".debug_" + name)
-		if s == nil || s.Flags&elf.SHF_COMPRESSED == 0 {
-			continue
-		}
-		if !handed[[2]uint64{s.Offset, s.FileSize}] {
-			t.Errorf("%s: its %d compressed bytes were not handed back once inflated", s.Name, s.FileSize)
-		}
-	}
-	// The walk leaves at most the last MiB it passed, and the 64 KiB the
-	// kernel maps around each read.
-	if got := spill - spill0; got > 2<<20 {
-		t.Errorf("the inflated sections hold %.1f MiB of RSS after indexing (.debug_info inflates to %.1f MiB), want at most 2",
-			float64(got)/(1<<20), float64(info.Size)/(1<<20))
-	}
-	t.Logf("%d sections handed back; inflated sections' RSS after indexing %.1f MiB of %.1f MiB inflated",
-		len(handed), float64(spill-spill0)/(1<<20), float64(info.Size)/(1<<20))
 }

@@ -266,9 +266,10 @@ func hasDWARF(f *elf.File) bool {
 // Plain sections are read in place; compressed ones are inflated within
 // what inflate allows, which is reduced by what they take, into mappings
 // the table owns until unmap. dropRead (nil: none) is handed the bytes of
-// img a compressed section took once it is inflated, and the inflated
-// sections' pages the indexing read are let go of: a big debug file's
-// load would otherwise hold them all in the RSS at once.
+// img a compressed section took once it is inflated, and the indexing
+// lets go of the pages of .debug_info it has walked past, in img or
+// inflated: a big debug file's load would otherwise hold them all in the
+// RSS at once.
 func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate *int64, dropRead func([]byte)) (lt *lineTable, err error) {
 	if !hasDWARF(f) {
 		return nil, nil
@@ -308,7 +309,10 @@ func loadLines(f *elf.File, img []byte, maxBytes uint64, maxHeap int64, inflate 
 	if am != nil {
 		dropCompressed(f, img, "aranges", dropRead)
 	}
-	walked := func(b []byte) {
+	walked := func(b []byte) { // in place in img, or inflated
+		if dropRead != nil {
+			dropRead(b)
+		}
 		for _, m := range maps {
 			m.DropRange(b)
 		}
