@@ -157,7 +157,7 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 
 # make bench runs these scenarios of BenchmarkDist (a regular expression:
 # BENCH_SCENARIOS='burners|node'); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
-BENCH_SCENARIOS ?= .
+BENCH_SCENARIOS ?= .*
 
 .PHONY: bench
 bench: dist ## The distribution profiling this host: idle, four burners, node-like host, Python; tables + JSON in _build/bench/ (root; ~11 min, +3 with REF_BIN)
