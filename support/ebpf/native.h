@@ -2,8 +2,8 @@
 // The native user-stack unwinder: from a thread's user registers it walks
 // the stack frame by frame with the unwind tables user space loaded (CFI and
 // Go pclntab rows), falling back to the frame-pointer chain where no table
-// covers a PC. unwind_frames is the per-frame loop: another unwinder (an
-// interpreter's) hooks in there, keeping its per-stack state in
+// covers a PC. unwind_frame is one step of the frame loop: another
+// unwinder (an interpreter's) hooks in there, keeping its per-stack state in
 // struct ustack_state (maps.h).
 #pragma once
 

@@ -19,8 +19,9 @@ enum limits {
 	SNAPSHOT_SECOND_BYTES = 4096,
 };
 
-// The user-stack unwinder handles this many frames per program run and
-// tail-calls itself for the next batch (tail calls keep 5.10 compatibility).
+// Where the kernel has no bpf_loop (before 5.17), the user-stack unwinder
+// handles this many frames per program run and tail-calls itself for the
+// next batch (tail calls keep 5.10 compatibility).
 #define FRAMES_PER_RUN  8
 #define MAX_UNWIND_RUNS (MAX_USER_FRAMES / FRAMES_PER_RUN)
 // Rows per table are found by binary search in at most this many steps,
