@@ -46,25 +46,32 @@ func mappingRSS(t *testing.T, addr uintptr) int {
 	return 0
 }
 
-// Pages read through an Image count in the process's RSS until DropPages;
-// afterwards they read the same again.
-func TestImageDropPages(t *testing.T) {
-	const size = 4 << 20
-	want := bytes.Repeat([]byte("sonde image "), size/12)
+// mapBytes writes b to a file and maps it (MapImage), until the test ends.
+func mapBytes(t *testing.T, b []byte) *Image {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "image")
-	if err := os.WriteFile(path, want, 0o600); err != nil {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := MapImage(f, int64(len(want)))
+	img, err := MapImage(f, int64(len(b)))
 	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer img.Unmap()
+	t.Cleanup(img.Unmap)
+	return img
+}
+
+// Pages read through an Image count in the process's RSS until DropPages;
+// afterwards they read the same again.
+func TestImageDropPages(t *testing.T) {
+	const size = 4 << 20
+	want := bytes.Repeat([]byte("sonde image "), size/12)
+	img := mapBytes(t, want)
 	addr := uintptr(unsafe.Pointer(&img.Bytes()[0]))
 
 	if !bytes.Equal(img.Bytes(), want) {
@@ -88,20 +95,7 @@ func TestImageDropPages(t *testing.T) {
 func TestImageDropRange(t *testing.T) {
 	page := os.Getpagesize()
 	want := bytes.Repeat([]byte("sonde range "), 64*page/12)
-	path := filepath.Join(t.TempDir(), "image")
-	if err := os.WriteFile(path, want, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := MapImage(f, int64(len(want)))
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer img.Unmap()
+	img := mapBytes(t, want)
 	b := img.Bytes()
 	addr := uintptr(unsafe.Pointer(&b[0]))
 	touch := func() {
