@@ -40,7 +40,7 @@ type loadLimits struct {
 	noMini       bool  // skip MiniDebugInfo (refused before: not inflated again)
 	// dropRead, when set, lets go of the file pages of bytes the load has
 	// read and will not read again (elfx.Image.DropRange): a compressed
-	// section once inflated.
+	// section once inflated, the .debug_info the unit walk has passed.
 	dropRead func(b []byte)
 }
 

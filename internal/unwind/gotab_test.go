@@ -34,11 +34,7 @@ func symbolAddr(t *testing.T, f *elf.File, name string) elf.Symbol {
 // with a frame saves the caller's RBP at CFA-16 after its prologue.
 func TestFromGoFramelessLeaf(t *testing.T) {
 	bin := testutil.BuildWorkload(t, testutil.GoLeaf)
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, bin)
 	tab, err := fromFile(f, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -79,11 +75,7 @@ func TestFromGoFramelessLeaf(t *testing.T) {
 // pclntab's own decoding of each range's ends.
 func TestFromGoPaddingTakesNoRow(t *testing.T) {
 	bin := testutil.BuildWorkload(t, testutil.GoLeaf)
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, bin)
 	pt, err := pclntab.OpenELF(f)
 	if err != nil {
 		t.Fatal(err)
@@ -159,11 +151,7 @@ func disassemble(t *testing.T, bin, sym string) (addrs []uint64, insns []string)
 // frame-pointer prologue never saves RBP. objdump decodes the code.
 func TestFromGoStackSwitches(t *testing.T) {
 	bin := testutil.BuildWorkload(t, testutil.GoCgo)
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, bin)
 	tab, err := fromFile(f, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -300,11 +288,7 @@ var stackBottomSwitches = []string{"mcall", "morestack"}
 // code, end the stack too in a table made without the code.
 func TestFromGoStackEnds(t *testing.T) {
 	bin := testutil.BuildWorkload(t, testutil.GoChain)
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, bin)
 	syms, err := f.Symbols()
 	if err != nil {
 		t.Fatal(err)
@@ -383,11 +367,7 @@ func TestFromGoDropsPagesAsItReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, bin)
 	want, err := fromFile(f, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -410,11 +390,7 @@ func TestFromGoDropsPagesAsItReads(t *testing.T) {
 // the table is the one the whole CFI merged with the Go rows gives.
 func TestCgoTableSkipsGoCFI(t *testing.T) {
 	bin := testutil.BuildWorkload(t, testutil.GoCgo)
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, bin)
 	got, err := fromFile(f, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -448,4 +424,15 @@ func TestCgoTableSkipsGoCFI(t *testing.T) {
 	if !slices.Equal(got.Rows, want.Rows) {
 		t.Errorf("table: %d rows, want the %d the whole CFI gives", len(got.Rows), len(want.Rows))
 	}
+}
+
+// openELF opens the ELF file at path until the test ends.
+func openELF(t *testing.T, path string) *elf.File {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
 }
