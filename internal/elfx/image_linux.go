@@ -66,6 +66,23 @@ func MapAnon(size int64, fill func([]byte) error) (*Image, error) {
 	return m, nil
 }
 
+// Reserve reserves size bytes of anonymous memory outside the Go heap for
+// a build that knows only an upper bound of what it will write: a page is
+// backed once written, so the build costs what it writes, and the heap's
+// goal never counts it. release unmaps it; nothing may use b afterwards.
+// ok is false where the host refuses the reservation (it does not
+// overcommit): the caller builds in the heap instead.
+func Reserve(size int) (b []byte, release func(), ok bool) {
+	if size <= 0 {
+		return nil, func() {}, false
+	}
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, func() {}, false
+	}
+	return b, func() { _ = unix.Munmap(b) }, true
+}
+
 // MapSpill is MapAnon for data that is written once and then read a
 // little at a time (inflated debug sections): the first size bytes of r,
 // spilled (see Spill). Fewer is io.ErrUnexpectedEOF; what r holds past

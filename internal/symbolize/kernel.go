@@ -83,8 +83,9 @@ func LoadKernel(path string) (*Kernel, error) {
 // parseKallsyms parses kallsyms text: "ADDR TYPE NAME" with an optional
 // "\t[MODULE]". Malformed and overlong lines are skipped and counted.
 // Names go straight to a spill (elfx.Spill) as they are read, and the
-// sorted symbols after them: the heap holds the symbols alone while the
-// table is built.
+// sorted symbols after them; until then the symbols gather in memory
+// reserved outside the heap (elfx.Reserve), so the build leaves the heap
+// as it found it.
 func parseKallsyms(r io.Reader) (*Kernel, error) {
 	names, err := elfx.NewSpill(0)
 	if err != nil {
@@ -94,7 +95,15 @@ func parseKallsyms(r io.Reader) (*Kernel, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	k := &Kernel{modules: []string{""}}
 	moduleIndex := map[string]uint16{"": 0}
-	k.syms = make([]ksym, 0, 1<<17) // a typical kernel has 100k-150k text symbols
+	// 2 MB for a distribution kernel, loaded as the agent starts: in the
+	// heap, the collector's goal would double them while the first tables
+	// are built.
+	if b, release, ok := elfx.Reserve(maxKernelSymbols * int(unsafe.Sizeof(ksym{}))); ok {
+		defer release() // mapTable copies them into the table's mapping
+		k.syms = unsafe.Slice((*ksym)(unsafe.Pointer(unsafe.SliceData(b))), maxKernelSymbols)[:0]
+	} else {
+		k.syms = make([]ksym, 0, 1<<17) // a typical kernel has 100k-150k text symbols
+	}
 
 	for {
 		line, err := br.ReadSlice('\n')

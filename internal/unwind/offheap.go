@@ -79,11 +79,8 @@ func mapBuffer(size int, spill bool) (buffer, bool) {
 		}
 		_ = f.Close()
 	}
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
-	if err != nil {
-		return buffer{}, false
-	}
-	return buffer{mem: mem}, true
+	mem, _, ok := elfx.Reserve(size) // run unmaps it
+	return buffer{mem: mem}, ok
 }
 
 // spillFile returns a new unlinked file to map, or nil: without spill, or
