@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"debug/elf"
 	"encoding/binary"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -228,7 +229,9 @@ func TestInflatedSectionsUnmappedOnEviction(t *testing.T) {
 	if st := s.Stats(); st.FilesEvicted == 0 {
 		t.Fatal("nothing evicted")
 	}
-	if got := anonReadOnlyBytes(t) - anon0; got > 0 {
+	// What stays is the other file's symbol index: a dozen functions, one
+	// page of anonymous memory.
+	if got := anonReadOnlyBytes(t) - anon0; got > int64(os.Getpagesize()) {
 		t.Errorf("%d bytes of read-only anonymous mappings left after eviction", got)
 	}
 }

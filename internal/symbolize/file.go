@@ -153,12 +153,15 @@ func (fs *fileSyms) dropPages() {
 	}
 }
 
-// unmap releases the mappings, the files' and the inflated sections'; fs
-// must not be used afterwards.
+// unmap releases the mappings, the files' and the inflated sections', and
+// the symbol index; fs must not be used afterwards.
 func (fs *fileSyms) unmap() {
 	if fs.lines != nil {
 		fs.lines.unmap()
 	}
+	fs.nativeMu.Lock()
+	fs.native.unmap()
+	fs.nativeMu.Unlock()
 	for _, m := range fs.images {
 		m.Unmap()
 	}

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"unsafe"
@@ -35,7 +36,11 @@ const (
 // nativeTable holds the function symbols of one ELF file, sorted by address
 // with one entry per address. It is immutable once built.
 type nativeTable struct {
+	// syms live in mem, anonymous memory outside the heap (a big C++
+	// program's .dynsym is 30k functions, 0.5 MB the collector's goal would
+	// double), unmapped when the table is collected.
 	syms []nativeSym
+	mem  *elfx.Image
 	// names holds every name NUL-terminated: the file's string table in
 	// place (a read-only mapping: no heap) or a compact heap copy.
 	names     string
@@ -134,7 +139,14 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 	inPlace := mapped && img != nil && len(strData) > 0 && uint64(len(strData)) < 1<<32
 
 	var names strings.Builder
+	// The candidates gather outside the heap too, in room for every entry.
 	var cands []symCandidate
+	if n := len(symData) / int(entSize); n > 0 {
+		if b, release, ok := elfx.Reserve(n * int(unsafe.Sizeof(symCandidate{}))); ok {
+			defer release() // setSyms copies what it keeps
+			cands = unsafe.Slice((*symCandidate)(unsafe.Pointer(unsafe.SliceData(b))), n)[:0]
+		}
+	}
 	bo := f.ByteOrder
 	// Entry 0 is the reserved null symbol.
 	for off := entSize; off+entSize <= uint64(len(symData)); off += entSize {
@@ -188,12 +200,53 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 		// A Builder keeps up to twice the room it needed: keep an exact copy.
 		t.names, t.namesHeap = strings.Clone(names.String()), true
 	}
-	t.syms = mergeAliases(cands)
+	if err := t.setSyms(cands); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
+// setSyms sorts cands and keeps one symbol per address (mergeAliases) as
+// t's symbols, in anonymous memory that t owns.
+func (t *nativeTable) setSyms(cands []symCandidate) error {
+	sortCandidates(cands)
+	n := mergeAliases(cands, func(nativeSym) {})
+	return t.fill(n, func(out []nativeSym) { mergeAliases(cands, func(s nativeSym) { out = append(out, s) }) })
+}
+
+// unmap releases the symbols' memory now, not once t is collected; t must
+// not be used afterwards (a lookup that still did would find nothing).
+func (t *nativeTable) unmap() {
+	if t == nil {
+		return
+	}
+	t.syms = nil
+	t.mem.Unmap()
+}
+
+// fill maps room for n symbols outside the heap, lets add append them to
+// the empty slice it is given, and makes them t's, unmapped once t is
+// collected.
+func (t *nativeTable) fill(n int, add func([]nativeSym)) error {
+	if n == 0 {
+		t.syms, t.mem = nil, nil
+		return nil
+	}
+	m, err := elfx.MapAnon(int64(n)*nativeSymSize, func(b []byte) error {
+		add(unsafe.Slice((*nativeSym)(unsafe.Pointer(unsafe.SliceData(b))), n)[:0])
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("symbol index: %w", err)
+	}
+	t.syms = unsafe.Slice((*nativeSym)(unsafe.Pointer(unsafe.SliceData(m.Bytes()))), n)
+	t.mem = m
+	runtime.AddCleanup(t, func(m *elfx.Image) { m.Unmap() }, m)
+	return nil
+}
+
 // outside returns t without the symbols in [lo, hi); one that started
-// before lo now ends there at the latest. A Go binary's symbol table is
+// before lo now ends there at the latest. t must not be used afterwards. A Go binary's symbol table is
 // mostly its Go functions, which the pclntab names: 60k of the reference
 // collector's 62k, a megabyte of heap kept for nothing.
 func (t *nativeTable) outside(lo, hi uint64) *nativeTable {
@@ -204,19 +257,23 @@ func (t *nativeTable) outside(lo, hi uint64) *nativeTable {
 			n++
 		}
 	}
-	kept := make([]nativeSym, 0, n) // exactly: the table's heap is counted by its capacity
-	for _, s := range t.syms {
-		if in(s) {
-			continue
+	out := &nativeTable{names: t.names, namesHeap: t.namesHeap, source: t.source}
+	err := out.fill(n, func(kept []nativeSym) {
+		for _, s := range t.syms {
+			if in(s) {
+				continue
+			}
+			if s.addr < lo && uint64(s.size) > lo-s.addr {
+				s.size = uint32(lo - s.addr)
+			}
+			kept = append(kept, s)
 		}
-		if s.addr < lo && uint64(s.size) > lo-s.addr {
-			s.size = uint32(lo - s.addr)
-		}
-		kept = append(kept, s)
+	})
+	if err != nil {
+		return t // all of it, rather than nothing
 	}
-	out := *t
-	out.syms = kept
-	return &out
+	t.unmap()
+	return out
 }
 
 // cString returns the NUL-terminated string at off in tab, cut to
@@ -255,9 +312,9 @@ func aliasRank(bind elf.SymBind, size uint64, name []byte) int {
 	return r + min(u, 255)<<8
 }
 
-// mergeAliases sorts candidates and keeps one per address; an unsized
-// symbol ends at the next symbol or at the end of its section.
-func mergeAliases(cands []symCandidate) []nativeSym {
+// sortCandidates orders candidates by address, the best alias first
+// (aliasRank), then as the table lists them.
+func sortCandidates(cands []symCandidate) {
 	slices.SortFunc(cands, func(a, b symCandidate) int {
 		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c
@@ -267,7 +324,13 @@ func mergeAliases(cands []symCandidate) []nativeSym {
 		}
 		return cmp.Compare(a.name, b.name) // first in the table wins
 	})
-	out := make([]nativeSym, 0, len(cands))
+}
+
+// mergeAliases emits one symbol per address of sorted candidates, and
+// returns how many; an unsized symbol ends at the next symbol or at the end
+// of its section.
+func mergeAliases(cands []symCandidate, emit func(nativeSym)) int {
+	n := 0
 	for i := 0; i < len(cands); {
 		best := cands[i]
 		var end uint64 // the largest sized end among the aliases
@@ -287,10 +350,11 @@ func mergeAliases(cands []symCandidate) []nativeSym {
 				end = sectEnd
 			}
 		}
-		out = append(out, nativeSym{addr: best.addr, size: uint32(min(end-best.addr, 1<<32-1)), name: best.name})
+		emit(nativeSym{addr: best.addr, size: uint32(min(end-best.addr, 1<<32-1)), name: best.name})
+		n++
 		i = j
 	}
-	return slices.Clip(out)
+	return n
 }
 
 func satAdd(a, b uint64) uint64 {

@@ -1,12 +1,19 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sonde-dev/sonde/internal/elfx"
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // candidate describes one symbol for buildTable.
@@ -28,7 +35,11 @@ func buildTable(cands []candidate) *nativeTable {
 		names.WriteString(c.name)
 		names.WriteByte(0)
 	}
-	return &nativeTable{syms: mergeAliases(cs), names: names.String(), namesHeap: true}
+	t := &nativeTable{names: names.String(), namesHeap: true}
+	if err := t.setSyms(cs); err != nil {
+		panic(err)
+	}
+	return t
 }
 
 func TestNativeLookup(t *testing.T) {
@@ -151,5 +162,76 @@ func TestNativeFrameNames(t *testing.T) {
 		if diff := cmp.Diff(tt.want, nativeFrame(tt.raw, "", 0)); diff != "" {
 			t.Errorf("nativeFrame(%q) (-want +got):\n%s", tt.raw, diff)
 		}
+	}
+}
+
+// TestReadSymbolsIndexesOutsideTheHeap reads the .dynsym of GCC's C++
+// compiler in place, about 30k functions, and checks that the heap took a
+// small part of what their index and candidates take: both live outside
+// it, and the index is counted all the same.
+func TestReadSymbolsIndexesOutsideTheHeap(t *testing.T) {
+	out, err := exec.Command(testutil.RequireTool(t, "g++"), "-print-prog-name=cc1plus").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := strings.TrimSpace(string(out))
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := elfx.MapImage(f, st.Size())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Unmap()
+	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := ef.SectionByType(elf.SHT_DYNSYM)
+	if sec == nil {
+		t.Fatalf("%s has no .dynsym", path)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	table, err := readSymbols(ef, img.Bytes(), sec, true)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.unmap()
+	n := len(table.syms)
+	if n < 10_000 {
+		t.Fatalf("%d functions in %s's .dynsym; want a big table", n, path)
+	}
+	held := int64(n) * nativeSymSize
+	if got := table.memSize(); got < held {
+		t.Errorf("memSize() = %d, below the %d bytes its index holds", got, held)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > uint64(held)/4 {
+		t.Errorf("reading %d functions allocated %d heap bytes; the index (%d bytes) and its candidates belong outside the heap", n, got, held)
+	}
+	// Every function the oracle lists is named.
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, sym := range syms {
+		if elf.ST_TYPE(sym.Info) != elf.STT_FUNC || sym.Value == 0 || sym.Section == elf.SHN_UNDEF || sym.Size == 0 {
+			continue
+		}
+		if _, ok := table.lookup(sym.Value); !ok {
+			t.Errorf("no function at %#x (%s)", sym.Value, sym.Name)
+		}
+		checked++
+	}
+	if checked < n/2 {
+		t.Errorf("checked %d functions of %d", checked, n)
 	}
 }
