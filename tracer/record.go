@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -135,8 +134,8 @@ type Snapshot struct {
 	Interrupted bool
 	SP, FP      uint64
 	// Stack holds the user stack's bytes from SP on, as far as the eBPF
-	// side could read them (at most MaxSnapshotBytes). It aliases a buffer
-	// that ReleaseSnapshot, or the next read into this Record, gives back.
+	// side could read them (at most MaxSnapshotBytes). ReleaseSnapshot, or
+	// the next read into this Record, lets go of it.
 	Stack []byte
 	// Stack2, when not empty, holds the bytes from SP2 on (at most
 	// MaxSnapshot2Bytes): where the frame-pointer chain the eBPF side
@@ -154,14 +153,6 @@ const (
 	MaxSnapshotBytes  = int(support.SondeLimitsSNAPSHOT_BYTES)
 	MaxSnapshot2Bytes = int(support.SondeLimitsSNAPSHOT_SECOND_BYTES)
 )
-
-// snapBufs holds the buffers of snapshots no Record refers to any more:
-// few samples carry one (a new program's first ones), and a Record in a
-// queue of hundreds must not keep a 16 KiB buffer for the rest of its life.
-var snapBufs = sync.Pool{New: func() any {
-	b := make([]byte, MaxSnapshotBytes+MaxSnapshot2Bytes)
-	return &b
-}}
 
 // Layout of the C records, from their bpf2go types; TestRecordLayoutMatchesBTF
 // checks those against the object's BTF.
@@ -415,15 +406,19 @@ func (rec *Record) decodeSnapshot(b []byte) error {
 	if pc&^pcFlagsMask != rec.User[frame] {
 		return fmt.Errorf("%w: snapshot at %#x, its frame at %#x", ErrMalformed, pc&^pcFlagsMask, rec.User[frame])
 	}
-	buf := snapBufs.Get().(*[]byte)
-	copy(*buf, b[snapSize:snapSize+n+n2])
+	// A copy of exactly the bytes read: few samples carry a snapshot (a new
+	// program's first ones, while its table is built), but those wait in
+	// the queue together, and a buffer of the largest size for each would
+	// make the start-up's heap, and the collector's goal, needlessly big.
+	buf := make([]byte, n+n2)
+	copy(buf, b[snapSize:snapSize+n+n2])
 	rec.snap = Snapshot{
 		Frame:       frame,
 		Interrupted: pc&pcFlagNoAdjust != 0,
 		SP:          le.Uint64(b[snapOffSP:]),
 		FP:          le.Uint64(b[snapOffFP:]),
-		Stack:       (*buf)[:n:n],
-		Stack2:      (*buf)[n : n+n2 : n+n2],
+		Stack:       buf[:n:n],
+		Stack2:      buf[n:],
 	}
 	if n2 > 0 {
 		rec.snap.SP2 = le.Uint64(b[snapOffSP2:])
@@ -432,17 +427,12 @@ func (rec *Record) decodeSnapshot(b []byte) error {
 	return nil
 }
 
-// ReleaseSnapshot gives the buffer of rec's snapshot, if any, back, and
-// sets Snapshot to nil. A reader that keeps Records in flight calls it once
-// it is done with a record, so that a record waiting for reuse holds no
-// snapshot; the next read into rec releases it otherwise.
+// ReleaseSnapshot lets go of rec's snapshot, if any, and sets Snapshot to
+// nil. A reader that keeps Records in flight calls it once it is done with
+// a record, so that a record waiting for reuse holds no snapshot; the next
+// read into rec drops it otherwise.
 func (rec *Record) ReleaseSnapshot() {
-	if rec.Snapshot == nil {
-		return
-	}
-	b := unsafe.Slice(unsafe.SliceData(rec.snap.Stack), MaxSnapshotBytes+MaxSnapshot2Bytes)
 	rec.snap, rec.Snapshot = Snapshot{}, nil
-	snapBufs.Put(&b)
 }
 
 // setComm keeps the previous string when the name did not change, so a
