@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"runtime"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -166,6 +167,12 @@ func New(opts Options) (*Profiler, error) {
 	}
 	p.tracer = tr
 	p.offCPUEnabled = tr.OffCPU()
+	// Loading decoded the kernel's BTF for the programs' relocations, 5 MB
+	// of heap that is garbage now. Left to the next cycle, it would first
+	// set that cycle's goal twice as high as the agent needs, and the
+	// start-up's tables and lookups would grow the heap up to it. One
+	// collection now resets the goal from what stays.
+	runtime.GC()
 
 	version := opts.ScopeVersion
 	if version == "" {
