@@ -106,9 +106,17 @@ func userNames(frames []frame) []string {
 // leaf, follow chain (leaf first) for as long as either lasts: a sample in b
 // reads b, a, main; one in c reads c, b, a, main. Frames beyond the whole
 // chain on the leaf side (a runtime's helpers called from the leaf) and
-// frames below main (libc's start-up code) may follow.
+// frames below main (libc's start-up code) may follow. A function's cold
+// part, which GCC moves out of line as "<function>.cold" (the throw in c,
+// the catch in a), reads as the function: it is that function's code.
 func fullChain(frames []frame, chain []string) bool {
-	return followsChain(userNames(frames), chain)
+	user := userNames(frames)
+	for i, name := range user {
+		if base, _, cold := strings.Cut(name, ".cold"); cold {
+			user[i] = base
+		}
+	}
+	return followsChain(user, chain)
 }
 
 // followsChain is fullChain on user frames of any comparable kind.
