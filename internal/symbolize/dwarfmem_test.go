@@ -231,24 +231,7 @@ func TestLoadLinesLetsGoOfWhatItRead(t *testing.T) {
 		compressed bool
 	}{{"compressed", compressed, true}, {"in place", plain, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := os.Open(tc.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := f.Stat()
-			if err != nil {
-				t.Fatal(err)
-			}
-			img, err := elfx.MapImage(f, st.Size())
-			f.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer img.Unmap()
-			ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
-			if err != nil {
-				t.Fatal(err)
-			}
+			img, ef := mapELF(t, tc.path)
 			info := ef.Section(".debug_info")
 			if info == nil || (info.Flags&elf.SHF_COMPRESSED != 0) != tc.compressed || info.Size < 4<<20 {
 				t.Fatalf("%s: want a .debug_info of at least 4 MiB, compressed %v; have %+v", tc.path, tc.compressed, info)
@@ -290,4 +273,30 @@ func TestLoadLinesLetsGoOfWhatItRead(t *testing.T) {
 				len(handed), float64(held)/(1<<20), float64(info.Size)/(1<<20))
 		})
 	}
+}
+
+// mapELF maps the ELF file at path read-only, as the Symbolizer does, and
+// parses its headers from the mapping; the mapping goes when t ends.
+func mapELF(t *testing.T, path string) (*elfx.Image, *elf.File) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	img, err := elfx.MapImage(f, st.Size())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(img.Unmap)
+	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, ef
 }

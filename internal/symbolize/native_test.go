@@ -1,9 +1,7 @@
 package symbolize
 
 import (
-	"bytes"
 	"debug/elf"
-	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -175,24 +172,7 @@ func TestReadSymbolsIndexesOutsideTheHeap(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := strings.TrimSpace(string(out))
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := elfx.MapImage(f, st.Size())
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer img.Unmap()
-	ef, err := elf.NewFile(bytes.NewReader(img.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, ef := mapELF(t, path)
 	sec := ef.SectionByType(elf.SHT_DYNSYM)
 	if sec == nil {
 		t.Fatalf("%s has no .dynsym", path)
