@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
-	"runtime"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
