@@ -38,7 +38,7 @@ const (
 type nativeTable struct {
 	// syms live in mem, anonymous memory outside the heap (a big C++
 	// program's .dynsym is 30k functions, 0.5 MB the collector's goal would
-	// double), unmapped when the table is collected.
+	// double), unmapped by unmap or once the table is collected.
 	syms []nativeSym
 	mem  *elfx.Image
 	// names holds every name NUL-terminated: the file's string table in
@@ -246,9 +246,9 @@ func (t *nativeTable) fill(n int, add func([]nativeSym)) error {
 }
 
 // outside returns t without the symbols in [lo, hi); one that started
-// before lo now ends there at the latest. t must not be used afterwards. A Go binary's symbol table is
-// mostly its Go functions, which the pclntab names: 60k of the reference
-// collector's 62k, a megabyte of heap kept for nothing.
+// before lo now ends there at the latest. t must not be used afterwards.
+// A Go binary's symbol table is mostly its Go functions, which the pclntab
+// names: 60k of the reference collector's 62k, a megabyte kept for nothing.
 func (t *nativeTable) outside(lo, hi uint64) *nativeTable {
 	in := func(s nativeSym) bool { return s.addr >= lo && s.addr < hi }
 	n := 0
