@@ -295,7 +295,7 @@ func (r *reader) loadOnce(pid int) (*Process, error) {
 	if p.Mappings, err = readExecMappings(base); err != nil {
 		return nil, err
 	}
-	if err := r.verify(dir, st.StartTime, base != dir); err != nil {
+	if _, err := r.verify(dir, st.StartTime, base != dir); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -304,23 +304,21 @@ func (r *reader) loadOnce(pid int) (*Process, error) {
 // refresh re-reads the mappings of old and returns a new Process that shares
 // everything else with it. When the pid now belongs to another process (its
 // start time differs) it loads that one from scratch, and reused reports it.
+//
+// The maps are read first and stat once after them: that one read tells
+// both that the maps were the process's own (its start time, and a leader
+// not exiting) and its name now. A pid reused, or a leader that exited (its
+// maps read empty), fails that check and is loaded from scratch.
 func (r *reader) refresh(old *Process) (p *Process, reused bool, err error) {
 	if old.KernelThread {
 		p, err = r.load(old.PID)
 		return p, err == nil && p.StartTime != old.StartTime, err
 	}
 	dir := r.dir(old.PID)
-	st, err := r.stat(dir)
-	if err != nil {
-		return nil, false, fmt.Errorf("pid %d: %w", old.PID, err)
-	}
-	if st.StartTime != old.StartTime || st.dead() || st.kernelThread() {
-		p, err = r.load(old.PID)
-		return p, err == nil && p.StartTime != old.StartTime, err
-	}
 	ms, err := readExecMappings(dir)
+	var st procStat
 	if err == nil {
-		err = r.verify(dir, old.StartTime, false)
+		st, err = r.verify(dir, old.StartTime, false)
 	}
 	if errors.Is(err, errChanged) {
 		p, err = r.load(old.PID)
@@ -338,21 +336,21 @@ func (r *reader) refresh(old *Process) (p *Process, reused bool, err error) {
 // verify re-reads the stat of the process after its other files were read:
 // the files belong to the process first seen only if it still exists with the
 // same start time and (unless read through a live thread) the leader is not
-// exiting.
-func (r *reader) verify(dir string, startTime uint64, viaThread bool) error {
+// exiting. It returns the stat it read.
+func (r *reader) verify(dir string, startTime uint64, viaThread bool) (procStat, error) {
 	st, err := r.stat(dir)
 	if err != nil {
-		return err
+		return st, err
 	}
 	if st.StartTime != startTime {
-		return fmt.Errorf("%w: start time %d, was %d", errChanged, st.StartTime, startTime)
+		return st, fmt.Errorf("%w: start time %d, was %d", errChanged, st.StartTime, startTime)
 	}
 	if !viaThread && (st.dead() || st.Flags&pfExiting != 0) {
 		// Either the whole process is exiting, or only the leader and the
 		// next attempt reads through a live thread.
-		return fmt.Errorf("%w: leader exiting (state %c)", errChanged, st.State)
+		return st, fmt.Errorf("%w: leader exiting (state %c)", errChanged, st.State)
 	}
-	return nil
+	return st, nil
 }
 
 // readEnviron fills the service name and the wanted variables from the

@@ -547,6 +547,57 @@ func TestTableChangeMidRead(t *testing.T) {
 			t.Errorf("Get() mismatch (-want +got):\n%s", diff)
 		}
 	})
+
+	t.Run("pid reused while a refresh reads maps", func(t *testing.T) {
+		// Refresh reads stat only after the maps: that read alone must
+		// tell maps of another process from the cached one's.
+		fs := newFakeProcfs(t)
+		fs.add(base)
+		tab, clock := newTestTable(t, fs, Options{})
+		if _, err := tab.Get(100); err != nil {
+			t.Fatalf("Get() = %v", err)
+		}
+		maps := filepath.Join(fs.dir(100), "maps")
+		mkfifo(t, maps)
+		errc := make(chan error, 1)
+		go func() {
+			err := serveFIFO(maps, mapsText(textInit, textLibc), func() {
+				fs.write(100, "stat", statLine(100, "python3", 'S', 1, 0, 9000))
+				if err := errors.Join(
+					os.Remove(filepath.Join(fs.dir(100), "exe")),
+					os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
+					os.Remove(maps),
+					unix.Mkfifo(maps, 0o644),
+				); err != nil {
+					t.Error(err)
+				}
+			})
+			if err == nil {
+				err = serveFIFO(maps, mapsText(textNew), nil)
+			}
+			errc <- err
+		}()
+		clock.Advance(time.Second)
+		p, err := tab.Refresh(100)
+		if err != nil {
+			if f, oerr := os.OpenFile(maps, os.O_RDONLY|syscall.O_NONBLOCK, 0); oerr == nil {
+				f.Close()
+			}
+			t.Fatalf("Refresh() = %v (helper: %v)", err, <-errc)
+		}
+		want := &Process{PID: 100, PPID: 1, StartTime: 9000, ExePath: "/usr/bin/python3", Name: "python3",
+			Comm: "python3", Mappings: []Mapping{textNew}, procfs: fs.root}
+		if diff := cmp.Diff(want, p, cmpProcess); diff != "" {
+			// The helper still waits for the second read, which never came.
+			t.Fatalf("Refresh() mismatch (-want +got):\n%s", diff)
+		}
+		if serr := <-errc; serr != nil {
+			t.Fatal(serr)
+		}
+		if s := tab.Stats(); s.Reused != 1 {
+			t.Errorf("Stats().Reused = %d, want 1", s.Reused)
+		}
+	})
 }
 
 func TestTableExit(t *testing.T) {
