@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -256,10 +257,11 @@ type FileKernel interface {
 // procMapping is one mapping as set for a process, with the file it uses
 // and that file's kernel identity.
 type procMapping struct {
-	m    tracer.Mapping
-	file *loadedFile
-	key  tracer.FileKey
-	path string // where the file is read, while the process runs
+	m     tracer.Mapping
+	file  *loadedFile
+	key   tracer.FileKey
+	path  string // where the file is read, while the process runs
+	start uint64 // the process's start time: a pid reused is another process
 }
 
 // NewLoader returns a Loader writing to k.
@@ -299,6 +301,13 @@ func NewLoader(k Kernel, identify Identify, log *zap.Logger, opts LoaderOptions)
 // pid was reused) gets nothing set: what was set for it before is
 // forgotten, and the error matches process.ErrGone.
 func (l *Loader) Prepare(p *process.Process) error {
+	// The files set for p before are held until the end, so those it
+	// still maps can be used again (unchangedMapping) even if a Forget
+	// meanwhile lets go of them.
+	l.mu.Lock()
+	prev := l.procs[p.PID]
+	l.hold(prev)
+	l.mu.Unlock()
 	var next []procMapping
 	// The tables of new files go into the kernel while the next file is
 	// built: a load mostly waits for a grace period, which loads at the
@@ -308,15 +317,22 @@ func (l *Loader) Prepare(p *process.Process) error {
 		if !m.Executable() || !m.FileBacked() {
 			continue
 		}
-		path := p.FilePath(m)
-		if path == "" {
-			continue
+		key := tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}
+		// A mapping set before for this process keeps its file: the
+		// same range of the same inode at the same offset. Processes
+		// that map and unmap libraries all the time are prepared again
+		// often, and finding each file again costs a stat and a look-up.
+		path, lf := unchangedMapping(prev, p.StartTime, m, key)
+		if lf == nil {
+			if path = p.FilePath(m); path == "" {
+				continue
+			}
+			lf = l.file(path, &loads)
 		}
-		lf := l.file(path, &loads)
 		pm := procMapping{m: tracer.Mapping{
 			Start: m.Start, End: m.End,
 			File: lf.handle, FileBias: m.Start - m.Offset, Inode: m.Inode,
-		}, file: lf, key: tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}, path: path}
+		}, file: lf, key: key, path: path, start: p.StartTime}
 		next = append(next, pm)
 	}
 	loads.Wait()
@@ -325,6 +341,7 @@ func (l *Loader) Prepare(p *process.Process) error {
 	// exits after this check is forgotten on its exit.
 	if err := p.Alive(); errors.Is(err, process.ErrGone) {
 		l.mu.Lock()
+		l.release(prev)
 		l.queueDeferred()
 		l.mu.Unlock()
 		return errors.Join(fmt.Errorf("prepare unwinding: %w", err), l.Forget(p.PID))
@@ -335,6 +352,8 @@ func (l *Loader) Prepare(p *process.Process) error {
 	for i := range next {
 		pm := &next[i]
 		pm.file.refs++
+		l.clock++
+		pm.file.lastUsed = l.clock
 		// Read under the lock: a table built in the background may have
 		// been loaded since file returned. The bias makes an address a PC
 		// relative to the table's first row: rows are keyed by file offset.
@@ -347,11 +366,30 @@ func (l *Loader) Prepare(p *process.Process) error {
 	old := l.procs[p.PID]
 	err := l.k.SetMappings(uint32(p.PID), mappingsOf(old), mappingsOf(next))
 	l.release(old)
+	l.release(prev)
 	l.procs[p.PID] = next
 	l.stats.Processes = len(l.procs)
 	err = errors.Join(err, l.setFileTables(next))
 	l.queueDeferred()
 	return err
+}
+
+// unchangedMapping returns the path and file of the mapping in prev (a
+// process's mappings as set, ordered by start) that is m of the same
+// process (started at start) with the same file: "", nil if there is none.
+// A file that failed to open is not kept: the next attempt may succeed.
+func unchangedMapping(prev []procMapping, start uint64, m process.Mapping, key tracer.FileKey) (string, *loadedFile) {
+	i, ok := slices.BinarySearchFunc(prev, m.Start, func(pm procMapping, addr uint64) int {
+		return cmp.Compare(pm.m.Start, addr)
+	})
+	if !ok {
+		return "", nil
+	}
+	pm := &prev[i]
+	if pm.start != start || pm.m.End != m.End || pm.m.FileBias != m.Start-m.Offset || pm.key != key || pm.file.handle == 0 {
+		return "", nil
+	}
+	return pm.path, pm.file
 }
 
 // queueDeferred lets the lanes take the files deferred by the Prepare
@@ -593,6 +631,14 @@ func (l *Loader) Stats() LoaderStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.stats
+}
+
+// hold takes a reference to the file of each of pms. Called with l.mu
+// held.
+func (l *Loader) hold(pms []procMapping) {
+	for _, pm := range pms {
+		pm.file.refs++
+	}
 }
 
 func (l *Loader) release(pms []procMapping) {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/process"
@@ -229,6 +230,102 @@ func killAndReap(t *testing.T, cmd *exec.Cmd) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+}
+
+// A process prepared again (a dlopen or dlclose made it read its maps
+// again) keeps the files of the mappings it still has without finding them
+// again; a new mapping, or the same pid started anew, is looked up.
+func TestLoaderPrepareAgainKeepsUnchangedFiles(t *testing.T) {
+	if _, err := os.Stat("/proc/self/maps"); err != nil {
+		t.Skipf("no procfs: %v", err)
+	}
+	procs := process.NewTable("/proc", nil, process.Options{})
+	bin := testutil.BuildWorkload(t, testutil.CChainNoFP)
+	var mu sync.Mutex
+	looked := map[string]int{}
+	identify := func(path string) (elfx.FileID, error) {
+		mu.Lock()
+		looked[path]++
+		mu.Unlock()
+		return identifyFile(path)
+	}
+	lookups := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range looked {
+			n += c
+		}
+		return n
+	}
+	k := newMapsKernel(t)
+	l := NewLoader(k, identify, zaptest.NewLogger(t), LoaderOptions{})
+	p, _ := startWithLibc(t, procs, bin)
+	if err := l.Prepare(p); err != nil {
+		t.Fatal(err)
+	}
+	first, refs, set := lookups(), l.refs(), maps.Clone(k.mappings[uint32(p.PID)])
+	if first < 2 {
+		t.Fatalf("first Prepare looked up %d files, want the binary and libc at least", first)
+	}
+
+	if err := l.Prepare(p); err != nil {
+		t.Fatal(err)
+	}
+	if n := lookups() - first; n != 0 {
+		t.Errorf("Prepare of unchanged mappings looked up %d files, want none: %v", n, looked)
+	}
+	if diff := cmp.Diff(refs, l.refs()); diff != "" {
+		t.Errorf("table references after preparing again (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(set, k.mappings[uint32(p.PID)]); diff != "" {
+		t.Errorf("mappings set after preparing again (-before +after):\n%s", diff)
+	}
+
+	// One library less and the binary's text at another place: only that
+	// mapping is looked up.
+	moved := *p
+	moved.Mappings = nil
+	var libc, text string
+	for _, m := range p.Mappings {
+		switch {
+		case m.Executable() && contains(m.Path, "libc.so"):
+			libc = m.Path
+			continue
+		case m.Executable() && m.Path == bin:
+			text = m.Path
+			m.Start, m.End = m.Start+0x1000, m.End+0x1000
+		}
+		moved.Mappings = append(moved.Mappings, m)
+	}
+	if libc == "" || text == "" {
+		t.Fatalf("no libc or binary text in %+v", p.Mappings)
+	}
+	before := lookups()
+	if err := l.Prepare(&moved); err != nil {
+		t.Fatal(err)
+	}
+	if n := lookups() - before; n != 1 {
+		t.Errorf("Prepare with one mapping moved looked up %d files, want 1: %v", n, looked)
+	}
+
+	// The same pid, started anew, is another process: none of its
+	// mappings is taken for the old one's.
+	l.mu.Lock()
+	set2 := slices.Clone(l.procs[p.PID])
+	l.mu.Unlock()
+	for _, m := range moved.Mappings {
+		if !m.Executable() || !m.FileBacked() {
+			continue
+		}
+		key := tracer.FileKey{Major: unix.Major(m.Dev), Minor: unix.Minor(m.Dev), Inode: m.Inode}
+		if _, lf := unchangedMapping(set2, moved.StartTime, m, key); lf == nil {
+			t.Errorf("mapping %#x-%#x of the process as set: not found", m.Start, m.End)
+		}
+		if _, lf := unchangedMapping(set2, moved.StartTime+1, m, key); lf != nil {
+			t.Errorf("mapping %#x-%#x of a process started later: taken for the old one's", m.Start, m.End)
+		}
+	}
 }
 
 // A process that exits before or while the Loader prepares it costs only
