@@ -623,11 +623,6 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 	if ok && old.proc == p {
 		return old
 	}
-	if ok {
-		// Released after the new entry is in place; the files it shares
-		// with it are opened again by the new one first.
-		defer old.close()
-	}
 	e := &procEntry{
 		proc: p,
 		resource: profile.Resource{
@@ -643,6 +638,21 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 		mappings: make(map[uint64]*fileEntry),
 		files:    make(map[fileKey]*fileEntry),
 		maps:     make(map[uint64]*profile.Mapping),
+	}
+	if ok {
+		// The files the process still maps pass to the new entry with
+		// their handles: they are the same files, held open, so their
+		// inodes cannot have been reused. A process that loads and
+		// unloads libraries is read again often, and opening each file
+		// again costs a stat. The others are released.
+		for _, m := range p.Mappings {
+			key := fileKey{dev: m.Dev, inode: m.Inode, path: m.Path}
+			if fe, held := old.files[key]; held && fe.err == nil {
+				e.files[key] = fe
+				delete(old.files, key)
+			}
+		}
+		old.close()
 	}
 	r.procsByPID[pid] = e
 	return e

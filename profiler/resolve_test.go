@@ -1,7 +1,9 @@
 package profiler
 
 import (
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
+	"github.com/sonde-dev/sonde/internal/symbolize"
 	"github.com/sonde-dev/sonde/internal/testutil"
 	"github.com/sonde-dev/sonde/tracer"
 )
@@ -50,6 +53,67 @@ func TestResolveResource(t *testing.T) {
 	}
 	if p.Comm != "sh" {
 		t.Errorf("process read is %s (%s), want the shell child", p.Comm, p.ExePath)
+	}
+}
+
+// A process read again (a refresh after dlopen or dlclose) keeps the open
+// files it still maps: the resolver does not open them again, and releases
+// only the files it no longer maps.
+func TestResolveRefreshKeepsMappedFiles(t *testing.T) {
+	sleep := testutil.RequireTool(t, "sleep")
+	cmd := exec.Command(sleep, "600")
+	testutil.StartCmd(t, cmd)
+	pid := cmd.Process.Pid
+	testutil.WaitExec(t, pid, cmd.Args)
+	procs := process.NewTable("/proc", nil, process.Options{})
+	p, err := procs.Get(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms := symbolize.New(nil, symbolize.Options{})
+	r := newResolver(zap.NewNop(), procs, syms, true, nil)
+	e := r.entry(pid, p)
+	var files []process.Mapping
+	for _, m := range p.Mappings {
+		if m.FileBacked() {
+			if fe := r.file(e, m); fe.err != nil {
+				t.Fatalf("%s: %v", m.Path, fe.err)
+			}
+			files = append(files, m)
+		}
+	}
+	if len(files) < 2 {
+		t.Fatalf("sleep maps %d files, want the binary and its libraries", len(files))
+	}
+	opened, held := syms.Stats(), maps.Clone(e.files)
+
+	// Read again without its last library.
+	gone := files[len(files)-1]
+	q := *p
+	q.Mappings = slices.DeleteFunc(slices.Clone(p.Mappings), func(m process.Mapping) bool { return m.Path == gone.Path })
+	e2 := r.entry(pid, &q)
+	for _, m := range files[:len(files)-1] {
+		if m.Path == gone.Path {
+			continue
+		}
+		key := fileKey{dev: m.Dev, inode: m.Inode, path: m.Path}
+		if e2.files[key] != held[key] {
+			t.Errorf("%s: the new entry opened it again", m.Path)
+		}
+		if fe := r.file(e2, m); fe != held[key] {
+			t.Errorf("%s: named by another file entry after the refresh", m.Path)
+		}
+	}
+	s := syms.Stats()
+	if s.FilesOpened+s.OpenHits != opened.FilesOpened+opened.OpenHits {
+		t.Errorf("opens after the refresh: %d, before %d; want none", s.FilesOpened+s.OpenHits, opened.FilesOpened+opened.OpenHits)
+	}
+	if s.OpenFiles != opened.OpenFiles-1 {
+		t.Errorf("files open after %s went: %d, want %d", gone.Path, s.OpenFiles, opened.OpenFiles-1)
+	}
+	r.forget(pid)
+	if n := syms.Stats().OpenFiles; n != 0 {
+		t.Errorf("files open after forgetting the process: %d, want 0", n)
 	}
 }
 
