@@ -84,9 +84,13 @@ const RowSize = int(unsafe.Sizeof(Row{}))
 const RowKernelBytes = int64(RowSize+7) &^ 7
 
 // TableKernelBytes is the kernel memory the array of a table of n entries
-// (TableEntries: its rows and page index) takes, not the map's fixed
-// overhead.
-func TableKernelBytes(n int) int64 { return int64(n) * RowKernelBytes }
+// (TableEntries: its rows and page index) takes, as the kernel counts it:
+// an mmapable array keeps its header on a page of its own and its values
+// in whole pages.
+func TableKernelBytes(n int) int64 {
+	page := int64(unix.Getpagesize())
+	return page + (int64(n)*RowKernelBytes+page-1)&^(page-1)
+}
 
 // Layout of a table's page index (sonde.h, enum row_page).
 const (
@@ -188,8 +192,9 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 		KeySize:    4,
 		ValueSize:  uint32(RowSize),
 		MaxEntries: uint32(len(rows) + len(index)),
-		// Must match the outer map's template; the flag lets sizes differ.
-		Flags: unix.BPF_F_INNER_MAP,
+		// Must match the outer map's template: BPF_F_INNER_MAP lets sizes
+		// differ, BPF_F_MMAPABLE lets fill write through a mapping.
+		Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
 	})
 	if err != nil {
 		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
@@ -207,41 +212,39 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 	return nil
 }
 
-// fillChunk is the rows one batch update writes: its keys are rewritten for
-// every chunk, so filling a table of a million rows does not allocate a
-// million keys.
+// fillChunk is the rows fill writes through one mapping of the array: 128
+// KiB, so the pages it maps into this process at a time stay few.
 const fillChunk = 1 << 14
 
-// fill writes rows at indexes at..at+len(rows)-1 of the array inner, a
-// chunk per batch update; one by one where batch operations on arrays are
-// not supported (before 5.6). copied, if not nil, is told after each chunk
-// how many rows are in.
+// An array stores each value in 8-byte steps: rows are packed exactly as
+// fill copies them (a build fails if a Row's size stops being a multiple
+// of 8).
+var _ [RowKernelBytes - int64(RowSize)]struct{}
+var _ [int64(RowSize) - RowKernelBytes]struct{}
+
+// fill writes rows at indexes at..at+len(rows)-1 of the mmapable array
+// inner, a chunk at a time through a shared mapping of the array's pages:
+// a copy, where an update per row would cost a system call and a kernel
+// copy each. copied, if not nil, is told after each chunk how many rows
+// are in.
 func fill(inner *ebpf.Map, at int, rows []Row, copied func(n int)) error {
-	keys := make([]uint32, min(len(rows), fillChunk))
+	page := int64(unix.Getpagesize())
 	for start := 0; start < len(rows); start += fillChunk {
 		chunk := rows[start:min(start+fillChunk, len(rows))]
-		for i := range chunk {
-			keys[i] = uint32(at + start + i)
+		off := int64(at+start) * RowKernelBytes
+		base := off &^ (page - 1)
+		end := off + int64(len(chunk))*RowKernelBytes
+		mem, err := unix.Mmap(inner.FD(), base, int((end-base+page-1)&^(page-1)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return fmt.Errorf("map rows %d..%d: %w", at+start, at+start+len(chunk)-1, err)
 		}
-		_, err := inner.BatchUpdate(keys[:len(chunk)], chunk, nil)
-		if err == nil {
-			if copied != nil {
-				copied(start + len(chunk))
-			}
-			continue
-		}
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return err
-		}
-		for i := start; i < len(rows); i++ {
-			if err := inner.Put(uint32(at+i), rows[i]); err != nil {
-				return fmt.Errorf("row %d: %w", i, err)
-			}
+		copy(mem[off-base:end-base], unsafe.Slice((*byte)(unsafe.Pointer(&chunk[0])), len(chunk)*RowSize))
+		if err := unix.Munmap(mem); err != nil {
+			return fmt.Errorf("unmap rows %d..%d: %w", at+start, at+start+len(chunk)-1, err)
 		}
 		if copied != nil {
-			copied(len(rows))
+			copied(start + len(chunk))
 		}
-		return nil
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sonde-dev/sonde/internal/testutil"
 	"github.com/sonde-dev/sonde/support"
 )
 
@@ -204,6 +205,23 @@ func TestLoadTable(t *testing.T) {
 		t.Fatalf("table 1 after LoadTable: %v", err)
 	}
 	defer func() { _ = inner.Close() }()
+	// The memory a table is counted as is what the kernel says it takes.
+	checkMemory := func(id uint32, rows []Row) {
+		t.Helper()
+		var inner *ebpf.Map
+		if err := tr.objs.Tables.Lookup(id, &inner); err != nil {
+			t.Fatalf("table %d: %v", id, err)
+		}
+		defer func() { _ = inner.Close() }()
+		info, err := inner.Info()
+		if err != nil {
+			t.Fatalf("table %d: %v", id, err)
+		}
+		if mem, ok := info.Memlock(); !ok || int64(mem) != TableKernelBytes(TableEntries(rows)) {
+			t.Errorf("table %d takes %d bytes (known %v), TableKernelBytes says %d", id, mem, ok, TableKernelBytes(TableEntries(rows)))
+		}
+	}
+	checkMemory(1, want)
 	for i, w := range want {
 		var got Row
 		if err := inner.Lookup(uint32(i), &got); err != nil || got != w {
@@ -222,6 +240,21 @@ func TestLoadTable(t *testing.T) {
 	if w := []int{fillChunk, 2 * fillChunk, len(big)}; !slices.Equal(told, w) {
 		t.Errorf("copied told %v for %d rows, want %v", told, len(big), w)
 	}
+	checkMemory(2, big)
+	// Every row went in, the last chunk's too, and the page index after
+	// them.
+	var inner2 *ebpf.Map
+	if err := tr.objs.Tables.Lookup(uint32(2), &inner2); err != nil {
+		t.Fatalf("table 2 after LoadTable: %v", err)
+	}
+	defer func() { _ = inner2.Close() }()
+	index := pageIndex(big)
+	for i, w := range append(slices.Clone(big), index...) {
+		var got Row
+		if err := inner2.Lookup(uint32(i), &got); err != nil || got != w {
+			t.Fatalf("table 2 entry %d = %+v (%v), want %+v", i, got, err, w)
+		}
+	}
 	calls = nil
 	if err := tr.LoadTable(0, want, copied); err == nil {
 		t.Error("LoadTable(0) succeeded; id 0 means no table")
@@ -235,6 +268,28 @@ func TestLoadTable(t *testing.T) {
 	if err := tr.UnloadTable(1); err != nil {
 		t.Errorf("second UnloadTable = %v, want nil", err)
 	}
+}
+
+// BenchmarkLoadTable loads a table the size of a big C++ binary's (GCC's
+// cc1plus has about 520,000 rows) into the kernel.
+func BenchmarkLoadTable(b *testing.B) {
+	testutil.RequirePrivileges(b, "loading unwind tables")
+	tr, err := New(Options{SamplesPerSecond: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	rows := make([]Row, 520_000)
+	for i := range rows {
+		rows[i], _ = MakeRow(uint32(i)*16, CFASP, 8, FPSame, 0)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := tr.LoadTable(1, rows, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(TableEntries(rows)), "entries")
 }
 
 // ProcessEntries counts a prepared pid once and each block of its mappings

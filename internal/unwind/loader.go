@@ -84,16 +84,9 @@ type LoaderOptions struct {
 // DefaultBudgetBytes is the default bound on table memory in the kernel.
 const DefaultBudgetBytes = 128 << 20
 
-// tableOverhead is what a table costs the kernel beyond its rows (the inner
-// map itself), counted against the budget.
-const tableOverhead = 512
-
 // tableBytes is the kernel memory a table of n array entries (rows and
 // page index: tracer.TableEntries) is counted as.
-func tableBytes(n int) int64 {
-	// The kernel allocates a table's array in whole pages.
-	return (tracer.TableKernelBytes(n) + tableOverhead + 4095) &^ 4095
-}
+func tableBytes(n int) int64 { return tracer.TableKernelBytes(n) }
 
 // LoaderStats are the Loader's counters; they only grow, except the gauges.
 type LoaderStats struct {

@@ -212,11 +212,13 @@ struct {
 	__type(value, __u64);
 } notified SEC(".maps");
 
-// One inner array of rows per file, sized to that file's table.
+// One inner array of rows per file, sized to that file's table. User space
+// writes the rows through a mapping of the array (BPF_F_MMAPABLE), not an
+// update per row: a big C++ binary's table has half a million.
 struct table_rows {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct unwind_row);
 };
