@@ -344,6 +344,26 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		return NULL;
 	if (mi && mi->inode == v.inode && mi->file_bias == v.file_bias && v.file)
 		return use_mapping(st, mi);
+	// The VMA's range is known: the frames in it go without another look.
+	struct mapping_info *c = &st->mi;
+	__builtin_memset(c, 0, sizeof(*c));
+	c->start = v.start;
+	c->end = v.end;
+	st->have_mi = 1;
+	struct file_table *ft = NULL;
+	if (v.file) {
+		c->file_bias = v.file_bias;
+		c->inode = v.inode;
+		struct file_key fk = {.dev = v.dev, .inode = v.inode};
+		ft = bpf_map_lookup_elem(&file_tables, &fk);
+		if (ft) {
+			c->bias = v.file_bias + ft->delta;
+			c->table_id = ft->table_id;
+			c->rows = ft->rows;
+			c->file = ft->file;
+			count(COUNTER_MAPPING_BY_FILE);
+		}
+	}
 	if (mi) {
 		count(COUNTER_MAPPING_STALE);
 		// No trust in these entries until user space has set them again
@@ -351,30 +371,14 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		__u64 stale = 1;
 		bpf_map_update_elem(&known_pids, &pid, &stale, BPF_EXIST);
 		__sync_fetch_and_add(&mapping_epoch, 1);
-		notify_unknown(pid, NOTIFY_STALE_GAP_NS);
+		// Its file's own table unwinds it meanwhile: user space is asked
+		// at the usual pace, not at once (a process that loads and
+		// unloads libraries all the time would be read again each time).
+		notify_unknown(pid, ft ? NOTIFY_GAP_NS : NOTIFY_STALE_GAP_NS);
 	} else if (v.file) {
 		notify_unknown(pid, NOTIFY_GAP_NS);
 	}
-	// The VMA's range is known: the frames in it go without another look.
-	struct mapping_info *c = &st->mi;
-	__builtin_memset(c, 0, sizeof(*c));
-	c->start = v.start;
-	c->end = v.end;
-	st->have_mi = 1;
-	if (!v.file)
-		return c; // anonymous (JIT) code: frame pointers, no file
-	c->file_bias = v.file_bias;
-	c->inode = v.inode;
-	struct file_key fk = {.dev = v.dev, .inode = v.inode};
-	struct file_table *ft = bpf_map_lookup_elem(&file_tables, &fk);
-	if (ft) {
-		c->bias = v.file_bias + ft->delta;
-		c->table_id = ft->table_id;
-		c->rows = ft->rows;
-		c->file = ft->file;
-		count(COUNTER_MAPPING_BY_FILE);
-	}
-	return c;
+	return c; // anonymous (JIT) code has no file: frame pointers
 }
 
 // want_snapshot marks the current frame, which is in mapping mi (NULL: not
