@@ -1,6 +1,7 @@
 package unwind
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 )
@@ -200,7 +201,10 @@ func build(fdes []fdeRows, all []Row, st *Stats, scratch releases) *Table {
 	// Stable: among FDEs with the same start the earlier one in the input
 	// wins. An FDE starting inside the previous kept one is dropped
 	// (.debug_frame FDEs overlapping .eh_frame were removed before).
-	sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].begin < fdes[j].begin })
+	byBegin := func(a, b fdeRows) int { return cmp.Compare(a.begin, b.begin) }
+	if !slices.IsSortedFunc(fdes, byBegin) { // a linker mostly writes them in order
+		slices.SortStableFunc(fdes, byBegin)
+	}
 	// At most one gap row per FDE (the padding between functions gives
 	// most FDEs one) besides the FDEs' own rows: sized once, the slice of
 	// a big library's million rows is never copied to grow.
