@@ -415,14 +415,21 @@ func (r *reader) readExe(p *Process, base string) error {
 }
 
 // readExecMappings reads the executable mappings of <base>/maps, sorted by
-// start address. A user process always has mappings; none means its memory
-// is already gone.
+// start address: asked of the kernel one at a time where it can
+// (queryExecMappings), else from the text. A user process always has
+// mappings; none means its memory is already gone.
 func readExecMappings(base string) ([]Mapping, error) {
 	f, err := os.Open(filepath.Join(base, "maps"))
 	if err != nil {
 		return nil, goneOr(fmt.Errorf("read maps: %w", err))
 	}
 	defer f.Close()
+	if ms, ok, err := queryExecMappings(f); ok {
+		if err != nil {
+			return nil, goneOr(fmt.Errorf("read maps: %w", err))
+		}
+		return slices.Clip(ms), nil
+	}
 	var ms []Mapping
 	n, err := parseMaps(f, func(m *Mapping) {
 		if m.Executable() {
