@@ -278,7 +278,7 @@ func BenchmarkLoadTable(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer tr.Close()
+	defer func() { _ = tr.Close() }()
 	rows := make([]Row, 520_000)
 	for i := range rows {
 		rows[i], _ = MakeRow(uint32(i)*16, CFASP, 8, FPSame, 0)

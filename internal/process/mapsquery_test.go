@@ -51,7 +51,7 @@ func TestQueryExecMappingsMatchesText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(code)
+	defer func() { _ = unix.Munmap(code) }()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
