@@ -56,15 +56,20 @@ func TestResolveResource(t *testing.T) {
 	}
 }
 
+// startSleep starts sleep 600 as a child and waits for its exec.
+func startSleep(t *testing.T) (int, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(testutil.RequireTool(t, "sleep"), "600")
+	testutil.StartCmd(t, cmd)
+	testutil.WaitExec(t, cmd.Process.Pid, cmd.Args)
+	return cmd.Process.Pid, cmd
+}
+
 // A process read again (a refresh after dlopen or dlclose) keeps the open
 // files it still maps: the resolver does not open them again, and releases
 // only the files it no longer maps.
 func TestResolveRefreshKeepsMappedFiles(t *testing.T) {
-	sleep := testutil.RequireTool(t, "sleep")
-	cmd := exec.Command(sleep, "600")
-	testutil.StartCmd(t, cmd)
-	pid := cmd.Process.Pid
-	testutil.WaitExec(t, pid, cmd.Args)
+	pid, _ := startSleep(t)
 	procs := process.NewTable("/proc", nil, process.Options{})
 	p, err := procs.Get(pid)
 	if err != nil {
@@ -142,11 +147,7 @@ func TestResolveGoneProcess(t *testing.T) {
 // resource the process had, its executable's path included, not one named
 // by the thread alone. A sample long after the exit is another process's.
 func TestResolveAfterExit(t *testing.T) {
-	sleep := testutil.RequireTool(t, "sleep")
-	cmd := exec.Command(sleep, "600")
-	testutil.StartCmd(t, cmd)
-	pid := cmd.Process.Pid
-	testutil.WaitExec(t, pid, cmd.Args)
+	pid, cmd := startSleep(t)
 	procs := process.NewTable("/proc", nil, process.Options{})
 	r := newResolver(zap.NewNop(), procs, nil, true, nil)
 	t0 := time.Now()

@@ -477,6 +477,34 @@ func serveFIFO(path, content string, during func()) error {
 	return err
 }
 
+// reuseWhileReadingMaps serves first to the next reader of pid 100's maps
+// (the FIFO maps), and while it reads makes the pid another process's:
+// python3, started at 9000, mapping textNew, which it serves to the read
+// after. The channel tells how serving went.
+func reuseWhileReadingMaps(t *testing.T, fs *fakeProcfs, maps, first string) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		err := serveFIFO(maps, first, func() {
+			fs.write(100, "stat", statLine(100, "python3", 'S', 1, 0, 9000))
+			if err := errors.Join(
+				os.Remove(filepath.Join(fs.dir(100), "exe")),
+				os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
+				// A fresh FIFO for the retry, so the second write cannot
+				// reach the first reader.
+				os.Remove(maps),
+				unix.Mkfifo(maps, 0o644),
+			); err != nil {
+				t.Error(err)
+			}
+		})
+		if err == nil {
+			err = serveFIFO(maps, mapsText(textNew), nil)
+		}
+		errc <- err
+	}()
+	return errc
+}
+
 func TestTableChangeMidRead(t *testing.T) {
 	base := fakeProc{pid: 100, comm: "app", start: 500, exe: "/bin/app", maps: mapsText(textInit)}
 
@@ -508,28 +536,7 @@ func TestTableChangeMidRead(t *testing.T) {
 		maps := filepath.Join(fs.dir(100), "maps")
 		mkfifo(t, maps)
 		tab, _ := newTestTable(t, fs, Options{})
-		errc := make(chan error, 1)
-		go func() {
-			// The first read sees the old process's maps, then the pid
-			// belongs to a new process; the retry reads the new one.
-			err := serveFIFO(maps, mapsText(textInit), func() {
-				fs.write(100, "stat", statLine(100, "python3", 'S', 1, 0, 9000))
-				if err := errors.Join(
-					os.Remove(filepath.Join(fs.dir(100), "exe")),
-					os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
-					// A fresh FIFO for the retry, so the second write cannot
-					// reach the first reader.
-					os.Remove(maps),
-					unix.Mkfifo(maps, 0o644),
-				); err != nil {
-					t.Error(err)
-				}
-			})
-			if err == nil {
-				err = serveFIFO(maps, mapsText(textNew), nil)
-			}
-			errc <- err
-		}()
+		errc := reuseWhileReadingMaps(t, fs, maps, mapsText(textInit))
 		p, err := tab.Get(100)
 		if err != nil {
 			// Unblock the helper if the table gave up without a retry.
@@ -559,24 +566,7 @@ func TestTableChangeMidRead(t *testing.T) {
 		}
 		maps := filepath.Join(fs.dir(100), "maps")
 		mkfifo(t, maps)
-		errc := make(chan error, 1)
-		go func() {
-			err := serveFIFO(maps, mapsText(textInit, textLibc), func() {
-				fs.write(100, "stat", statLine(100, "python3", 'S', 1, 0, 9000))
-				if err := errors.Join(
-					os.Remove(filepath.Join(fs.dir(100), "exe")),
-					os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
-					os.Remove(maps),
-					unix.Mkfifo(maps, 0o644),
-				); err != nil {
-					t.Error(err)
-				}
-			})
-			if err == nil {
-				err = serveFIFO(maps, mapsText(textNew), nil)
-			}
-			errc <- err
-		}()
+		errc := reuseWhileReadingMaps(t, fs, maps, mapsText(textInit, textLibc))
 		clock.Advance(time.Second)
 		p, err := tab.Refresh(100)
 		if err != nil {
