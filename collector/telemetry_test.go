@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -311,9 +312,14 @@ func TestTelemetry(t *testing.T) {
 	if n, built := m.sum("sonde.unwind.table.delay"), m.sum("sonde.unwind.table.builds"); n < 1 || n > built {
 		t.Errorf("sonde.unwind.table.delay has %d observations, want 1..%d (the tables built)", n, built)
 	}
-	// README: 12 bytes a row plus 512 a table.
-	if lo, hi := rows*tracer.RowKernelBytes+tables*512, rows*tracer.RowKernelBytes+tables*(512+4096); size < lo || size > hi {
-		t.Errorf("sonde.unwind.table.size = %d, want %d rows * %d + %d tables * (512 + up to a page) = %d..%d", size, rows, tracer.RowKernelBytes, tables, lo, hi)
+	// A table is an array with a page of header, then its rows and a page
+	// index of at most half an entry a row, in whole pages.
+	page := int64(os.Getpagesize())
+	lo := rows*tracer.RowKernelBytes + tables*page
+	hi := rows*tracer.RowKernelBytes*3/2 + tables*(2*page+tracer.RowKernelBytes)
+	if size < lo || size > hi {
+		t.Errorf("sonde.unwind.table.size = %d, want %d rows * %d (and up to half as much of index) + %d tables * (1 to 2 pages) = %d..%d",
+			size, rows, tracer.RowKernelBytes, tables, lo, hi)
 	}
 
 	hits := m.sum("sonde.symbolize.cache.requests", attribute.String("result", "hit"))
