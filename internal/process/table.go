@@ -71,6 +71,9 @@ type Table struct {
 	// being gone (no permission), so Get does not retry them on every
 	// sample; an entry is honoured for RefreshInterval.
 	failed map[int]failure
+	// waiting, if set (tests), is called when a load is about to wait for
+	// another caller's read of the same pid.
+	waiting func(pid int)
 
 	loads, refreshes, refreshLimited, reused, gone, errs, dropped, skipped, malformed atomic.Uint64
 }
@@ -101,8 +104,10 @@ type call struct {
 	proc *Process
 	err  error
 	// discard is set when Exec or Exit for the pid arrives during the read:
-	// the result may predate the event and is not cached.
-	discard bool
+	// the result may predate the event and is not cached. execd says an
+	// Exec did: a caller waiting for the result reads the new image
+	// instead.
+	discard, execd bool
 }
 
 // NewTable returns an empty table over the procfs tree at procfs ("" means
@@ -206,7 +211,7 @@ func (t *Table) Exec(pid int) {
 	}
 	delete(t.failed, pid)
 	if c := t.inflight[pid]; c != nil {
-		c.discard = true
+		c.discard, c.execd = true, true
 	}
 }
 
@@ -362,7 +367,19 @@ func (t *Table) load(pid int, mode loadMode, cacheKernel bool) (*Process, error)
 	}
 	if c := t.inflight[pid]; c != nil {
 		t.mu.Unlock()
+		if t.waiting != nil {
+			t.waiting(pid)
+		}
 		<-c.done
+		t.mu.RLock()
+		execd := c.execd
+		t.mu.RUnlock()
+		if execd {
+			// That read may have seen the image before the exec: read
+			// the new one (a sample taken after the exec must not be
+			// named by the old image).
+			return t.load(pid, mode, cacheKernel)
+		}
 		return c.proc, c.err
 	}
 	c := &call{done: make(chan struct{})}

@@ -590,6 +590,71 @@ func TestTableChangeMidRead(t *testing.T) {
 	})
 }
 
+// A caller that waits for another's read of a pid while the process execs
+// reads the new image: the read it waited for may have seen the old one.
+func TestTableWaiterAfterExecReadsAgain(t *testing.T) {
+	base := fakeProc{pid: 100, comm: "app", start: 500, exe: "/bin/app", maps: mapsText(textInit)}
+	fs := newFakeProcfs(t)
+	fs.add(base)
+	maps := filepath.Join(fs.dir(100), "maps")
+	mkfifo(t, maps)
+	tab, _ := newTestTable(t, fs, Options{})
+	waiting := make(chan int, 1)
+	tab.waiting = func(pid int) { waiting <- pid }
+
+	type result struct {
+		p   *Process
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	errc := make(chan error, 1)
+	go func() {
+		// The first read gets the old maps; meanwhile the process execs
+		// and a second caller comes to wait for that read.
+		err := serveFIFO(maps, mapsText(textInit), func() {
+			if err := errors.Join(
+				os.Remove(filepath.Join(fs.dir(100), "exe")),
+				os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
+				os.Remove(maps),
+				unix.Mkfifo(maps, 0o644),
+			); err != nil {
+				t.Error(err)
+			}
+			tab.Exec(100)
+			go func() {
+				p, err := tab.Get(100)
+				second <- result{p, err}
+			}()
+			<-waiting
+		})
+		if err == nil {
+			err = serveFIFO(maps, mapsText(textNew), nil)
+		}
+		errc <- err
+	}()
+	go func() {
+		p, err := tab.Get(100)
+		first <- result{p, err}
+	}()
+	r := <-second
+	if r.err != nil || r.p.ExePath != "/usr/bin/python3" {
+		// The helper still waits for a second read, which never came.
+		t.Fatalf("Get() waiting through an exec = %+v, %v; want the new image, /usr/bin/python3", r.p, r.err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Mapping{textNew}, r.p.Mappings); diff != "" {
+		t.Errorf("mappings of the new image (-want +got):\n%s", diff)
+	}
+	if r := <-first; r.err != nil || r.p.ExePath != "/bin/app" {
+		t.Errorf("the read the exec overtook = %+v, %v; want the old image it read", r.p, r.err)
+	}
+	if got, _ := tab.Get(100); got != r.p {
+		t.Errorf("Get() after both = %+v, want the new image cached", got)
+	}
+}
+
 func TestTableExit(t *testing.T) {
 	fs := newFakeProcfs(t)
 	fs.add(standardProcs()[0])
