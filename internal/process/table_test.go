@@ -477,15 +477,19 @@ func serveFIFO(path, content string, during func()) error {
 	return err
 }
 
-// reuseWhileReadingMaps serves first to the next reader of pid 100's maps
-// (the FIFO maps), and while it reads makes the pid another process's:
-// python3, started at 9000, mapping textNew, which it serves to the read
-// after. The channel tells how serving went.
-func reuseWhileReadingMaps(t *testing.T, fs *fakeProcfs, maps, first string) <-chan error {
+// replaceWhileReadingMaps serves first to the next reader of pid 100's
+// maps (the FIFO maps) and, while it reads, replaces the process's image
+// with python3 mapping textNew, which it serves to the read after: as a
+// new process at the pid (reuse: started at 9000), else as an exec. then,
+// if set, runs after the change, before the first read ends. The channel
+// tells how serving went.
+func replaceWhileReadingMaps(t *testing.T, fs *fakeProcfs, maps, first string, reuse bool, then func()) <-chan error {
 	errc := make(chan error, 1)
 	go func() {
 		err := serveFIFO(maps, first, func() {
-			fs.write(100, "stat", statLine(100, "python3", 'S', 1, 0, 9000))
+			if reuse {
+				fs.write(100, "stat", statLine(100, "python3", 'S', 1, 0, 9000))
+			}
 			if err := errors.Join(
 				os.Remove(filepath.Join(fs.dir(100), "exe")),
 				os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
@@ -495,6 +499,9 @@ func reuseWhileReadingMaps(t *testing.T, fs *fakeProcfs, maps, first string) <-c
 				unix.Mkfifo(maps, 0o644),
 			); err != nil {
 				t.Error(err)
+			}
+			if then != nil {
+				then()
 			}
 		})
 		if err == nil {
@@ -536,7 +543,7 @@ func TestTableChangeMidRead(t *testing.T) {
 		maps := filepath.Join(fs.dir(100), "maps")
 		mkfifo(t, maps)
 		tab, _ := newTestTable(t, fs, Options{})
-		errc := reuseWhileReadingMaps(t, fs, maps, mapsText(textInit))
+		errc := replaceWhileReadingMaps(t, fs, maps, mapsText(textInit), true, nil)
 		p, err := tab.Get(100)
 		if err != nil {
 			// Unblock the helper if the table gave up without a retry.
@@ -566,7 +573,7 @@ func TestTableChangeMidRead(t *testing.T) {
 		}
 		maps := filepath.Join(fs.dir(100), "maps")
 		mkfifo(t, maps)
-		errc := reuseWhileReadingMaps(t, fs, maps, mapsText(textInit, textLibc))
+		errc := replaceWhileReadingMaps(t, fs, maps, mapsText(textInit, textLibc), true, nil)
 		clock.Advance(time.Second)
 		p, err := tab.Refresh(100)
 		if err != nil {
@@ -607,31 +614,16 @@ func TestTableWaiterAfterExecReadsAgain(t *testing.T) {
 		err error
 	}
 	first, second := make(chan result, 1), make(chan result, 1)
-	errc := make(chan error, 1)
-	go func() {
-		// The first read gets the old maps; meanwhile the process execs
-		// and a second caller comes to wait for that read.
-		err := serveFIFO(maps, mapsText(textInit), func() {
-			if err := errors.Join(
-				os.Remove(filepath.Join(fs.dir(100), "exe")),
-				os.Symlink("/usr/bin/python3", filepath.Join(fs.dir(100), "exe")),
-				os.Remove(maps),
-				unix.Mkfifo(maps, 0o644),
-			); err != nil {
-				t.Error(err)
-			}
-			tab.Exec(100)
-			go func() {
-				p, err := tab.Get(100)
-				second <- result{p, err}
-			}()
-			<-waiting
-		})
-		if err == nil {
-			err = serveFIFO(maps, mapsText(textNew), nil)
-		}
-		errc <- err
-	}()
+	// The first read gets the old maps; meanwhile the process execs and a
+	// second caller comes to wait for that read.
+	errc := replaceWhileReadingMaps(t, fs, maps, mapsText(textInit), false, func() {
+		tab.Exec(100)
+		go func() {
+			p, err := tab.Get(100)
+			second <- result{p, err}
+		}()
+		<-waiting
+	})
 	go func() {
 		p, err := tab.Get(100)
 		first <- result{p, err}
