@@ -70,8 +70,9 @@ type location struct {
 	mapping int32
 	address uint64
 	typ     FrameType
-	fp      bool // found by the frame-pointer fallback
-	lines   span // into Builder.lines
+	fp      bool   // found by the frame-pointer fallback
+	tier    string // Frame.Tier
+	lines   span   // into Builder.lines
 }
 
 // line is one line of a location: its function index and, for the fast
@@ -264,7 +265,7 @@ func cacheSlot(v uint64, bits uint) uint64 {
 // comparisons are cheap when the caller reuses the strings it passed before.
 func (b *Builder) isLocation(i int32, typ FrameType, f *Frame) bool {
 	l := &b.locations[i]
-	if l.address != f.Address || l.typ != typ || l.fp != f.FramePointer || int(l.lines.end-l.lines.start) != len(f.Lines) {
+	if l.address != f.Address || l.typ != typ || l.fp != f.FramePointer || l.tier != f.Tier || int(l.lines.end-l.lines.start) != len(f.Lines) {
 		return false
 	}
 	if f.Mapping == nil {
@@ -295,6 +296,8 @@ func (b *Builder) internLocation(typ FrameType, f *Frame) int32 {
 	}
 	key = binary.LittleEndian.AppendUint64(key, f.Address)
 	key = binary.AppendUvarint(key, uint64(m))
+	key = binary.AppendUvarint(key, uint64(len(f.Tier)))
+	key = append(key, f.Tier...)
 	for i := range f.Lines {
 		key = binary.AppendUvarint(key, uint64(b.function(&f.Lines[i])))
 		key = binary.AppendVarint(key, max(f.Lines[i].Line, 0))
@@ -313,7 +316,7 @@ func (b *Builder) internLocation(typ FrameType, f *Frame) int32 {
 	}
 	i := int32(len(b.locations))
 	b.locations = append(b.locations, location{
-		mapping: m, address: f.Address, typ: typ, fp: f.FramePointer,
+		mapping: m, address: f.Address, typ: typ, fp: f.FramePointer, tier: f.Tier,
 		lines: span{start, int32(len(b.lines))},
 	})
 	b.locationIdx[string(key)] = i

@@ -263,6 +263,29 @@ func TestStackOrder(t *testing.T) {
 	}
 }
 
+// TestTier checks that a runtime's tier becomes the location attribute
+// sonde.frame.tier, and that the same code at two tiers is two locations.
+func TestTier(t *testing.T) {
+	method := []Line{{Function: "JBurn.jGammaBurn", File: "JBurn.java", Line: 12}}
+	samples := []Sample{
+		{TID: 1, Time: at(1), Frames: []Frame{{Type: FrameJVM, Address: 0x7f00, Lines: method, Tier: "interpreted"}}},
+		{TID: 1, Time: at(2), Frames: []Frame{{Type: FrameJVM, Address: 0x7f00, Lines: method, Tier: "c2"}}},
+		{TID: 1, Time: at(3), Frames: []Frame{{Type: FrameJVM, Address: 0x7f00, Lines: method, Tier: "c2"}}},
+		{TID: 1, Time: at(4), Frames: []Frame{{Type: FrameNative, Address: 0x7f00, Lines: method}}},
+	}
+	d := decode(build(t, Options{}, samples))
+	got := map[string]int{}
+	for _, s := range d[0].Profiles[0].Samples {
+		f := s.Frames[0]
+		tier, _ := f.Attrs[attrTier].(string)
+		got[f.Attrs[attrFrameType].(string)+"/"+tier] += len(s.Times)
+	}
+	want := map[string]int{"jvm/interpreted": 1, "jvm/c2": 2, "native/": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("samples by frame type and tier (-want +got):\n%s", diff)
+	}
+}
+
 func TestEmptyFlush(t *testing.T) {
 	b := NewBuilder(Options{SamplesPerSecond: 19})
 	p := b.Flush(testStart, testEnd)

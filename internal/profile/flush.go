@@ -225,6 +225,9 @@ func (b *Builder) writeDictionary(d pprofile.ProfilesDictionary) {
 		if l.fp {
 			pl.AttributeIndices().Append(b.attrStr(b.str(attrUnwinder), unwinderFramePointer))
 		}
+		if l.tier != "" {
+			pl.AttributeIndices().Append(b.attrStr(b.str(attrTier), l.tier))
+		}
 		lines := b.lines[l.lines.start:l.lines.end]
 		pl.Lines().EnsureCapacity(len(lines))
 		for _, ln := range lines {

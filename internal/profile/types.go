@@ -29,10 +29,14 @@ const (
 	// FrameCPython is a Python function run by CPython; its address is
 	// its code object's.
 	FrameCPython
+	// FrameJVM is Java code run by a HotSpot JVM (interpreted, compiled,
+	// or a code blob of the JVM's own); its address is the Method*
+	// (interpreted) or the code blob's.
+	FrameJVM
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go", "rust", "cpython"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust", "cpython", "jvm"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -45,6 +49,8 @@ func (t FrameType) String() string {
 		return "rust"
 	case FrameCPython:
 		return "cpython"
+	case FrameJVM:
+		return "jvm"
 	}
 	return ""
 }
@@ -98,6 +104,10 @@ type Frame struct {
 	// FramePointer marks a frame found by the frame-pointer walk because no
 	// unwind table covered its callee yet; such a frame may be wrong.
 	FramePointer bool
+	// Tier says how a runtime ran the frame's code ("interpreted", "c1",
+	// "c2", ...); it becomes the location attribute sonde.frame.tier.
+	// Inlined levels are the Lines before the last.
+	Tier string
 }
 
 // Resource identifies the process a sample belongs to. The builder groups
@@ -195,6 +205,9 @@ const (
 	// frames the frame-pointer fallback found.
 	attrUnwinder         = "sonde.frame.unwinder"
 	unwinderFramePointer = "frame_pointer"
+	// attrTier is Sonde's location attribute for how a runtime ran a
+	// frame's code (Frame.Tier).
+	attrTier = "sonde.frame.tier"
 
 	attrBuildIDGNU = "process.executable.build_id.gnu"
 	attrBuildIDGo  = "process.executable.build_id.go"
