@@ -194,8 +194,10 @@ func New(opts Options) (*Profiler, error) {
 	p.resolver.debugDirs = opts.DebugDirs
 	p.resolver.checkSnapshots = opts.checkSnapshots
 	p.resolver.holds = p.preparer.holds
-	p.preparer.python = newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts)
-	p.resolver.python = p.preparer.python
+	p.preparer.runtimes = newRuntimeSet(
+		newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
+	)
+	p.resolver.runtimes = p.preparer.runtimes
 	p.preparer.holds.procfs = opts.ProcFS
 	p.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(opts.ReporterInterval))
 	return p, nil

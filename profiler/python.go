@@ -155,8 +155,20 @@ func (pp *pythonProcs) forgetImage(pid int) {
 	pp.mu.Unlock()
 }
 
-// frame names the Python frame (code, instr) of pid.
-func (pp *pythonProcs) frame(pid int, code, instr uint64) profile.Frame {
+func (pp *pythonProcs) id() uint8 { return tracer.RuntimePython }
+
+func (pp *pythonProcs) forget(pid int) { pp.namer.Forget(pid) }
+
+func (pp *pythonProcs) stats(s *Stats) {
+	ns := pp.namer.Stats()
+	s.Python = PythonStats{Processes: pp.found.Load(), Unsupported: pp.unsupported.Load(),
+		UnknownVersions: pp.unknownVersions.Load(), Failed: pp.failed.Load(),
+		Unnamed: pp.unnamed.Load(), Named: ns.Named, CacheResets: ns.Resets, CacheBytes: ns.Bytes}
+}
+
+// frame names the Python frame (code, instr) of pid; CPython's walker
+// reports one kind of frame.
+func (pp *pythonProcs) frame(pid int, _ uint8, code, instr uint64, _ bool) profile.Frame {
 	f := profile.Frame{Type: profile.FrameCPython, Address: code}
 	name, file, line, err := pp.namer.Name(pid, code, instr)
 	if err != nil {

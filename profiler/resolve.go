@@ -42,8 +42,8 @@ type resolver struct {
 	// holds are the files the preparer keeps open per process; the
 	// resolver lets them go once it has processed the process's exit.
 	holds *fileHolds
-	// python names the Python frames of the processes it set up.
-	python *pythonProcs
+	// runtimes name the frames their walkers reported (nil: none).
+	runtimes *runtimeSet
 
 	procsByPID map[int]*procEntry
 	kernelPCs  map[uint64]kernelEntry
@@ -242,8 +242,8 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		// named by what the kernel told us of its first one.
 		s.Resource = r.goneResource(pid, rec.Comm, rec.Time)
 		for i, pc := range rec.User {
-			if rec.UserFlags[i]&tracer.FramePython != 0 {
-				r.frames = append(r.frames, r.pythonFrame(pid, pc, fileRef(rec, i).Offset))
+			if rec.UserFlags[i]&tracer.FrameRuntime != 0 {
+				r.frames = append(r.frames, r.runtimeFrame(pid, rec, i))
 				continue
 			}
 			// The unwinder saw each frame's file: that still names it.
@@ -272,8 +272,8 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 
 	refreshed := false
 	for i, pc := range rec.User {
-		if rec.UserFlags[i]&tracer.FramePython != 0 {
-			r.frames = append(r.frames, r.pythonFrame(pid, pc, fileRef(rec, i).Offset))
+		if rec.UserFlags[i]&tracer.FrameRuntime != 0 {
+			r.frames = append(r.frames, r.runtimeFrame(pid, rec, i))
 			continue
 		}
 		// A caller frame is named at its return address minus one: the call
@@ -675,8 +675,10 @@ func (r *resolver) exit(pid int, t time.Time) {
 		res = g.res
 	}
 	r.procs.Exit(pid)
-	if r.python != nil {
-		r.python.namer.Forget(pid)
+	if r.runtimes != nil {
+		for _, rt := range r.runtimes.list {
+			rt.forget(pid)
+		}
 	}
 	r.forget(pid)
 	r.holds.release(pid)
@@ -732,11 +734,10 @@ func (r *resolver) dropPages() {
 	r.dropFinderPages()
 }
 
-// pythonFrame is the Python frame the eBPF walker reported as its code
-// object and instruction.
-func (r *resolver) pythonFrame(pid int, code, instr uint64) profile.Frame {
-	if r.python == nil {
-		return profile.Frame{Type: profile.FrameCPython, Address: code}
+// runtimeFrame is frame i of rec, which a runtime's walker reported.
+func (r *resolver) runtimeFrame(pid int, rec *tracer.Record, i int) profile.Frame {
+	if r.runtimes == nil {
+		return profile.Frame{Address: rec.User[i]}
 	}
-	return r.python.frame(pid, code, instr)
+	return r.runtimes.frame(pid, rec, i)
 }

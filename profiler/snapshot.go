@@ -183,7 +183,7 @@ func (r *resolver) wantTable(rec *tracer.Record) {
 		if i+1 < len(rec.User) && rec.UserFlags[i+1]&tracer.FrameFromFramePointer == 0 {
 			continue
 		}
-		if h := rec.UserFiles[i].File; h != 0 && rec.UserFlags[i]&tracer.FramePython == 0 {
+		if h := rec.UserFiles[i].File; h != 0 && rec.UserFlags[i]&tracer.FrameRuntime == 0 {
 			if id, ok := r.unwinder.File(h); ok {
 				r.unwinder.Want(id, unfinishedWant)
 			}

@@ -84,7 +84,7 @@ func TestWantTableWithoutSnapshot(t *testing.T) {
 		{"frame pointers after the lib", []tracer.FrameFlags{0, 0, fp, fp}, []uint32{7, 9, 7, 7}, false, map[elfx.FileID]int{lib: unfinishedWant}},
 		{"ends in the lib", []tracer.FrameFlags{0, 0}, []uint32{7, 9}, false, map[elfx.FileID]int{lib: unfinishedWant}},
 		{"whole", []tracer.FrameFlags{0, fp, fp}, []uint32{9, 7, 7}, true, map[elfx.FileID]int{}},
-		{"python", []tracer.FrameFlags{tracer.FramePython, fp}, []uint32{0, 7}, false, map[elfx.FileID]int{}},
+		{"python", []tracer.FrameFlags{tracer.FrameRuntime, fp}, []uint32{0, 7}, false, map[elfx.FileID]int{}},
 		{"unknown file", []tracer.FrameFlags{0, fp}, []uint32{0, 7}, false, map[elfx.FileID]int{}},
 	}
 	for _, c := range cases {

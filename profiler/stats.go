@@ -235,11 +235,10 @@ func (p *Profiler) Stats() Stats {
 	}
 	s.Unwind = pr.loader.Stats()
 	s.Symbols = p.syms.Stats()
-	if py := p.preparer.python; py != nil {
-		ns := py.namer.Stats()
-		s.Python = PythonStats{Processes: py.found.Load(), Unsupported: py.unsupported.Load(),
-			UnknownVersions: py.unknownVersions.Load(), Failed: py.failed.Load(),
-			Unnamed: py.unnamed.Load(), Named: ns.Named, CacheResets: ns.Resets, CacheBytes: ns.Bytes}
+	if rts := p.preparer.runtimes; rts != nil {
+		for _, rt := range rts.list {
+			rt.stats(&s)
+		}
 	}
 	j := &p.offCPU.stats
 	s.OffCPU = OffCPUStats{

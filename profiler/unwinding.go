@@ -34,9 +34,9 @@ type preparer struct {
 	// filter decides which processes are profiled; kernel enforces it.
 	filter *procFilter
 	kernel preparerKernel
-	// python sets the eBPF Python walker up for the CPython processes
-	// among those prepared; nil: none is.
-	python *pythonProcs
+	// runtimes set the eBPF runtime walkers (CPython, HotSpot) up for the
+	// processes among those prepared that run them; nil: none is.
+	runtimes *runtimeSet
 
 	queued   atomic.Uint64 // requests accepted
 	handled  atomic.Uint64 // requests handled; queued - handled are waiting
@@ -346,6 +346,31 @@ func (p *preparer) deferExec(w prepareWork) bool {
 	return false
 }
 
+// forgetImage lets every runtime examine pid again.
+func (p *preparer) forgetImage(pid int) {
+	if p.runtimes == nil {
+		return
+	}
+	for _, rt := range p.runtimes.list {
+		rt.forgetImage(pid)
+	}
+}
+
+// prepareRuntimes lets every runtime examine proc and reports whether one
+// set its walker up for it.
+func (p *preparer) prepareRuntimes(proc *process.Process) bool {
+	if p.runtimes == nil {
+		return false
+	}
+	found := false
+	for _, rt := range p.runtimes.list {
+		if rt.prepare(proc) {
+			found = true
+		}
+	}
+	return found
+}
+
 func (p *preparer) handle(w prepareWork) {
 	p.pid = w.pid
 	switch w.kind {
@@ -353,9 +378,7 @@ func (p *preparer) handle(w prepareWork) {
 		p.misses.take(w.pid)
 		p.warm.forget(w.pid)
 		p.filter.forget(w.pid)
-		if p.python != nil {
-			p.python.forgetImage(w.pid)
-		}
+		p.forgetImage(w.pid)
 		_ = p.loader.Forget(w.pid)
 		p.holds.exited(w.pid)
 		return
@@ -363,9 +386,7 @@ func (p *preparer) handle(w prepareWork) {
 		// The reader marked the old image stale in the process table.
 		p.warm.forget(w.pid)
 		p.filter.forget(w.pid)
-		if p.python != nil {
-			p.python.forgetImage(w.pid)
-		}
+		p.forgetImage(w.pid)
 	}
 	proc, err := p.procs.Get(w.pid)
 	if err == nil && w.kind == prepareUnknown && p.loader.Prepared(w.pid) {
@@ -411,8 +432,8 @@ func (p *preparer) handle(w prepareWork) {
 	// sets nothing and forgets the pid.
 	before := p.loader.Stats()
 	err = p.loader.Prepare(proc)
-	if err == nil && p.python != nil && p.python.prepare(proc) {
-		// The Python walker needs the eBPF side's native frames, which
+	if err == nil && p.prepareRuntimes(proc) {
+		// A runtime's walker needs the eBPF side's native frames, which
 		// take no snapshots: its tables are built now.
 		p.loader.WantProcess(proc.PID)
 	}

@@ -58,9 +58,13 @@ const (
 	SondeCounterCOUNTER_PY_NO_THREAD         SondeCounter = 28
 	SondeCounterCOUNTER_PY_READ_ERR          SondeCounter = 29
 	SondeCounterCOUNTER_PY_BAD_FRAME         SondeCounter = 30
-	SondeCounterCOUNTER_SNAPSHOTS            SondeCounter = 31
-	SondeCounterCOUNTER_SNAPSHOTS_SKIPPED    SondeCounter = 32
-	SondeCounterCOUNTER_MAX                  SondeCounter = 33
+	SondeCounterCOUNTER_JVM_SAMPLES          SondeCounter = 31
+	SondeCounterCOUNTER_JVM_FRAMES           SondeCounter = 32
+	SondeCounterCOUNTER_JVM_NO_BLOB          SondeCounter = 33
+	SondeCounterCOUNTER_JVM_READ_ERR         SondeCounter = 34
+	SondeCounterCOUNTER_SNAPSHOTS            SondeCounter = 35
+	SondeCounterCOUNTER_SNAPSHOTS_SKIPPED    SondeCounter = 36
+	SondeCounterCOUNTER_MAX                  SondeCounter = 37
 )
 
 type SondeFileKey struct {
@@ -85,6 +89,43 @@ const (
 	SondeFpRuleFP_OFFSET  SondeFpRule = 1
 	SondeFpRuleFP_UNKNOWN SondeFpRule = 2
 )
+
+type SondeJvmFrameKind uint32
+
+const (
+	SondeJvmFrameKindJVM_FRAME_INTERPRETED SondeJvmFrameKind = 1
+	SondeJvmFrameKindJVM_FRAME_COMPILED    SondeJvmFrameKind = 2
+)
+
+type SondeJvmHeap struct {
+	_        structs.HostLayout
+	Low      uint64
+	High     uint64
+	Segmap   uint64
+	SegShift uint32
+	Pad      uint32
+}
+
+type SondeJvmProc struct {
+	_                  structs.HostLayout
+	CodeLow            uint64
+	CodeHigh           uint64
+	InterpStart        uint64
+	InterpEnd          uint64
+	Heaps              [4]SondeJvmHeap
+	Nheaps             uint32
+	HeapBlockSize      uint16
+	BlobFrameSize      uint16
+	BlobFrameComplete  uint16
+	BlobCodeBegin      uint16
+	NmethodCompileId   uint16
+	CodeBeginIsOffset  uint8
+	FrameCompleteShort uint8
+	InterpMethod       int16
+	InterpBcp          int16
+	InterpSenderSp     int16
+	Pad2               uint16
+}
 
 type SondeLimits uint32
 
@@ -144,8 +185,9 @@ type SondePcFlags uint64
 const (
 	SondePcFlagsPC_FLAG_FRAME_POINTER SondePcFlags = 9223372036854775808
 	SondePcFlagsPC_FLAG_NO_ADJUST     SondePcFlags = 4611686018427387904
-	SondePcFlagsPC_FLAG_PYTHON        SondePcFlags = 2305843009213693952
+	SondePcFlagsPC_FLAG_RUNTIME       SondePcFlags = 2305843009213693952
 	SondePcFlagsPC_FLAGS_MASK         SondePcFlags = 16140901064495857664
+	SondePcFlagsPC_RUNTIME_ADDR_MASK  SondePcFlags = 281474976710655
 )
 
 type SondePidStats struct {
@@ -203,6 +245,15 @@ type SondeRowPage uint32
 const (
 	SondeRowPageROW_PAGE_SHIFT SondeRowPage = 12
 	SondeRowPageROW_PAGE_NONE  SondeRowPage = 4294967295
+)
+
+type SondeRuntimeId uint32
+
+const (
+	SondeRuntimeIdRUNTIME_SHIFT      SondeRuntimeId = 56
+	SondeRuntimeIdRUNTIME_KIND_SHIFT SondeRuntimeId = 52
+	SondeRuntimeIdRUNTIME_PYTHON     SondeRuntimeId = 0
+	SondeRuntimeIdRUNTIME_JVM        SondeRuntimeId = 1
 )
 
 type SondeSampleFlags uint32
@@ -300,6 +351,9 @@ type SondeUstackState struct {
 	PyRun      uint32
 	PyPad      uint32
 	Py         SondePythonProc
+	JvmActive  uint32
+	JvmPad     uint32
+	Jvm        SondeJvmProc
 	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32
@@ -316,6 +370,7 @@ const (
 	SondeMapCounters                   = "counters"
 	SondeMapEvents                     = "events"
 	SondeMapFileTables                 = "file_tables"
+	SondeMapJvmProcs                   = "jvm_procs"
 	SondeMapKnownPids                  = "known_pids"
 	SondeMapMappings                   = "mappings"
 	SondeMapNotices                    = "notices"
@@ -353,6 +408,9 @@ const (
 	SondeVarUnusedFileKey              = "unused_file_key"
 	SondeVarUnusedFileTable            = "unused_file_table"
 	SondeVarUnusedFpRule               = "unused_fp_rule"
+	SondeVarUnusedJvmFrameKind         = "unused_jvm_frame_kind"
+	SondeVarUnusedJvmHeap              = "unused_jvm_heap"
+	SondeVarUnusedJvmProc              = "unused_jvm_proc"
 	SondeVarUnusedLimits               = "unused_limits"
 	SondeVarUnusedMappingInfo          = "unused_mapping_info"
 	SondeVarUnusedMappingInfoFlags     = "unused_mapping_info_flags"
@@ -365,6 +423,7 @@ const (
 	SondeVarUnusedRecordType           = "unused_record_type"
 	SondeVarUnusedRowBits              = "unused_row_bits"
 	SondeVarUnusedRowPage              = "unused_row_page"
+	SondeVarUnusedRuntimeId            = "unused_runtime_id"
 	SondeVarUnusedSampleFlags          = "unused_sample_flags"
 	SondeVarUnusedStackSnapshot        = "unused_stack_snapshot"
 	SondeVarUnusedTaskRecord           = "unused_task_record"
@@ -431,6 +490,7 @@ type SondeMapSpecs struct {
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	Events              *ebpf.MapSpec `ebpf:"events"`
 	FileTables          *ebpf.MapSpec `ebpf:"file_tables"`
+	JvmProcs            *ebpf.MapSpec `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
 	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
 	Notices             *ebpf.MapSpec `ebpf:"notices"`
@@ -466,6 +526,9 @@ type SondeVariableSpecs struct {
 	UnusedFileKey          *ebpf.VariableSpec `ebpf:"unused_file_key"`
 	UnusedFileTable        *ebpf.VariableSpec `ebpf:"unused_file_table"`
 	UnusedFpRule           *ebpf.VariableSpec `ebpf:"unused_fp_rule"`
+	UnusedJvmFrameKind     *ebpf.VariableSpec `ebpf:"unused_jvm_frame_kind"`
+	UnusedJvmHeap          *ebpf.VariableSpec `ebpf:"unused_jvm_heap"`
+	UnusedJvmProc          *ebpf.VariableSpec `ebpf:"unused_jvm_proc"`
 	UnusedLimits           *ebpf.VariableSpec `ebpf:"unused_limits"`
 	UnusedMappingInfo      *ebpf.VariableSpec `ebpf:"unused_mapping_info"`
 	UnusedMappingInfoFlags *ebpf.VariableSpec `ebpf:"unused_mapping_info_flags"`
@@ -478,6 +541,7 @@ type SondeVariableSpecs struct {
 	UnusedRecordType       *ebpf.VariableSpec `ebpf:"unused_record_type"`
 	UnusedRowBits          *ebpf.VariableSpec `ebpf:"unused_row_bits"`
 	UnusedRowPage          *ebpf.VariableSpec `ebpf:"unused_row_page"`
+	UnusedRuntimeId        *ebpf.VariableSpec `ebpf:"unused_runtime_id"`
 	UnusedSampleFlags      *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
 	UnusedStackSnapshot    *ebpf.VariableSpec `ebpf:"unused_stack_snapshot"`
 	UnusedTaskRecord       *ebpf.VariableSpec `ebpf:"unused_task_record"`
@@ -508,6 +572,7 @@ type SondeMaps struct {
 	Counters            *ebpf.Map `ebpf:"counters"`
 	Events              *ebpf.Map `ebpf:"events"`
 	FileTables          *ebpf.Map `ebpf:"file_tables"`
+	JvmProcs            *ebpf.Map `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.Map `ebpf:"known_pids"`
 	Mappings            *ebpf.Map `ebpf:"mappings"`
 	Notices             *ebpf.Map `ebpf:"notices"`
@@ -531,6 +596,7 @@ func (m *SondeMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.FileTables,
+		m.JvmProcs,
 		m.KnownPids,
 		m.Mappings,
 		m.Notices,
@@ -567,6 +633,9 @@ type SondeVariables struct {
 	UnusedFileKey          *ebpf.Variable `ebpf:"unused_file_key"`
 	UnusedFileTable        *ebpf.Variable `ebpf:"unused_file_table"`
 	UnusedFpRule           *ebpf.Variable `ebpf:"unused_fp_rule"`
+	UnusedJvmFrameKind     *ebpf.Variable `ebpf:"unused_jvm_frame_kind"`
+	UnusedJvmHeap          *ebpf.Variable `ebpf:"unused_jvm_heap"`
+	UnusedJvmProc          *ebpf.Variable `ebpf:"unused_jvm_proc"`
 	UnusedLimits           *ebpf.Variable `ebpf:"unused_limits"`
 	UnusedMappingInfo      *ebpf.Variable `ebpf:"unused_mapping_info"`
 	UnusedMappingInfoFlags *ebpf.Variable `ebpf:"unused_mapping_info_flags"`
@@ -579,6 +648,7 @@ type SondeVariables struct {
 	UnusedRecordType       *ebpf.Variable `ebpf:"unused_record_type"`
 	UnusedRowBits          *ebpf.Variable `ebpf:"unused_row_bits"`
 	UnusedRowPage          *ebpf.Variable `ebpf:"unused_row_page"`
+	UnusedRuntimeId        *ebpf.Variable `ebpf:"unused_runtime_id"`
 	UnusedSampleFlags      *ebpf.Variable `ebpf:"unused_sample_flags"`
 	UnusedStackSnapshot    *ebpf.Variable `ebpf:"unused_stack_snapshot"`
 	UnusedTaskRecord       *ebpf.Variable `ebpf:"unused_task_record"`

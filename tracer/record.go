@@ -66,17 +66,34 @@ const (
 	// leaf, or the code a signal interrupted), not a return address; it is
 	// named as is, not at PC-1.
 	FrameInterrupted
-	// FramePython marks a CPython frame. Its User entry is the address of its
-	// code object and its UserFiles entry has File 0 and, as Offset, the
-	// frame's instruction (f_lasti, or the instruction pointer from 3.11 on).
-	FramePython
+	// FrameRuntime marks a frame a runtime's walker reported (an
+	// interpreter's or JIT's, not a native PC). Its User entry is an
+	// address of the runtime's (RuntimeFrame says which runtime and kind);
+	// its UserFiles entry's Offset is the runtime's second word. CPython:
+	// the code object's address and the frame's instruction (f_lasti, or
+	// the instruction pointer from 3.11 on).
+	FrameRuntime
 )
+
+// Runtimes whose walkers report FrameRuntime frames.
+const (
+	RuntimePython = uint8(support.SondeRuntimeIdRUNTIME_PYTHON)
+	RuntimeJVM    = uint8(support.SondeRuntimeIdRUNTIME_JVM)
+)
+
+// RuntimeFrame says which runtime reported the FrameRuntime frame whose
+// UserFiles entry is ref, and the runtime's kind of frame.
+func RuntimeFrame(ref FileRef) (runtime, kind uint8) {
+	return uint8(ref.File >> 4), uint8(ref.File & 0xf)
+}
 
 // Bits of a raw user frame, as the eBPF side encodes them.
 const (
 	pcFlagFramePointer = uint64(support.SondePcFlagsPC_FLAG_FRAME_POINTER)
 	pcFlagNoAdjust     = uint64(support.SondePcFlagsPC_FLAG_NO_ADJUST)
-	pcFlagPython       = uint64(support.SondePcFlagsPC_FLAG_PYTHON)
+	pcFlagRuntime      = uint64(support.SondePcFlagsPC_FLAG_RUNTIME)
+	runtimeAddrMask    = uint64(support.SondePcFlagsPC_RUNTIME_ADDR_MASK)
+	runtimeKindShift   = uint64(support.SondeRuntimeIdRUNTIME_KIND_SHIFT)
 	pcFlagsMask        = uint64(support.SondePcFlagsPC_FLAGS_MASK)
 )
 
@@ -342,9 +359,11 @@ func (rec *Record) decode(b []byte, c clock) error {
 			}
 			rec.flags[i] = f
 			rec.User[i] = raw &^ pcFlagsMask
-			if raw&pcFlagPython != 0 {
-				rec.flags[i] = FramePython
-				rec.files[i] = FileRef{Offset: file}
+			if raw&pcFlagRuntime != 0 {
+				// The runtime and kind: 8 bits, (runtime << 4) | kind.
+				rec.flags[i] = FrameRuntime | f&FrameInterrupted
+				rec.User[i] = raw & runtimeAddrMask
+				rec.files[i] = FileRef{File: uint32(raw>>runtimeKindShift) & 0xff, Offset: file}
 				continue
 			}
 			rec.files[i] = FileRef{File: uint32(file >> 32), Offset: file & 0xffffffff}

@@ -409,7 +409,7 @@ func TestDecodeUserFrameFlags(t *testing.T) {
 // instruction word (a pointer from 3.11 on), and no file.
 func TestDecodePythonFrame(t *testing.T) {
 	const code, instr = 0x7f12_3456_7890, 0x7f12_3456_78c6
-	user := []uint64{0x401000 | pcFlagNoAdjust, code | pcFlagPython, 0x401100}
+	user := []uint64{0x401000 | pcFlagNoAdjust, code | pcFlagRuntime, 0x401100}
 	b := encodeSample(1, 1, 0, "x", nil, user, FileRef{File: 3, Offset: 0x1000}, FileRef{}, FileRef{File: 3, Offset: 0x1100})
 	binary.LittleEndian.PutUint64(b[offStack+8*3:], instr)
 	var rec Record
@@ -419,11 +419,46 @@ func TestDecodePythonFrame(t *testing.T) {
 	if diff := cmp.Diff([]uint64{0x401000, code, 0x401100}, rec.User); diff != "" {
 		t.Errorf("user PCs (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]FrameFlags{FrameInterrupted, FramePython, 0}, rec.UserFlags); diff != "" {
+	if diff := cmp.Diff([]FrameFlags{FrameInterrupted, FrameRuntime, 0}, rec.UserFlags); diff != "" {
 		t.Errorf("user frame flags (-want +got):\n%s", diff)
 	}
 	want := []FileRef{{File: 3, Offset: 0x1000}, {Offset: instr}, {File: 3, Offset: 0x1100}}
 	if diff := cmp.Diff(want, rec.UserFiles); diff != "" {
 		t.Errorf("user files (-want +got):\n%s", diff)
+	}
+}
+
+// A Java frame keeps its address (the runtime and kind bits off), its
+// second word whole, and says which runtime and kind reported it; an
+// interrupted one stays interrupted.
+func TestDecodeJVMFrame(t *testing.T) {
+	const blob, word = 0x7f12_3456_7000, 0x0000_002a_0000_01c4
+	const method, bcp = 0x7f00_1111_2220, 0x7f00_3333_4448
+	jvm := func(kind uint64) uint64 {
+		return pcFlagRuntime | uint64(RuntimeJVM)<<uint64(support.SondeRuntimeIdRUNTIME_SHIFT) | kind<<runtimeKindShift
+	}
+	compiled := uint64(support.SondeJvmFrameKindJVM_FRAME_COMPILED)
+	interp := uint64(support.SondeJvmFrameKindJVM_FRAME_INTERPRETED)
+	user := []uint64{blob | jvm(compiled) | pcFlagNoAdjust, method | jvm(interp), 0x401100}
+	b := encodeSample(1, 1, 0, "x", nil, user, FileRef{}, FileRef{}, FileRef{File: 3, Offset: 0x1100})
+	binary.LittleEndian.PutUint64(b[offStack+8*1:], word)
+	binary.LittleEndian.PutUint64(b[offStack+8*3:], bcp)
+	var rec Record
+	if err := rec.decode(b, clock{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint64{blob, method, 0x401100}, rec.User); diff != "" {
+		t.Errorf("user PCs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]FrameFlags{FrameRuntime | FrameInterrupted, FrameRuntime, 0}, rec.UserFlags); diff != "" {
+		t.Errorf("user frame flags (-want +got):\n%s", diff)
+	}
+	for i, want := range []struct{ runtime, kind uint8 }{{RuntimeJVM, uint8(compiled)}, {RuntimeJVM, uint8(interp)}} {
+		if rt, kind := RuntimeFrame(rec.UserFiles[i]); rt != want.runtime || kind != want.kind {
+			t.Errorf("frame %d: runtime %d kind %d, want %d %d", i, rt, kind, want.runtime, want.kind)
+		}
+	}
+	if rec.UserFiles[0].Offset != word || rec.UserFiles[1].Offset != bcp {
+		t.Errorf("second words %#x %#x, want %#x %#x", rec.UserFiles[0].Offset, rec.UserFiles[1].Offset, uint64(word), uint64(bcp))
 	}
 }

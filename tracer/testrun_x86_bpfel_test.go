@@ -28,6 +28,34 @@ type testrunFileTable struct {
 	Pad     uint32
 }
 
+type testrunJvmProc struct {
+	_           structs.HostLayout
+	CodeLow     uint64
+	CodeHigh    uint64
+	InterpStart uint64
+	InterpEnd   uint64
+	Heaps       [4]struct {
+		_        structs.HostLayout
+		Low      uint64
+		High     uint64
+		Segmap   uint64
+		SegShift uint32
+		Pad      uint32
+	}
+	Nheaps             uint32
+	HeapBlockSize      uint16
+	BlobFrameSize      uint16
+	BlobFrameComplete  uint16
+	BlobCodeBegin      uint16
+	NmethodCompileId   uint16
+	CodeBeginIsOffset  uint8
+	FrameCompleteShort uint8
+	InterpMethod       int16
+	InterpBcp          int16
+	InterpSenderSp     int16
+	Pad2               uint16
+}
+
 type testrunMappingInfo struct {
 	_        structs.HostLayout
 	Start    uint64
@@ -194,6 +222,9 @@ type testrunUstackState struct {
 	PyRun      uint32
 	PyPad      uint32
 	Py         testrunPythonProc
+	JvmActive  uint32
+	JvmPad     uint32
+	Jvm        testrunJvmProc
 	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32
@@ -210,6 +241,7 @@ const (
 	testrunMapCounters             = "counters"
 	testrunMapEvents               = "events"
 	testrunMapFileTables           = "file_tables"
+	testrunMapJvmProcs             = "jvm_procs"
 	testrunMapKnownPids            = "known_pids"
 	testrunMapMappings             = "mappings"
 	testrunMapNotices              = "notices"
@@ -295,6 +327,7 @@ type testrunMapSpecs struct {
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	Events              *ebpf.MapSpec `ebpf:"events"`
 	FileTables          *ebpf.MapSpec `ebpf:"file_tables"`
+	JvmProcs            *ebpf.MapSpec `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
 	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
 	Notices             *ebpf.MapSpec `ebpf:"notices"`
@@ -352,6 +385,7 @@ type testrunMaps struct {
 	Counters            *ebpf.Map `ebpf:"counters"`
 	Events              *ebpf.Map `ebpf:"events"`
 	FileTables          *ebpf.Map `ebpf:"file_tables"`
+	JvmProcs            *ebpf.Map `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.Map `ebpf:"known_pids"`
 	Mappings            *ebpf.Map `ebpf:"mappings"`
 	Notices             *ebpf.Map `ebpf:"notices"`
@@ -375,6 +409,7 @@ func (m *testrunMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.FileTables,
+		m.JvmProcs,
 		m.KnownPids,
 		m.Mappings,
 		m.Notices,

@@ -460,6 +460,10 @@ type Counters struct {
 	PythonNoThread  uint64 // stacks whose thread had no state in its interpreter's first threads
 	PythonReadErrs  uint64 // Python walks ended at unreadable memory
 	PythonBadFrames uint64 // Python walks ended at a frame without a code object
+	JVMSamples      uint64 // user stacks of processes set with SetJVM
+	JVMFrames       uint64 // Java frames reported (interpreted and code blobs)
+	JVMNoBlob       uint64 // JVM walks ended at a code cache PC in no code blob
+	JVMReadErrs     uint64 // JVM walks ended at unreadable memory
 
 	Snapshots        uint64 // samples sent with a stack snapshot (Record.Snapshot)
 	SnapshotsSkipped uint64 // snapshots not taken: the ring buffer was half full
@@ -511,6 +515,10 @@ var counters = [support.SondeCounterCOUNTER_MAX]counter{
 	support.SondeCounterCOUNTER_PY_NO_THREAD:         {"py_no_thread", func(c *Counters) *uint64 { return &c.PythonNoThread }},
 	support.SondeCounterCOUNTER_PY_READ_ERR:          {"py_read_err", func(c *Counters) *uint64 { return &c.PythonReadErrs }},
 	support.SondeCounterCOUNTER_PY_BAD_FRAME:         {"py_bad_frame", func(c *Counters) *uint64 { return &c.PythonBadFrames }},
+	support.SondeCounterCOUNTER_JVM_SAMPLES:          {"jvm_samples", func(c *Counters) *uint64 { return &c.JVMSamples }},
+	support.SondeCounterCOUNTER_JVM_FRAMES:           {"jvm_frames", func(c *Counters) *uint64 { return &c.JVMFrames }},
+	support.SondeCounterCOUNTER_JVM_NO_BLOB:          {"jvm_no_blob", func(c *Counters) *uint64 { return &c.JVMNoBlob }},
+	support.SondeCounterCOUNTER_JVM_READ_ERR:         {"jvm_read_err", func(c *Counters) *uint64 { return &c.JVMReadErrs }},
 	support.SondeCounterCOUNTER_SNAPSHOTS:            {"snapshots", func(c *Counters) *uint64 { return &c.Snapshots }},
 	support.SondeCounterCOUNTER_SNAPSHOTS_SKIPPED:    {"snapshots_skipped", func(c *Counters) *uint64 { return &c.SnapshotsSkipped }},
 }

@@ -515,3 +515,29 @@ func (t *Tracer) ForgetPython(pid uint32) error {
 	}
 	return nil
 }
+
+// JVMProc is what the eBPF HotSpot walker needs of one JVM process.
+type JVMProc = support.SondeJvmProc
+
+// JVMHeap is one code heap of a JVMProc.
+type JVMHeap = support.SondeJvmHeap
+
+// MaxJVMHeaps is how many code heaps a JVMProc holds.
+const MaxJVMHeaps = len(JVMProc{}.Heaps)
+
+// SetJVM makes the unwinder report pid's code cache frames as Java frames
+// and step over them by the JVM's own frame layout.
+func (t *Tracer) SetJVM(pid uint32, p JVMProc) error {
+	if err := t.objs.JvmProcs.Put(pid, p); err != nil {
+		return fmt.Errorf("pid %d: set jvm: %w", pid, err)
+	}
+	return nil
+}
+
+// ForgetJVM removes pid's JVM entry.
+func (t *Tracer) ForgetJVM(pid uint32) error {
+	if err := t.objs.JvmProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: forget jvm: %w", pid, err)
+	}
+	return nil
+}

@@ -120,6 +120,10 @@ struct ustack_state {
 	__u32 py_run;     // Python frames reported for that eval-loop frame
 	__u32 py_pad;
 	struct python_proc py;
+	// The HotSpot walker's state (jvm.h).
+	__u32 jvm_active; // the process runs a JVM: code cache PCs are Java frames
+	__u32 jvm_pad;
+	struct jvm_proc jvm;
 	// The mapping cache (kept across stacks): entry i is mapping
 	// cache_mi[i] of process cache_pid[i] (0: empty) in [cache_start[i],
 	// cache_end[i]), valid while cache_epoch is mapping_epoch.
@@ -314,6 +318,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct python_proc);
 } python_procs SEC(".maps");
+
+// JVM processes and how to walk them. Filled by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct jvm_proc);
+} jvm_procs SEC(".maps");
 
 // The thread state last found for a thread (host tid). Checked against
 // the thread pointer on every use: a thread that exited and whose state

@@ -9,6 +9,7 @@
 
 #include "record.h"
 #include "python.h"
+#include "jvm.h"
 
 // Offsets in the signal frame __restore_rt returns through: the ucontext
 // sits at the stack pointer; its mcontext starts 40 bytes in.
@@ -58,6 +59,7 @@ static __always_inline __u64 mm_fingerprint(void)
 static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 {
 	py_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
+	jvm_begin(st, tgid);
 	st->runs = 0;
 	st->adjust = 0;
 	st->have_mi = 0;
@@ -67,7 +69,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->last_table = 0;
 	st->snap_set = 0;
 	st->snap2_set = 0;
-	if (snapshot_all && !st->py_active) {
+	if (snapshot_all && !st->py_active && !st->jvm_active) {
 		st->snap_set = 1;
 		st->snap_frame = 0;
 		st->snap_pc = st->pc | PC_FLAG_NO_ADJUST;
@@ -385,12 +387,12 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 // placed) where no table is loaded, as the one user space is to unwind on
 // from, with a snapshot of the stack (take_snapshot): once per stack, where
 // a table may come (a file without one yet, or a mapping find_mapping
-// could not place), and not in CPython processes, whose walker needs the
-// eBPF side's frames.
+// could not place), and not in CPython or JVM processes, whose walkers
+// need the eBPF side's frames.
 static __always_inline void want_snapshot(struct ustack_state *st, struct sample_record *s,
                                           struct mapping_info *mi, __u64 pc)
 {
-	if (st->snap_set || st->py_active)
+	if (st->snap_set || st->py_active || st->jvm_active)
 		return;
 	if (mi ? mi->inode == 0 || (mi->flags & MAPPING_NO_TABLE) : !st->unplaced)
 		return;
@@ -517,6 +519,11 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 	if (pc == 0)
 		return FRAME_STOP;
 	__u64 lookup = st->adjust ? pc - 1 : pc;
+	// The JVM walker is in the bpf_loop build alone (vma: 5.17+): the
+	// tail-call build, whose frames the verifier checks one by one, has
+	// no room for it.
+	if (vma && jvm_in_code(st, lookup))
+		return jvm_frame(st, s, idx, pc, lookup) ? FRAME_NEXT : FRAME_STOP;
 	struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
 	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
 		if (!st->py_walking) {

@@ -8,7 +8,7 @@
 // unwinder meets each frame of _PyEval_EvalFrameDefault, py_frame
 // replaces it with the Python frames that run of the eval loop executes:
 // one on 3.6–3.10, every frame up to the run's entry on 3.11 and later.
-// A Python frame leaves as (code object | PC_FLAG_PYTHON, instruction);
+// A Python frame leaves as (code object | PC_FLAG_RUNTIME, instruction);
 // user space names it from the code object.
 #pragma once
 
@@ -147,7 +147,7 @@ static __always_inline enum py_result py_frame(struct ustack_state *st, struct s
 		r = PY_LAST; // one frame per run
 	}
 	if (idx + 1 < MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
-		s->stack[idx] = code | PC_FLAG_PYTHON;
+		s->stack[idx] = code | PC_FLAG_RUNTIME;
 		s->stack[idx + 1] = instr;
 	}
 	st->py_frame = next;

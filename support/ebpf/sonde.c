@@ -13,6 +13,7 @@
 //   record.h       building and sending records, unknown-process requests
 //   native.h       the native user-stack unwinder (tables, frame pointers)
 //   python.h       the CPython unwinder, hooked into native.h's frame loop
+//   jvm.h          the HotSpot unwinder, likewise
 //   sampler.h      the on-CPU sampler (perf event)
 //   offcpu.h       off-CPU tracing (sched_switch)
 //   task_events.h  exec and exit
@@ -43,6 +44,10 @@ const struct file_table *unused_file_table __attribute__((unused));
 const struct offcpu_end_record *unused_offcpu_end_record __attribute__((unused));
 const enum offcpu_end_flags *unused_offcpu_end_flags __attribute__((unused));
 const struct python_proc *unused_python_proc __attribute__((unused));
+const struct jvm_proc *unused_jvm_proc __attribute__((unused));
+const struct jvm_heap *unused_jvm_heap __attribute__((unused));
+const enum runtime_id *unused_runtime_id __attribute__((unused));
+const enum jvm_frame_kind *unused_jvm_frame_kind __attribute__((unused));
 const enum limits *unused_limits __attribute__((unused));
 const enum pc_flags *unused_pc_flags __attribute__((unused));
 const struct stack_snapshot *unused_stack_snapshot __attribute__((unused));

@@ -36,11 +36,38 @@ enum pc_flags {
 	// An interrupted PC (the leaf, or after a signal frame), not a return
 	// address.
 	PC_FLAG_NO_ADJUST = 1ULL << 62,
-	// A Python frame (python.h): the PC word is its code object's address
-	// with this bit set, the file word its instruction (f_lasti, or the
-	// instruction pointer from 3.11 on).
-	PC_FLAG_PYTHON = 1ULL << 61,
-	PC_FLAGS_MASK = PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST | PC_FLAG_PYTHON,
+	// A runtime's frame (an interpreter's or JIT's, not a native PC): the
+	// PC word is an address the runtime's namer understands with this bit
+	// set and the runtime and frame kind in bits RUNTIME_SHIFT and
+	// RUNTIME_KIND_SHIFT; the file word is the runtime's own.
+	// CPython (python.h), runtime 0: the code object's address; the file
+	// word its instruction (f_lasti, or the instruction pointer from 3.11 on).
+	// HotSpot (jvm.h), runtime 1: see enum jvm_frame_kind.
+	PC_FLAG_RUNTIME = 1ULL << 61,
+	PC_FLAGS_MASK = PC_FLAG_FRAME_POINTER | PC_FLAG_NO_ADJUST | PC_FLAG_RUNTIME,
+	// A runtime frame's address: the low 48 bits.
+	PC_RUNTIME_ADDR_MASK = (1ULL << 48) - 1,
+};
+
+// The runtime of a PC_FLAG_RUNTIME frame (4 bits at RUNTIME_SHIFT) and its
+// kind of frame (4 bits at RUNTIME_KIND_SHIFT), both the runtime's own.
+enum runtime_id {
+	RUNTIME_SHIFT = 56,
+	RUNTIME_KIND_SHIFT = 52,
+	RUNTIME_PYTHON = 0,
+	RUNTIME_JVM = 1,
+};
+
+// The kinds of HotSpot frame jvm.h reports.
+enum jvm_frame_kind {
+	// An interpreted frame: the address is its Method*, the file word its
+	// bytecode pointer (bcp), both read from the frame.
+	JVM_FRAME_INTERPRETED = 1,
+	// A frame of code in the code cache (compiled method, native wrapper,
+	// stub): the address is the code blob's, the file word the int at the
+	// blob's compile id offset, read at the sample, in its high 32 bits and
+	// the PC's offset from the blob in its low 32.
+	JVM_FRAME_COMPILED = 2,
 };
 // No user address reaches this, with 5-level page tables either: a return
 // address read at or above it is data, not code, and would collide with the
@@ -276,9 +303,53 @@ enum counter {
 	COUNTER_PY_NO_THREAD, // the sampled thread's state was not in the interpreter's first threads
 	COUNTER_PY_READ_ERR,       // a Python frame chain could not be read: walk ended
 	COUNTER_PY_BAD_FRAME,      // a Python frame held no code object: walk ended
+	COUNTER_JVM_SAMPLES,       // user stacks of JVM processes (jvm_procs)
+	COUNTER_JVM_FRAMES,        // Java frames emitted (interpreted and code blobs)
+	COUNTER_JVM_NO_BLOB,       // a PC in the code cache with no code blob found: walk ended
+	COUNTER_JVM_READ_ERR,      // a Java frame could not be read: walk ended
 	COUNTER_SNAPSHOTS,         // samples sent with a stack snapshot
 	COUNTER_SNAPSHOTS_SKIPPED, // snapshots not taken: the ring buffer was half full
 	COUNTER_MAX,
+};
+
+// The code heaps of one JVM the walker searches (JDK 9+ has up to three).
+#define JVM_MAX_HEAPS 4
+// Hops through a code heap's segment map to a blob's start; each hop goes
+// back up to 254 segments.
+#define JVM_SEGMAP_HOPS 24
+
+// jvm_heap is one code heap: the blob holding pc is found from the byte of
+// segment (pc - low) >> seg_shift in segmap (0: a block starts there; n:
+// go back n segments; 0xff: free).
+struct jvm_heap {
+	__u64 low; // reserved [low, high)
+	__u64 high;
+	__u64 segmap;
+	__u32 seg_shift;
+	__u32 pad;
+};
+
+// jvm_proc tells the HotSpot walker (jvm.h) where one JVM keeps its code
+// and how its version lays out what the walker reads; user space derives
+// it from the JVM's own vmStructs tables. Offsets are in bytes.
+struct jvm_proc {
+	__u64 code_low; // the code cache: every code blob is in [code_low, code_high)
+	__u64 code_high;
+	__u64 interp_start; // the template interpreter's code
+	__u64 interp_end;
+	struct jvm_heap heaps[JVM_MAX_HEAPS];
+	__u32 nheaps;
+	__u16 heap_block_size;     // a blob starts this far after its heap block
+	__u16 blob_frame_size;     // CodeBlob::_frame_size (int, words)
+	__u16 blob_frame_complete; // CodeBlob::_frame_complete_offset (from code begin)
+	__u16 blob_code_begin;     // CodeBlob::_code_begin (pointer) or _code_offset (int)
+	__u16 nmethod_compile_id;  // nmethod::_compile_id (int)
+	__u8 code_begin_is_offset;
+	__u8 frame_complete_short; // _frame_complete_offset is an int16 (JDK 23+), else an int
+	__s16 interp_method; // interpreter frame slots, from its frame pointer
+	__s16 interp_bcp;
+	__s16 interp_sender_sp;
+	__u16 pad2;
 };
 
 // A python_proc field a version does not have.

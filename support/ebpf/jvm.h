@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// The HotSpot unwinder. User space tells it which processes run a JVM, where
+// that JVM keeps its code cache and interpreter, and how its version lays
+// out the few fields the walk reads (jvm_procs in maps.h, derived from the
+// JVM's own vmStructs tables when the process is prepared, cleared at exec
+// and exit). When the native unwinder meets a PC in the code cache it hands
+// the frame to jvm_frame, which reports it and steps to its caller:
+//
+//   - the template interpreter keeps a frame pointer: the frame's Method*
+//     and bytecode pointer are in slots below it, its caller's SP is the
+//     sender SP slot;
+//   - compiled code (C1, C2, native wrappers, runtime stubs) keeps none:
+//     its code blob, found through the code heap's segment map, says how
+//     big its frame is, and the return address and the caller's frame
+//     pointer sit at the top of that frame;
+//   - a blob without a frame size (the call stub and other buffer blobs)
+//     keeps a frame pointer, or none at all when it is the leaf.
+//
+// Frames leave as (address | PC_FLAG_RUNTIME | JVM, word): an interpreted
+// frame as (Method*, bcp), a blob's as (blob, compile id << 32 | PC offset).
+// User space names them and checks that what it reads is what was
+// sampled (a freed nmethod's compile id no longer matches).
+#pragma once
+
+#include "record.h"
+
+// Bounds of what is believed of a frame: a frame size past this many words
+// is not a frame.
+#define JVM_MAX_FRAME_WORDS (1 << 16)
+
+// jvm_begin readies the JVM walk of the current stack of process tgid.
+static __always_inline void jvm_begin(struct ustack_state *st, __u32 tgid)
+{
+	st->jvm_active = 0;
+	struct jvm_proc *jp = bpf_map_lookup_elem(&jvm_procs, &tgid);
+	if (!jp)
+		return;
+	st->jvm = *jp;
+	st->jvm_active = 1;
+	count(COUNTER_JVM_SAMPLES);
+}
+
+// jvm_in_code says whether a PC is in the JVM's code cache.
+static __always_inline bool jvm_in_code(struct ustack_state *st, __u64 pc)
+{
+	return st->jvm_active && pc >= st->jvm.code_low && pc < st->jvm.code_high;
+}
+
+// jvm_blob returns the start of the code blob holding pc, or 0.
+static __always_inline __u64 jvm_blob(struct ustack_state *st, __u64 pc)
+{
+	struct jvm_heap *h = NULL;
+	for (int i = 0; i < JVM_MAX_HEAPS; i++) {
+		if (i < st->jvm.nheaps && pc >= st->jvm.heaps[i].low && pc < st->jvm.heaps[i].high) {
+			h = &st->jvm.heaps[i];
+			break;
+		}
+	}
+	if (!h)
+		return 0;
+	__u32 shift = h->seg_shift & 31;
+	__u64 seg = (pc - h->low) >> shift;
+	for (int i = 0; i < JVM_SEGMAP_HOPS; i++) {
+		__u8 hop = 0;
+		if (bpf_probe_read_user(&hop, sizeof(hop), (void *)(h->segmap + seg)))
+			return 0;
+		if (hop == 0)
+			return h->low + (seg << shift) + st->jvm.heap_block_size;
+		if (hop == 0xff || hop > seg)
+			return 0; // free, or not a chain
+		seg -= hop;
+	}
+	return 0;
+}
+
+// jvm_emit writes the frame (word0, word1) into slots stack[idx] and
+// stack[idx + 1].
+static __always_inline void jvm_emit(struct ustack_state *st, struct sample_record *s, __u32 idx,
+                                     __u32 kind, __u64 addr, __u64 word)
+{
+	if (idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES)
+		return;
+	s->stack[idx] = (addr & PC_RUNTIME_ADDR_MASK) | PC_FLAG_RUNTIME |
+	                ((__u64)RUNTIME_JVM << RUNTIME_SHIFT) | ((__u64)kind << RUNTIME_KIND_SHIFT) |
+	                (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+	s->stack[idx + 1] = word;
+	s->user_len++;
+	count(COUNTER_JVM_FRAMES);
+}
+
+// jvm_read reads a word of the stack; it counts a failure.
+static __always_inline bool jvm_read(struct sample_record *s, __u64 *dst, __u64 addr)
+{
+	if (bpf_probe_read_user(dst, sizeof(*dst), (void *)addr)) {
+		s->flags |= SAMPLE_USER_READ_ERR;
+		count(COUNTER_JVM_READ_ERR);
+		return false;
+	}
+	return true;
+}
+
+// jvm_interpreted reports the interpreted frame at st->fp and steps to its
+// caller: return address above the saved frame pointer, SP from the
+// sender SP slot.
+static __always_inline bool jvm_interpreted(struct ustack_state *st, struct sample_record *s,
+                                            __u32 idx)
+{
+	__u64 fp = st->fp;
+	__u64 link[2], method = 0, bcp = 0, sender_sp = 0;
+	if (fp == 0 || fp < st->sp)
+		return false;
+	if (!jvm_read(s, &link[0], fp) || !jvm_read(s, &link[1], fp + 8) ||
+	    !jvm_read(s, &method, fp + st->jvm.interp_method) ||
+	    !jvm_read(s, &bcp, fp + st->jvm.interp_bcp) ||
+	    !jvm_read(s, &sender_sp, fp + st->jvm.interp_sender_sp))
+		return false;
+	jvm_emit(st, s, idx, JVM_FRAME_INTERPRETED, method, bcp);
+	if (link[1] >= USER_ADDR_END || sender_sp <= fp)
+		return false;
+	st->pc = link[1];
+	st->sp = sender_sp;
+	st->fp = link[0];
+	st->adjust = 1;
+	return true;
+}
+
+// jvm_frame reports the frame at pc, which is in the code cache (lookup is
+// pc, or pc - 1 for a return address), and steps to its caller. It returns
+// false when the stack ends there.
+static __always_inline bool jvm_frame(struct ustack_state *st, struct sample_record *s, __u32 idx,
+                                      __u64 pc, __u64 lookup)
+{
+	st->have_mi = 0;
+	if (lookup >= st->jvm.interp_start && lookup < st->jvm.interp_end)
+		return jvm_interpreted(st, s, idx);
+	__u64 blob = jvm_blob(st, lookup);
+	if (blob == 0) {
+		count(COUNTER_JVM_NO_BLOB);
+		return false;
+	}
+	__s32 frame_words = 0, compile_id = 0;
+	if (bpf_probe_read_user(&frame_words, sizeof(frame_words),
+	                        (void *)(blob + st->jvm.blob_frame_size))) {
+		count(COUNTER_JVM_READ_ERR);
+		return false;
+	}
+	// A failed read leaves the id 0, which no nmethod has: user space
+	// then takes the frame for a stub, or for one it cannot name.
+	bpf_probe_read_user(&compile_id, sizeof(compile_id),
+	                    (void *)(blob + st->jvm.nmethod_compile_id));
+	jvm_emit(st, s, idx, JVM_FRAME_COMPILED, blob,
+	         ((__u64)(__u32)compile_id << 32) | (__u32)(pc - blob));
+
+	__u64 ra = 0;
+	if (frame_words <= 0 || frame_words > JVM_MAX_FRAME_WORDS) {
+		if (st->adjust) {
+			// A caller without a frame size (the call stub) keeps a frame
+			// pointer.
+			if (st->fp == 0 || st->fp < st->sp)
+				return false;
+			__u64 link[2];
+			if (bpf_probe_read_user(link, sizeof(link), (void *)st->fp))
+				return false;
+			st->sp = st->fp + 16;
+			st->fp = link[0];
+			ra = link[1];
+		} else {
+			// An interrupted stub that builds no frame: its return address
+			// is on top of the stack.
+			if (!jvm_read(s, &ra, st->sp))
+				return false;
+			st->sp += 8;
+		}
+	} else {
+		bool built = true;
+		if (!st->adjust) {
+			// The leaf may be in its prologue, before the frame is built:
+			// then the return address is still on top of the stack.
+			__s32 complete = 0;
+			__u64 begin = 0;
+			if (st->jvm.code_begin_is_offset) {
+				__s32 off = 0;
+				bpf_probe_read_user(&off, sizeof(off), (void *)(blob + st->jvm.blob_code_begin));
+				begin = blob + off;
+			} else {
+				bpf_probe_read_user(&begin, sizeof(begin), (void *)(blob + st->jvm.blob_code_begin));
+			}
+			if (st->jvm.frame_complete_short) {
+				__s16 c16 = 0;
+				bpf_probe_read_user(&c16, sizeof(c16),
+				                    (void *)(blob + st->jvm.blob_frame_complete));
+				complete = c16;
+			} else {
+				bpf_probe_read_user(&complete, sizeof(complete),
+				                    (void *)(blob + st->jvm.blob_frame_complete));
+			}
+			if (complete > 0 && pc < begin + complete)
+				built = false;
+		}
+		if (built) {
+			__u64 caller_sp = st->sp + (__u64)frame_words * 8;
+			__u64 fp = 0;
+			if (!jvm_read(s, &ra, caller_sp - 8) || !jvm_read(s, &fp, caller_sp - 16))
+				return false;
+			st->sp = caller_sp;
+			st->fp = fp;
+		} else {
+			if (!jvm_read(s, &ra, st->sp))
+				return false;
+			st->sp += 8;
+		}
+	}
+	if (ra == 0 || ra >= USER_ADDR_END)
+		return false;
+	st->pc = ra;
+	st->adjust = 1;
+	return true;
+}
