@@ -47,8 +47,15 @@ type Kernel struct {
 	// AbstractInterpreter::_code's _stub_buffer .. + _buffer_limit.
 	InterpStart, InterpEnd uint64
 	HeapBlockSize          uint16 // sizeof(HeapBlock): a blob starts HeapBlockSize after its block
-	BlobFrameSize          uint16 // offsetof CodeBlob::_frame_size (int32, in words)
-	BlobFrameComplete      uint16 // offsetof CodeBlob::_frame_complete_offset (int32, bytes from code begin)
+	// HeapBlockUsed is the offset in a HeapBlock of its _header._used
+	// (bool): a block the segmap leads to may be free (on the free list).
+	HeapBlockUsed uint16
+	BlobFrameSize uint16 // offsetof CodeBlob::_frame_size (int32, in words)
+	// BlobFrameComplete is offsetof CodeBlob::_frame_complete_offset
+	// (bytes from code begin), an int32 or, from JDK 23, an int16:
+	// BlobFrameCompleteWidth says which (4 or 2).
+	BlobFrameComplete      uint16
+	BlobFrameCompleteWidth uint8
 	// BlobCodeBegin is offsetof CodeBlob::_code_begin (a pointer), or of
 	// CodeBlob::_code_offset (an int32 from the blob's start) when
 	// CodeBeginIsOffset.
