@@ -131,6 +131,7 @@ func findVM(t testing.TB, pid int) (*VM, *python.ProcMem) {
 	if err != nil {
 		t.Fatalf("find jvm of %d: %v", pid, err)
 	}
+	testPIDs[vm] = pid
 	return vm, mem
 }
 
@@ -176,7 +177,7 @@ func (lt lineTable) span() (lo, hi int) {
 // javapLines reads the line tables of class's methods (by name) with javap.
 func javapLines(t testing.TB, j jdk, dir, class string) map[string]lineTable {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(j.home, "bin", "javap"), "-l", "-p", "-cp", dir, class).CombinedOutput()
+	out, err := exec.Command(filepath.Join(j.home, "bin", "javap"), "-c", "-l", "-p", "-cp", dir, class).CombinedOutput()
 	if err != nil {
 		t.Fatalf("javap %s: %v\n%s", class, err, out)
 	}
