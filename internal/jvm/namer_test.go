@@ -295,4 +295,3 @@ func pidOf(t *testing.T, vm *VM) int {
 	}
 	return p
 }
-
