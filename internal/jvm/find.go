@@ -1,0 +1,115 @@
+package jvm
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/sonde-dev/sonde/internal/process"
+)
+
+// isLibJVM says whether a mapped file is HotSpot's libjvm.so.
+func isLibJVM(path string) bool {
+	return filepath.Base(path) == "libjvm.so"
+}
+
+// Find locates the JVM in p and reads its layout from mem (p's memory).
+// A process that maps no libjvm.so matches ErrNotJVM; a JVM whose tables
+// lack a needed entry matches ErrUnknownVersion.
+func Find(p *process.Process, mem Memory) (*VM, error) {
+	var firstErr error
+	seen := map[string]bool{}
+	for _, m := range p.Mappings {
+		if !m.FileBacked() || seen[m.Path] || !isLibJVM(m.Path) || !strings.Contains(m.Perms, "x") {
+			continue
+		}
+		seen[m.Path] = true
+		vm, err := findIn(p, m, mem)
+		if err == nil {
+			return vm, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return nil, ErrNotJVM
+}
+
+// findIn reads the tables of the libjvm.so mapped by m.
+func findIn(p *process.Process, m process.Mapping, mem Memory) (*VM, error) {
+	path := p.FilePath(m)
+	if path == "" {
+		return nil, fmt.Errorf("jvm file %s: not readable", m.Path)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("jvm file %s: %w", m.Path, err)
+	}
+	defer f.Close()
+	base, err := loadBase(f, m)
+	if err != nil {
+		return nil, fmt.Errorf("jvm file %s: %w", m.Path, err)
+	}
+	syms := symbols(f, tableSymbols...)
+	for n, v := range syms {
+		syms[n] = base + v
+	}
+	t, err := readTables(mem, syms)
+	if err != nil {
+		return nil, fmt.Errorf("jvm file %s: %w", m.Path, err)
+	}
+	vm, err := newVM(t, mem)
+	if err != nil {
+		return nil, fmt.Errorf("jvm file %s: %w", m.Path, err)
+	}
+	vm.File = path
+	return vm, nil
+}
+
+// loadBase is what the file's virtual addresses are moved by in the
+// process, found from the executable segment m maps.
+func loadBase(f *elf.File, m process.Mapping) (uint64, error) {
+	for _, ph := range f.Progs {
+		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_X == 0 {
+			continue
+		}
+		if m.Offset >= ph.Off && m.Offset < ph.Off+ph.Filesz {
+			return m.Start - (ph.Vaddr + (m.Offset - ph.Off)), nil
+		}
+	}
+	return 0, fmt.Errorf("no executable segment at offset %#x", m.Offset)
+}
+
+// symbols returns the values of the named symbols found in .dynsym, then
+// .symtab.
+func symbols(f *elf.File, names ...string) symAddrs {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := symAddrs{}
+	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
+		syms, err := read()
+		if err != nil {
+			continue
+		}
+		for _, s := range syms {
+			if want[s.Name] && s.Value != 0 {
+				if _, ok := out[s.Name]; !ok {
+					out[s.Name] = s.Value
+				}
+			}
+		}
+		if len(out) == len(want) {
+			break
+		}
+	}
+	return out
+}
+
+var errMissing = errors.New("missing")

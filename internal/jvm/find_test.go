@@ -1,0 +1,135 @@
+package jvm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"flag"
+	"github.com/sonde-dev/sonde/internal/process"
+	"sort"
+	"testing"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+var dumpTables = flag.Bool("dump-tables", false, "print the vmStructs tables of each installed JDK")
+
+func TestDumpTables(t *testing.T) {
+	if !*dumpTables {
+		t.Skip("-dump-tables not set")
+	}
+	testutil.RequireRoot(t, "reading a JVM's memory")
+	for _, j := range installedJDKs(t) {
+		dir := compile(t, j, "JBurn")
+		cmd := startJava(t, j, dir, "JBurn", nil, "5")
+		vm, _ := findVM(t, cmd.Process.Pid)
+		tb := vm.l.t
+		var names []string
+		for n, f := range tb.fields {
+			names = append(names, n+" "+f.typ)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			t.Logf("%s field %s", j.name, n)
+		}
+		names = names[:0]
+		for n := range tb.sizes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			t.Logf("%s type %s %d", j.name, n, tb.sizes[n])
+		}
+		for n, v := range tb.ints {
+			t.Logf("%s int %s %d", j.name, n, v)
+		}
+		for n, v := range tb.longs {
+			t.Logf("%s long %s %d", j.name, n, v)
+		}
+	}
+}
+
+// TestFind finds the JVM of a live process of each installed JDK and
+// checks its layout against the process's own maps and `java -version`.
+func TestFind(t *testing.T) {
+	testutil.RequireRoot(t, "reading a JVM's memory")
+	for _, j := range installedJDKs(t) {
+		t.Run(j.name, func(t *testing.T) {
+			dir := compile(t, j, "JBurn")
+			cmd := startJava(t, j, dir, "JBurn", nil, "20")
+			vm, _ := findVM(t, cmd.Process.Pid)
+			if want := javaRelease(t, j); vm.Release != want {
+				t.Errorf("release %q, want %q (java -version)", vm.Release, want)
+			}
+			if vm.Major != j.major || vm.Untested {
+				t.Errorf("major %d untested %v, want %d tested", vm.Major, vm.Untested, j.major)
+			}
+			k := vm.Kernel
+			t.Logf("%s: %+v", vm.Release, k)
+			if k.CodeLow == 0 || k.CodeLow >= k.CodeHigh {
+				t.Fatalf("code cache [%#x, %#x)", k.CodeLow, k.CodeHigh)
+			}
+			if len(k.Heaps) == 0 || len(k.Heaps) > MaxHeaps {
+				t.Fatalf("%d code heaps", len(k.Heaps))
+			}
+			for i, h := range k.Heaps {
+				if h.Low < k.CodeLow || h.High > k.CodeHigh || h.Low >= h.High {
+					t.Errorf("heap %d [%#x, %#x) outside [%#x, %#x)", i, h.Low, h.High, k.CodeLow, k.CodeHigh)
+				}
+				if h.SegShift < 5 || h.SegShift > 10 {
+					t.Errorf("heap %d segment shift %d", i, h.SegShift)
+				}
+				if h.Segmap >= k.CodeLow && h.Segmap < k.CodeHigh {
+					t.Errorf("heap %d segmap %#x inside the code cache", i, h.Segmap)
+				}
+			}
+			if k.InterpStart < k.CodeLow || k.InterpEnd > k.CodeHigh || k.InterpStart >= k.InterpEnd {
+				t.Errorf("interpreter [%#x, %#x) outside the code cache [%#x, %#x)", k.InterpStart, k.InterpEnd, k.CodeLow, k.CodeHigh)
+			}
+			if k.HeapBlockSize == 0 || k.BlobFrameSize == 0 || k.BlobFrameComplete == 0 || k.BlobCodeBegin == 0 || k.NmethodCompileID == 0 {
+				t.Errorf("offsets missing: %+v", k)
+			}
+			if k.InterpMethod != -24 || k.InterpSenderSP != -8 || k.InterpBCP != -64 {
+				t.Errorf("interpreter slots method %d bcp %d sender sp %d", k.InterpMethod, k.InterpBCP, k.InterpSenderSP)
+			}
+			// The code cache is one reserved mapping of the process.
+			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !mapped(string(maps), k.InterpStart) {
+				t.Errorf("interpreter %#x not mapped", k.InterpStart)
+			}
+		})
+	}
+}
+
+// mapped says whether addr is inside an executable mapping of maps.
+func mapped(maps string, addr uint64) bool {
+	for _, l := range strings.Split(maps, "\n") {
+		var lo, hi uint64
+		var perms string
+		if _, err := fmt.Sscanf(l, "%x-%x %s", &lo, &hi, &perms); err != nil {
+			continue
+		}
+		if addr >= lo && addr < hi && strings.Contains(perms, "x") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestFindNotJVM(t *testing.T) {
+	procs := process.NewTable("/proc", zap.NewNop(), process.Options{})
+	p, err := procs.Get(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Find(p, nil); !errors.Is(err, ErrNotJVM) {
+		t.Fatalf("find in the test itself: %v, want ErrNotJVM", err)
+	}
+}

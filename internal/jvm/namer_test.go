@@ -1,0 +1,297 @@
+package jvm
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sonde-dev/sonde/internal/python"
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// liveBlob is a code blob found by walking a live code heap.
+type liveBlob struct {
+	addr   uint64
+	hdr    blobHeader
+	name   string // for stubs
+	method string // for nmethods: the method's function name
+	nm     *nmethodInfo
+	osr    bool
+}
+
+// walkHeaps enumerates the used blocks of every code heap from user space:
+// block after block by their header's length, as CodeHeap::next_block
+// does. Each blob found is also looked up through the segment map, as the
+// eBPF walker does, and must come out at the same address.
+func walkHeaps(t *testing.T, vm *VM, mem Memory) []liveBlob {
+	t.Helper()
+	l := vm.l
+	k := vm.Kernel
+	hdr, _ := l.t.opt("HeapBlock::_header")
+	length, _ := l.t.opt("HeapBlock::Header::_length")
+	var out []liveBlob
+	for _, h := range k.Heaps {
+		block := h.Low
+		for block < h.High {
+			b := make([]byte, l.heapBlockSize)
+			if err := mem.ReadAt(b, block); err != nil {
+				break // the end of the committed part
+			}
+			segs, _ := (off{at: hdr.at + length.at, width: length.width}).get(b)
+			if segs == 0 {
+				break
+			}
+			used := b[l.heapBlockUsed] != 0
+			blob := block + l.heapBlockSize
+			next := block + segs<<h.SegShift
+			if used {
+				// The segment map leads from the blob's last byte back to it.
+				last := next - 1
+				i := (last - h.Low) >> h.SegShift
+				for {
+					var s [1]byte
+					if err := mem.ReadAt(s[:], h.Segmap+i); err != nil {
+						t.Fatalf("segmap: %v", err)
+					}
+					if s[0] == 0xFF {
+						t.Fatalf("segmap at block %#x: free", block)
+					}
+					if s[0] == 0 {
+						break
+					}
+					i -= uint64(s[0])
+				}
+				if got := h.Low + i<<h.SegShift + uint64(k.HeapBlockSize); got != blob {
+					t.Errorf("segmap leads %#x to %#x, want %#x", last, got, blob)
+				}
+				if bh, err := readBlobHeader(mem, l, blob); err == nil {
+					lb := liveBlob{addr: blob, hdr: bh}
+					if bh.nmethod {
+						if nm, err := readNmethod(mem, l, blob, bh); err == nil {
+							lb.nm = nm
+							if m, err := readMethod(mem, l, nm.method); err == nil {
+								lb.method = m.function
+							}
+							bci, _ := l.nmEntryBCI.get(bh.raw)
+							lb.osr = int32(bci) != -1
+						}
+					} else {
+						lb.name, _ = readCString(mem, bh.name, 256)
+					}
+					out = append(out, lb)
+				}
+			}
+			block = next
+		}
+	}
+	return out
+}
+
+// waitCompiled walks the code heaps until an nmethod of function at tier
+// (not an OSR one) appears.
+func waitCompiled(t *testing.T, vm *VM, mem Memory, function, tier string) (liveBlob, []liveBlob) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		blobs := walkHeaps(t, vm, mem)
+		for _, b := range blobs {
+			if b.nm != nil && b.method == function && b.nm.tier == tier && !b.osr {
+				return b, blobs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s nmethod of %s after 60s among %d blobs", tier, function, len(blobs))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestNamerLive names the frames of a live JVM of each installed JDK: its
+// compiled code found by walking the code heaps, its methods as an
+// interpreter frame would show them, with lines checked against javap.
+func TestNamerLive(t *testing.T) {
+	testutil.RequireRoot(t, "reading a JVM's memory")
+	for _, j := range installedJDKs(t) {
+		t.Run(j.name, func(t *testing.T) {
+			dir := compile(t, j, "JBurn")
+			lines := javapLines(t, j, dir, "JBurn")
+			mixLines := javapLines(t, j, dir, "JBurn$Mix")
+			for _, m := range []lineTable{lines["jGammaBurn"], mixLines["step"], mixLines["rotate"]} {
+				if len(m.bciLine) == 0 {
+					t.Fatalf("javap gave no line table: %v %v", lines, mixLines)
+				}
+			}
+			cmd := startJava(t, j, dir, "JBurn",
+				[]string{"-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"}, "90")
+			pid := cmd.Process.Pid
+			vm, mem := findVM(t, pid)
+			n := NewNamer("/proc", 64<<20)
+			if err := n.Add(pid, vm); err != nil {
+				t.Fatal(err)
+			}
+			defer n.Forget(pid)
+
+			gamma, blobs := waitCompiled(t, vm, mem, "JBurn.jGammaBurn", TierC2)
+			id := gamma.hdr.compileID
+			word := func(pcOff uint32) uint64 { return uint64(uint32(id))<<32 | uint64(pcOff) }
+
+			// Every PcDesc with a scope names jGammaBurn outermost, with
+			// lines javap agrees with.
+			known := map[string]lineTable{
+				"JBurn.jGammaBurn": lines["jGammaBurn"],
+				"JBurn$Mix.step":   mixLines["step"],
+				"JBurn$Mix.rotate": mixLines["rotate"],
+				"JBurn$Mix.fold":   mixLines["fold"],
+			}
+			inlined := map[string]bool{}
+			named := 0
+			for _, d := range gamma.nm.pcs {
+				if d.scope == 0 || d.pc < 0 {
+					continue
+				}
+				f, err := n.Frame(pid, FrameCompiled, gamma.addr, word(gamma.nm.codeBegin+uint32(d.pc)), true)
+				if err != nil {
+					t.Fatalf("frame at pc desc %+v: %v", d, err)
+				}
+				named++
+				if f.Tier != TierC2 {
+					t.Errorf("tier %q, want c2", f.Tier)
+				}
+				outer := f.Lines[len(f.Lines)-1]
+				if outer.Function != "JBurn.jGammaBurn" || outer.SystemName != "JBurn.jGammaBurn(I)J" || outer.File != "JBurn.java" {
+					t.Fatalf("outermost %+v, want JBurn.jGammaBurn(I)J in JBurn.java", outer)
+				}
+				for _, ln := range f.Lines {
+					lt, ok := known[ln.Function]
+					if !ok {
+						t.Errorf("pc desc %+v: unexpected method %s", d, ln.Function)
+						continue
+					}
+					if lo, hi := lt.span(); ln.Line < int64(lo) || ln.Line > int64(hi) {
+						t.Errorf("pc desc %+v: %s line %d outside [%d, %d]", d, ln.Function, ln.Line, lo, hi)
+					}
+					if ln.File != "JBurn.java" {
+						t.Errorf("%s file %q", ln.Function, ln.File)
+					}
+				}
+				for _, ln := range f.Lines[:len(f.Lines)-1] {
+					inlined[ln.Function] = true
+				}
+				// The same PcDesc from a leaf pc just before it.
+				if d.pc > 0 {
+					g, err := n.Frame(pid, FrameCompiled, gamma.addr, word(gamma.nm.codeBegin+uint32(d.pc)-1), false)
+					if err == nil && len(g.Lines) == 0 {
+						t.Errorf("leaf frame without lines")
+					}
+				}
+			}
+			if named == 0 {
+				t.Fatal("no pc desc of jGammaBurn had a scope")
+			}
+			if !inlined["JBurn$Mix.step"] || !inlined["JBurn$Mix.rotate"] {
+				t.Errorf("inlined methods %v, want JBurn$Mix.step and rotate", inlined)
+			}
+
+			// Lines of the scopes are javap's at the scopes' bcis.
+			checkScopeLines(t, vm, gamma, known)
+
+			// A compile id the blob does not hold is stale.
+			d := gamma.nm.pcs[len(gamma.nm.pcs)-1]
+			bad := uint64(uint32(id+1000))<<32 | uint64(gamma.nm.codeBegin+uint32(max(d.pc, 0)))
+			if _, err := n.Frame(pid, FrameCompiled, gamma.addr, bad, true); !errors.Is(err, ErrStale) {
+				t.Errorf("wrong compile id: %v, want ErrStale", err)
+			}
+
+			// Interpreter frames of jGammaBurn: bcp at each line's first bci.
+			m, err := readMethod(mem, vm.l, gamma.nm.method)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range lines["jGammaBurn"].bciLine {
+				f, err := n.Frame(pid, FrameInterpreted, gamma.nm.method, m.codeStart+uint64(e[0]), false)
+				if err != nil {
+					t.Fatalf("interpreted bci %d: %v", e[0], err)
+				}
+				want := fmt.Sprintf("JBurn.jGammaBurn JBurn.java:%d interpreted", e[1])
+				if got := fmt.Sprintf("%s %s:%d %s", f.Lines[0].Function, f.Lines[0].File, f.Lines[0].Line, f.Tier); got != want {
+					t.Errorf("interpreted bci %d: %s, want %s", e[0], got, want)
+				}
+			}
+			for _, bcp := range []uint64{m.codeStart - 1, m.codeStart + m.codeSize, m.codeStart + 1<<20} {
+				if _, err := n.Frame(pid, FrameInterpreted, gamma.nm.method, bcp, false); !errors.Is(err, ErrStale) {
+					t.Errorf("bcp %#x outside [%#x, %#x): %v, want ErrStale", bcp, m.codeStart, m.codeStart+m.codeSize, err)
+				}
+			}
+
+			// The interpreter's blob is a stub named Interpreter.
+			found := false
+			for _, b := range blobs {
+				if b.nm == nil && !b.hdr.nmethod && b.addr <= vm.Kernel.InterpStart && vm.Kernel.InterpStart < b.addr+uint64(b.hdr.size) {
+					f, err := n.Frame(pid, FrameCompiled, b.addr, uint64(vm.Kernel.InterpStart-b.addr), false)
+					if err != nil {
+						t.Fatalf("interpreter blob: %v", err)
+					}
+					if f.Tier != TierStub || f.Lines[0].Function != "Interpreter" {
+						t.Errorf("interpreter blob named %+v", f)
+					}
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no blob holds the interpreter at %#x", vm.Kernel.InterpStart)
+			}
+			s := n.Stats()
+			t.Logf("%s: %d blobs, jGammaBurn compile %d with %d pc descs; stats %+v", vm.Release, len(blobs), id, len(gamma.nm.pcs), s)
+			if s.Named == 0 || s.Stale < 4 || s.Bytes <= 0 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// checkScopeLines decodes each scope of b and checks its line against
+// javap's table at its bci.
+func checkScopeLines(t *testing.T, vm *VM, b liveBlob, known map[string]lineTable) {
+	t.Helper()
+	mem, err := python.OpenMem("/proc", pidOf(t, vm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testutil.Close(t, mem)
+	checked := 0
+	for _, d := range b.nm.pcs {
+		for off := d.scope; off != 0; {
+			sc, err := decodeScope(b.nm.scopes, off, vm.l.unsigned5)
+			if err != nil {
+				t.Fatalf("scope %d: %v", off, err)
+			}
+			m, err := readMethod(mem, vm.l, b.nm.metadata[sc.metadata-1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			lt, ok := known[m.function]
+			if ok && sc.bci >= 0 {
+				if got, want := m.line(sc.bci).Line, int64(lt.lineAt(int(sc.bci))); got != want {
+					t.Errorf("%s bci %d: line %d, javap says %d", m.function, sc.bci, got, want)
+				}
+				checked++
+			}
+			off = sc.sender
+		}
+	}
+	if checked == 0 {
+		t.Error("no scope checked")
+	}
+}
+
+var testPIDs = map[*VM]int{}
+
+func pidOf(t *testing.T, vm *VM) int {
+	t.Helper()
+	p, ok := testPIDs[vm]
+	if !ok {
+		t.Fatal("vm of no known pid")
+	}
+	return p
+}
