@@ -40,6 +40,10 @@ const (
 	// about 200 bytes plus its name, file and line table: 8 MiB keeps some
 	// 20 000 functions of hot Python code named without reading them again.
 	pythonCodeShare = 8
+	// jvmCodeShare is the part of SymbolCacheBytes the JVM namer may hold
+	// (1/8: 8 MiB of the default): Java method names and line tables, and
+	// the debug information of compiled methods, about 1 KiB a hot method.
+	jvmCodeShare = 8
 )
 
 // Bounds checked by Validate.
@@ -131,8 +135,9 @@ type Options struct {
 	UnwindTableBytes int64
 
 	// SymbolCacheBytes bounds the symbol data kept loaded: the native
-	// symbolizer's and, an eighth of it (pythonCodeShare), the CPython code
-	// objects read to name Python frames.
+	// symbolizer's and, an eighth of it each (pythonCodeShare,
+	// jvmCodeShare), the CPython code objects read to name Python frames
+	// and the Java methods and compiled code read to name Java frames.
 	SymbolCacheBytes int64
 
 	// ScopeVersion is the version written on every profile's scope; empty

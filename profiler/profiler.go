@@ -185,7 +185,7 @@ func New(opts Options) (*Profiler, error) {
 		CommandLine:  opts.IncludeCommandLine,
 	})
 	p.syms = symbolize.New(log, symbolize.Options{
-		MaxSymbolBytes: opts.SymbolCacheBytes - opts.SymbolCacheBytes/pythonCodeShare,
+		MaxSymbolBytes: opts.SymbolCacheBytes - opts.SymbolCacheBytes/pythonCodeShare - opts.SymbolCacheBytes/jvmCodeShare,
 		DebugDirs:      append([]string{}, opts.DebugDirs...),
 	})
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
@@ -196,6 +196,7 @@ func New(opts Options) (*Profiler, error) {
 	p.resolver.holds = p.preparer.holds
 	p.preparer.runtimes = newRuntimeSet(
 		newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
+		newJVMProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/jvmCodeShare),
 	)
 	p.resolver.runtimes = p.preparer.runtimes
 	p.preparer.holds.procfs = opts.ProcFS

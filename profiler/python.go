@@ -5,7 +5,6 @@ package profiler
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -33,9 +32,8 @@ type pythonProcs struct {
 	// but in tests).
 	layouts python.LayoutFunc
 
-	mu     sync.Mutex
-	seen   map[int]pySeen  // pid -> the image already examined, as it was mapped
-	logged map[string]bool // unsupported versions and errors already logged
+	seen imageMemo // what prepare examined of each process
+	logs onceLog   // unsupported versions and errors already logged
 
 	found       atomic.Uint64 // processes set up for the Python walker
 	unsupported atomic.Uint64 // CPython processes of a version without a layout
@@ -51,29 +49,7 @@ func newPythonProcs(log *zap.Logger, k pythonKernel, procfs string, cacheBytes i
 		layouts = python.LayoutFor
 	}
 	return &pythonProcs{log: log, kernel: k, procfs: procfs, namer: python.NewNamer(procfs, cacheBytes),
-		layouts: layouts, seen: map[int]pySeen{}, logged: map[string]bool{}}
-}
-
-// pySeen is what prepare examined of a process: its image (start time),
-// how many file mappings it had then, and whether that settled it (a
-// CPython found, supported or not); an image not found to be CPython is
-// examined again when its file mappings change.
-type pySeen struct {
-	start   uint64
-	files   int
-	settled bool
-	found   bool // its interpreter is set up for the walker
-}
-
-// fileMappings counts proc's file-backed mappings.
-func fileMappings(proc *process.Process) int {
-	n := 0
-	for _, m := range proc.Mappings {
-		if m.FileBacked() {
-			n++
-		}
-	}
-	return n
+		layouts: layouts, logs: onceLog{log: log}}
 }
 
 // prepare examines proc once per image and set of mapped files: if it
@@ -85,23 +61,11 @@ func fileMappings(proc *process.Process) int {
 // It reports whether proc runs a CPython interpreter set up for the walker
 // (now or at an earlier call for the same image).
 func (pp *pythonProcs) prepare(proc *process.Process) (found bool) {
-	settled := true
-	now := pySeen{start: proc.StartTime, files: fileMappings(proc)}
-	pp.mu.Lock()
-	if st, ok := pp.seen[proc.PID]; ok && st.start == now.start && (st.settled || st.files == now.files) {
-		pp.mu.Unlock()
-		return st.found
+	if done, found := pp.seen.begin(proc); done {
+		return found
 	}
-	pp.seen[proc.PID] = now
-	pp.mu.Unlock()
-	defer func() {
-		pp.mu.Lock()
-		if st, ok := pp.seen[proc.PID]; ok && st.start == now.start {
-			st.settled, st.found = settled, found
-			pp.seen[proc.PID] = st
-		}
-		pp.mu.Unlock()
-	}()
+	settled := true
+	defer func() { pp.seen.end(proc, settled, found) }()
 
 	mem, err := python.OpenMem(pp.procfs, proc.PID)
 	if err != nil {
@@ -149,11 +113,7 @@ func (pp *pythonProcs) prepare(proc *process.Process) (found bool) {
 
 // forgetImage lets the next prepare of pid examine it again (exec, exit);
 // the kernel drops its walker entry itself.
-func (pp *pythonProcs) forgetImage(pid int) {
-	pp.mu.Lock()
-	delete(pp.seen, pid)
-	pp.mu.Unlock()
-}
+func (pp *pythonProcs) forgetImage(pid int) { pp.seen.forget(pid) }
 
 func (pp *pythonProcs) id() uint8 { return tracer.RuntimePython }
 
@@ -181,17 +141,7 @@ func (pp *pythonProcs) frame(pid int, _ uint8, code, instr uint64, _ bool) profi
 
 // logOnce logs msg the first time key is seen and says whether it did.
 func (pp *pythonProcs) logOnce(key, msg string, fields ...zap.Field) bool {
-	pp.mu.Lock()
-	// Past 256 keys nothing more is logged: the counters still count.
-	done := pp.logged[key] || len(pp.logged) >= 256
-	if !done {
-		pp.logged[key] = true
-	}
-	pp.mu.Unlock()
-	if !done {
-		pp.log.Warn(msg, fields...)
-	}
-	return !done
+	return pp.logs.warn(key, msg, fields...)
 }
 
 // kernelPython is the walker's view of in.

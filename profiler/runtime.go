@@ -3,6 +3,10 @@
 package profiler
 
 import (
+	"sync"
+
+	"go.uber.org/zap"
+
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
 	"github.com/sonde-dev/sonde/tracer"
@@ -59,4 +63,108 @@ func (s *runtimeSet) frame(pid int, rec *tracer.Record, i int) profile.Frame {
 		return profile.Frame{Address: rec.User[i]}
 	}
 	return rt.frame(pid, kind, rec.User[i], ref.Offset, rec.UserFlags[i]&tracer.FrameInterrupted != 0)
+}
+
+// imageSeen is what prepare examined of a process: its image (start time),
+// how many file mappings it had then, and whether that settled it (a
+// runtime found, supported or not); see imageMemo.
+type imageSeen struct {
+	start   uint64
+	files   int
+	settled bool
+	found   bool // its runtime is set up for the walker
+}
+
+// fileMappings counts proc's file-backed mappings.
+func fileMappings(proc *process.Process) int {
+	n := 0
+	for _, m := range proc.Mappings {
+		if m.FileBacked() {
+			n++
+		}
+	}
+	return n
+}
+
+// imageMemo remembers, per pid, what a runtime's prepare examined of a
+// process: its image (start time), how many file mappings it had then,
+// and whether that settled it (the runtime found, supported or not). An
+// image not found to run the runtime is examined again when its file
+// mappings change: a process prepared at its exec has not mapped the
+// runtime's library yet (the dynamic loader maps it next). Safe for
+// concurrent use.
+type imageMemo struct {
+	mu   sync.Mutex
+	seen map[int]imageSeen
+}
+
+// begin says whether proc was examined already for its current image and
+// file mappings and, if so, whether the runtime was set up for it then.
+// Otherwise it notes proc as being examined now: end records the outcome.
+func (m *imageMemo) begin(proc *process.Process) (done, found bool) {
+	now := imageSeen{start: proc.StartTime, files: fileMappings(proc)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen == nil {
+		m.seen = map[int]imageSeen{}
+	}
+	if st, ok := m.seen[proc.PID]; ok && st.start == now.start && (st.settled || st.files == now.files) {
+		return true, st.found
+	}
+	m.seen[proc.PID] = now
+	return false, false
+}
+
+// end records what examining proc found, unless its image changed since.
+func (m *imageMemo) end(proc *process.Process, settled, found bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st, ok := m.seen[proc.PID]; ok && st.start == proc.StartTime {
+		st.settled, st.found = settled, found
+		m.seen[proc.PID] = st
+	}
+}
+
+// again lets the next begin of proc examine it again even if its file
+// mappings did not change (a runtime still starting up).
+func (m *imageMemo) again(proc *process.Process) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st, ok := m.seen[proc.PID]; ok && st.start == proc.StartTime {
+		st.files = -1
+		m.seen[proc.PID] = st
+	}
+}
+
+// forget lets the next begin of pid examine it again.
+func (m *imageMemo) forget(pid int) {
+	m.mu.Lock()
+	delete(m.seen, pid)
+	m.mu.Unlock()
+}
+
+// onceLog logs a message the first time its key is seen, up to 256 keys
+// (past them nothing more is logged: counters still count). Safe for
+// concurrent use.
+type onceLog struct {
+	log    *zap.Logger
+	mu     sync.Mutex
+	logged map[string]bool
+}
+
+// warn logs msg the first time key is seen and says whether it did.
+func (o *onceLog) warn(key, msg string, fields ...zap.Field) bool {
+	o.mu.Lock()
+	if o.logged == nil {
+		o.logged = map[string]bool{}
+	}
+	done := o.logged[key] || len(o.logged) >= 256
+	if !done {
+		o.logged[key] = true
+	}
+	o.mu.Unlock()
+	if !done {
+		o.log.Warn(msg, fields...)
+	}
+	return !done
 }

@@ -73,6 +73,8 @@ type Stats struct {
 	// Python is the finding of CPython processes and the naming of their
 	// frames.
 	Python PythonStats
+	// JVM is the finding of HotSpot JVMs and the naming of their frames.
+	JVM JVMStats
 	// OffCPU is the off-CPU join; OffCPUEnabled says whether waits are
 	// traced at all.
 	OffCPU        OffCPUStats
@@ -142,6 +144,21 @@ type PythonStats struct {
 	Named           uint64 // Python frames named
 	CacheResets     uint64 // times the code object cache was emptied to stay in its bound
 	CacheBytes      int64  // (gauge) bytes of code objects cached
+}
+
+// JVMStats count HotSpot JVM processes and their frames.
+type JVMStats struct {
+	Processes   uint64 // processes set up for the eBPF JVM walker
+	Unsupported uint64 // JVMs whose layout is not supported (or a kernel without the walker): native stacks only
+	// UnknownVersions is how many layouts without support were found
+	// (each logged once).
+	UnknownVersions uint64
+	Failed          uint64 // JVMs that could not be set up: native stacks only
+	Unnamed         uint64 // Java frames that could not be named (stale or unreadable)
+	Named           uint64 // Java frames named
+	Stale           uint64 // Java frames whose code or method changed between the sample and its naming
+	CacheEvictions  uint64 // method and compiled-code entries dropped to stay within the bound
+	CacheBytes      int64  // (gauge) bytes of Java names and line tables cached
 }
 
 // OffCPUStats count what became of traced off-CPU waits in user space.

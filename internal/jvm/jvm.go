@@ -13,6 +13,10 @@ var ErrNotJVM = errors.New("not a jvm")
 // needs: its layout is not supported.
 var ErrUnknownVersion = errors.New("jvm layout not supported")
 
+// ErrNotReady is matched when a JVM is still starting: its tables, code
+// cache or interpreter are not set up yet. Look again later.
+var ErrNotReady = errors.New("jvm not ready")
+
 // ErrStale is matched when a frame's code or method no longer holds what
 // the sample saw (freed, swept, reused, replaced): naming it would lie.
 var ErrStale = errors.New("jvm frame stale")

@@ -367,7 +367,10 @@ func readKernel(t *tables, r *pageReader, major int) (Kernel, error) {
 			return k, fmt.Errorf("code heaps: %w", err)
 		}
 		n := int32(binary.LittleEndian.Uint32(b[:]))
-		if n <= 0 || n > MaxHeaps {
+		if n == 0 {
+			return k, fmt.Errorf("code heaps: none yet: %w", ErrNotReady)
+		}
+		if n < 0 || n > MaxHeaps {
 			return k, fmt.Errorf("code heaps: %d heaps", n)
 		}
 		data := u64(arr + dataOff.at)
@@ -410,6 +413,9 @@ func readKernel(t *tables, r *pageReader, major int) (Kernel, error) {
 	limit := t.need(&miss, "StubQueue::_buffer_limit")
 	if len(miss) > 0 {
 		return k, fmt.Errorf("interpreter: missing %s: %w", strings.Join(miss, ", "), ErrUnknownVersion)
+	}
+	if q == 0 {
+		return k, fmt.Errorf("interpreter: not generated yet: %w", ErrNotReady)
 	}
 	k.InterpStart = u64(q + buf.at)
 	var b [4]byte

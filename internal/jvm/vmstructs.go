@@ -134,7 +134,11 @@ func readTables(mem Memory, syms symAddrs) (*tables, error) {
 		// vals[0]: the table's address, vals[1]: its stride, then offsets.
 		tl.stride = vals[1]
 		tl.off = vals[2:]
-		if tl.stride == 0 || tl.stride > maxStride {
+		if tl.stride == 0 {
+			// Set by libjvm's static initializers, which have not run yet.
+			return tl, 0, fmt.Errorf("%s: stride 0: %w", names[1], ErrNotReady)
+		}
+		if tl.stride > maxStride {
 			return tl, 0, fmt.Errorf("%s: stride %d: %w", names[1], tl.stride, ErrUnknownVersion)
 		}
 		for i, o := range tl.off {
