@@ -65,12 +65,20 @@ var (
 
 	refusedInflationCap = attrs("reason", "inflation_cap")
 
-	pySetupWalked      = attrs("outcome", "walked")
-	pySetupUnsupported = attrs("outcome", "unsupported")
-	pySetupFailed      = attrs("outcome", "failed")
-	pyErrNoThread      = attrs("reason", "no_thread")
-	pyErrReadError     = attrs("reason", "read_error")
-	pyErrBadFrame      = attrs("reason", "bad_frame")
+	jvmSetupWalked      = attrs("outcome", "walked")
+	jvmSetupUnsupported = attrs("outcome", "unsupported")
+	jvmSetupFailed      = attrs("outcome", "failed")
+	jvmFrameNamed       = attrs("outcome", "named")
+	jvmFrameStale       = attrs("outcome", "stale")
+	jvmFrameUnreadable  = attrs("outcome", "unreadable")
+	jvmErrNoBlob        = attrs("reason", "no_blob")
+	jvmErrReadError     = attrs("reason", "read_error")
+	pySetupWalked       = attrs("outcome", "walked")
+	pySetupUnsupported  = attrs("outcome", "unsupported")
+	pySetupFailed       = attrs("outcome", "failed")
+	pyErrNoThread       = attrs("reason", "no_thread")
+	pyErrReadError      = attrs("reason", "read_error")
+	pyErrBadFrame       = attrs("reason", "bad_frame")
 
 	cacheHit  = attrs("result", "hit")
 	cacheMiss = attrs("result", "miss")
@@ -131,6 +139,8 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.SymbolizeRefused,
 		tb.PythonProcesses, tb.PythonVersionsUnknown, tb.PythonWalks, tb.PythonFrames, tb.PythonFramesUnnamed,
 		tb.PythonErrors, tb.PythonCodeCacheSize, tb.PythonCodeCacheResets,
+		tb.JvmProcesses, tb.JvmVersionsUnknown, tb.JvmWalks, tb.JvmFrames, tb.JvmErrors,
+		tb.JvmCodeCacheSize, tb.JvmCodeCacheEvictions,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
@@ -215,7 +225,21 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.PythonCodeCacheSize, ps.CacheBytes)
 	o.ObserveInt64(tb.PythonCodeCacheResets, i64(ps.CacheResets))
 
+	js := s.JVM
+	o.ObserveInt64(tb.JvmProcesses, i64(js.Processes), jvmSetupWalked)
+	o.ObserveInt64(tb.JvmProcesses, i64(js.Unsupported), jvmSetupUnsupported)
+	o.ObserveInt64(tb.JvmProcesses, i64(js.Failed), jvmSetupFailed)
+	o.ObserveInt64(tb.JvmVersionsUnknown, i64(js.UnknownVersions))
+	o.ObserveInt64(tb.JvmFrames, i64(js.Named), jvmFrameNamed)
+	o.ObserveInt64(tb.JvmFrames, i64(js.Stale), jvmFrameStale)
+	o.ObserveInt64(tb.JvmFrames, i64(js.Unnamed-min(js.Unnamed, js.Stale)), jvmFrameUnreadable)
+	o.ObserveInt64(tb.JvmCodeCacheSize, js.CacheBytes)
+	o.ObserveInt64(tb.JvmCodeCacheEvictions, i64(js.CacheEvictions))
+
 	c := s.Kernel
+	o.ObserveInt64(tb.JvmWalks, i64(c.JVMSamples))
+	o.ObserveInt64(tb.JvmErrors, i64(c.JVMNoBlob), jvmErrNoBlob)
+	o.ObserveInt64(tb.JvmErrors, i64(c.JVMReadErrs), jvmErrReadError)
 	o.ObserveInt64(tb.PythonWalks, i64(c.PythonSamples))
 	o.ObserveInt64(tb.PythonFrames, i64(c.PythonFrames))
 	o.ObserveInt64(tb.PythonErrors, i64(c.PythonNoThread), pyErrNoThread)

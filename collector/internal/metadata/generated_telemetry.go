@@ -32,6 +32,13 @@ type TelemetryBuilder struct {
 	ExportLag               metric.Float64ObservableGauge
 	ExportProfiles          metric.Int64ObservableCounter
 	ExportSamples           metric.Int64ObservableCounter
+	JvmCodeCacheEvictions   metric.Int64ObservableCounter
+	JvmCodeCacheSize        metric.Int64ObservableGauge
+	JvmErrors               metric.Int64ObservableCounter
+	JvmFrames               metric.Int64ObservableCounter
+	JvmProcesses            metric.Int64ObservableCounter
+	JvmVersionsUnknown      metric.Int64ObservableCounter
+	JvmWalks                metric.Int64ObservableCounter
 	OffcpuWaits             metric.Int64ObservableCounter
 	ProcessesTracked        metric.Int64ObservableGauge
 	PythonCodeCacheResets   metric.Int64ObservableCounter
@@ -136,6 +143,111 @@ func (builder *TelemetryBuilder) RegisterExportSamplesCallback(cb metric.Int64Ca
 		cb(ctx, &observerInt64{inst: builder.ExportSamples, obs: o})
 		return nil
 	}, builder.ExportSamples)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmCodeCacheEvictionsCallback sets callback for observable JvmCodeCacheEvictions metric.
+func (builder *TelemetryBuilder) RegisterJvmCodeCacheEvictionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmCodeCacheEvictions, obs: o})
+		return nil
+	}, builder.JvmCodeCacheEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmCodeCacheSizeCallback sets callback for observable JvmCodeCacheSize metric.
+func (builder *TelemetryBuilder) RegisterJvmCodeCacheSizeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmCodeCacheSize, obs: o})
+		return nil
+	}, builder.JvmCodeCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmErrorsCallback sets callback for observable JvmErrors metric.
+func (builder *TelemetryBuilder) RegisterJvmErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmErrors, obs: o})
+		return nil
+	}, builder.JvmErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmFramesCallback sets callback for observable JvmFrames metric.
+func (builder *TelemetryBuilder) RegisterJvmFramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmFrames, obs: o})
+		return nil
+	}, builder.JvmFrames)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmProcessesCallback sets callback for observable JvmProcesses metric.
+func (builder *TelemetryBuilder) RegisterJvmProcessesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmProcesses, obs: o})
+		return nil
+	}, builder.JvmProcesses)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmVersionsUnknownCallback sets callback for observable JvmVersionsUnknown metric.
+func (builder *TelemetryBuilder) RegisterJvmVersionsUnknownCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmVersionsUnknown, obs: o})
+		return nil
+	}, builder.JvmVersionsUnknown)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmWalksCallback sets callback for observable JvmWalks metric.
+func (builder *TelemetryBuilder) RegisterJvmWalksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmWalks, obs: o})
+		return nil
+	}, builder.JvmWalks)
 	if err != nil {
 		return err
 	}
@@ -790,6 +902,48 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.export.samples",
 		metric.WithDescription("Samples in the profiles the next consumer accepted. [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmCodeCacheEvictions, err = builder.meter.Int64ObservableCounter(
+		"sonde.jvm.code_cache.evictions",
+		metric.WithDescription("Java methods and compiled methods dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmCodeCacheSize, err = builder.meter.Int64ObservableGauge(
+		"sonde.jvm.code_cache.size",
+		metric.WithDescription("Bytes of Java method names, line tables and compiled methods' debug information cached to name Java frames, within an eighth of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmErrors, err = builder.meter.Int64ObservableCounter(
+		"sonde.jvm.errors",
+		metric.WithDescription("JVM walks the eBPF side ended early, by reason - no_blob (a code cache PC in no code blob), read_error (a frame could not be read); the rest of the stack is lost. [Development]"),
+		metric.WithUnit("{stack}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmFrames, err = builder.meter.Int64ObservableCounter(
+		"sonde.jvm.frames",
+		metric.WithDescription("Java frames on the host, by outcome - named, stale (its compiled code or method changed between the sample and its naming, shown without a name) or unreadable (shown without a name). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmProcesses, err = builder.meter.Int64ObservableCounter(
+		"sonde.jvm.processes",
+		metric.WithDescription("HotSpot JVM processes found, by outcome - walked (Java frames), unsupported (a layout its vmStructs tables do not give, or a kernel before 5.17) or failed (could not be set up); the last two keep native stacks. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmVersionsUnknown, err = builder.meter.Int64ObservableCounter(
+		"sonde.jvm.versions.unknown",
+		metric.WithDescription("JVM layouts found without support, each logged once. [Development]"),
+		metric.WithUnit("{version}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmWalks, err = builder.meter.Int64ObservableCounter(
+		"sonde.jvm.walks",
+		metric.WithDescription("User stacks of JVM processes the eBPF JVM walker started on. [Development]"),
+		metric.WithUnit("{stack}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.OffcpuWaits, err = builder.meter.Int64ObservableCounter(

@@ -83,6 +83,116 @@ func AssertEqualExportSamples(t *testing.T, tt *componenttest.Telemetry, dps []m
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualJvmCodeCacheEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.jvm.code_cache.evictions",
+		Description: "Java methods and compiled methods dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]",
+		Unit:        "{entry}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.jvm.code_cache.evictions")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualJvmCodeCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.jvm.code_cache.size",
+		Description: "Bytes of Java method names, line tables and compiled methods' debug information cached to name Java frames, within an eighth of limits::symbol_cache_bytes. [Development]",
+		Unit:        "By",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.jvm.code_cache.size")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualJvmErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.jvm.errors",
+		Description: "JVM walks the eBPF side ended early, by reason - no_blob (a code cache PC in no code blob), read_error (a frame could not be read); the rest of the stack is lost. [Development]",
+		Unit:        "{stack}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.jvm.errors")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualJvmFrames(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.jvm.frames",
+		Description: "Java frames on the host, by outcome - named, stale (its compiled code or method changed between the sample and its naming, shown without a name) or unreadable (shown without a name). [Development]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.jvm.frames")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualJvmProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.jvm.processes",
+		Description: "HotSpot JVM processes found, by outcome - walked (Java frames), unsupported (a layout its vmStructs tables do not give, or a kernel before 5.17) or failed (could not be set up); the last two keep native stacks. [Development]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.jvm.processes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualJvmVersionsUnknown(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.jvm.versions.unknown",
+		Description: "JVM layouts found without support, each logged once. [Development]",
+		Unit:        "{version}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.jvm.versions.unknown")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualJvmWalks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.jvm.walks",
+		Description: "User stacks of JVM processes the eBPF JVM walker started on. [Development]",
+		Unit:        "{stack}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.jvm.walks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualOffcpuWaits(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.offcpu.waits",
