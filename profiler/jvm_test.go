@@ -40,14 +40,16 @@ func jdks(t *testing.T) map[string]string {
 
 // startJava compiles src (a .java file in ../internal/jvm/testdata) with
 // home's javac and runs class main with args until the test ends; it
-// returns once the program printed "ready".
-func startJava(t *testing.T, home, src, main string, args ...string) int {
+// returns once the program printed "ready". jvmArgs go to java before
+// the class.
+func startJava(t *testing.T, home, src string, jvmArgs []string, main string, args ...string) int {
 	t.Helper()
 	dir := t.TempDir()
 	if out, err := exec.Command(filepath.Join(home, "bin", "javac"), "-d", dir, src).CombinedOutput(); err != nil {
 		t.Fatalf("javac %s: %v\n%s", src, err, out)
 	}
-	cmd := exec.Command(filepath.Join(home, "bin", "java"), append([]string{"-Xmx64m", "-XX:+UseSerialGC", "-cp", dir, main}, args...)...)
+	argv := append([]string{"-Xmx64m", "-XX:+UseSerialGC", "-cp", dir}, jvmArgs...)
+	cmd := exec.Command(filepath.Join(home, "bin", "java"), append(append(argv, main), args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -119,26 +121,90 @@ func javaStacks(pd pprofile.Profiles, pid int) []string {
 	return out
 }
 
-func TestJVMFramesDev(t *testing.T) {
+// TestJVMFrames runs JBurn (main -> jAlpha -> jBeta -> jGammaBurn) on each
+// JDK, with DebugNonSafepoints, started after the profiler, so the profiler meets its JVM before
+// the JVM has set up its code cache and reads it again until it has. From
+// the first sample in jGammaBurn on, at least 99 % of those samples carry
+// the whole chain, each level as its own frame or inline level, under the
+// call stub and the launcher's native frames; every Java frame has a tier.
+func TestJVMFrames(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	for name, home := range jdks(t) {
 		t.Run(name, func(t *testing.T) {
 			p, s := startProfiler(t, 99)
-			pid := startJava(t, home, "../internal/jvm/testdata/JBurn.java", "JBurn", "20")
-			time.Sleep(10 * time.Second)
-			shapes := map[string]int{}
-			for _, pd := range s.all() {
-				for _, st := range javaStacks(pd, pid) {
-					shapes[st]++
+			// C2 inlines the whole chain into main's loop; with
+			// DebugNonSafepoints (what JFR and async-profiler ask for too)
+			// its debug information places every PC, not only safepoints.
+			pid := startJava(t, home, "../internal/jvm/testdata/JBurn.java",
+				[]string{"-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"}, "JBurn", "60")
+			var leaf, whole int
+			var bad []string
+			tiers := map[string]int{}
+			count := func() {
+				leaf, whole, bad = 0, 0, nil
+				clear(tiers)
+				seen := false
+				for _, pd := range s.all() {
+					for _, st := range javaStacks(pd, pid) {
+						for _, tier := range []string{"[interpreted]", "[c1]", "[c2]", "[stub]"} {
+							tiers[tier] += strings.Count(st, tier)
+						}
+						if !strings.HasPrefix(st, "jvm:JBurn.jGammaBurn:") && !seen {
+							continue
+						}
+						if !strings.HasPrefix(st, "jvm:JBurn.jGammaBurn:") {
+							continue
+						}
+						seen = true
+						leaf++
+						if jburnWhole(st) {
+							whole++
+						} else if len(bad) < 5 {
+							bad = append(bad, st)
+						}
+					}
 				}
 			}
+			deadline := time.Now().Add(45 * time.Second)
+			for count(); leaf < 300 && time.Now().Before(deadline); count() {
+				s.waitFor(len(s.all())+1, 5*time.Second)
+			}
 			st := p.Stats()
-			t.Logf("jvm %+v kernel jvm samples %d frames %d noblob %d readerr %d", st.JVM, st.Kernel.JVMSamples, st.Kernel.JVMFrames, st.Kernel.JVMNoBlob, st.Kernel.JVMReadErrs)
-			for k, v := range shapes {
-				if v > 2 {
-					t.Logf("%5d %s", v, k)
-				}
+			t.Logf("%s: %d of %d jGammaBurn samples whole; tiers %v; jvm %+v", name, whole, leaf, tiers, st.JVM)
+			for _, b := range bad {
+				t.Logf("not whole: %s", b)
+			}
+			if leaf < 300 {
+				t.Fatalf("%d samples in jGammaBurn, want 300", leaf)
+			}
+			if whole*100 < leaf*99 {
+				t.Errorf("%d of %d jGammaBurn samples whole, want 99 %%", whole, leaf)
+			}
+			if st.JVM.Processes < 1 {
+				t.Errorf("no jvm set up: %+v", st.JVM)
+			}
+			if tiers["[c2]"] == 0 || tiers["[stub]"] == 0 {
+				t.Errorf("frames by tier %v: want c2 frames and the call stub", tiers)
 			}
 		})
 	}
+}
+
+// jburnWhole says whether a javaStacks stack of JBurn in jGammaBurn holds
+// the whole chain: jGammaBurn, jBeta, jAlpha and main in that order (as
+// frames or inline levels, each with a line), then the call stub, then the
+// launcher's native JavaMain.
+func jburnWhole(st string) bool {
+	rest := st
+	for _, fn := range []string{"JBurn.jGammaBurn:", "JBurn.jBeta:", "JBurn.jAlpha:", "JBurn.main:", "[stub]", "native:JavaMain:"} {
+		i := strings.Index(rest, fn)
+		if i < 0 {
+			return false
+		}
+		if strings.HasPrefix(fn, "JBurn.") && strings.HasPrefix(rest[i+len(fn):], "0") {
+			return false // no line
+		}
+		rest = rest[i+len(fn):]
+	}
+	return true
 }

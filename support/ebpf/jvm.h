@@ -51,7 +51,8 @@ static __always_inline __u64 jvm_blob(struct ustack_state *st, __u64 pc)
 {
 	struct jvm_heap *h = NULL;
 	for (int i = 0; i < JVM_MAX_HEAPS; i++) {
-		if (i < st->jvm.nheaps && pc >= st->jvm.heaps[i].low && pc < st->jvm.heaps[i].high) {
+		if (i < st->jvm.nheaps && pc >= st->jvm.heaps[i].low &&
+		    pc < st->jvm.heaps[i].high) {
 			h = &st->jvm.heaps[i];
 			break;
 		}
@@ -81,8 +82,8 @@ static __always_inline void jvm_emit(struct ustack_state *st, struct sample_reco
 	if (idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES)
 		return;
 	s->stack[idx] = (addr & PC_RUNTIME_ADDR_MASK) | PC_FLAG_RUNTIME |
-	                ((__u64)RUNTIME_JVM << RUNTIME_SHIFT) | ((__u64)kind << RUNTIME_KIND_SHIFT) |
-	                (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+	                ((__u64)RUNTIME_JVM << RUNTIME_SHIFT) |
+	                ((__u64)kind << RUNTIME_KIND_SHIFT) | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
 	s->stack[idx + 1] = word;
 	s->user_len++;
 	count(COUNTER_JVM_FRAMES);
@@ -180,10 +181,12 @@ static __always_inline bool jvm_frame(struct ustack_state *st, struct sample_rec
 			__u64 begin = 0;
 			if (st->jvm.code_begin_is_offset) {
 				__s32 off = 0;
-				bpf_probe_read_user(&off, sizeof(off), (void *)(blob + st->jvm.blob_code_begin));
+				bpf_probe_read_user(&off, sizeof(off),
+				                    (void *)(blob + st->jvm.blob_code_begin));
 				begin = blob + off;
 			} else {
-				bpf_probe_read_user(&begin, sizeof(begin), (void *)(blob + st->jvm.blob_code_begin));
+				bpf_probe_read_user(&begin, sizeof(begin),
+				                    (void *)(blob + st->jvm.blob_code_begin));
 			}
 			if (st->jvm.frame_complete_short) {
 				__s16 c16 = 0;
@@ -196,6 +199,18 @@ static __always_inline bool jvm_frame(struct ustack_state *st, struct sample_rec
 			}
 			if (complete > 0 && pc < begin + complete)
 				built = false;
+			// Or in its epilogue, at the pop of the frame pointer or the
+			// return, after the frame is gone.
+			__u8 op = 0;
+			bpf_probe_read_user(&op, sizeof(op), (void *)pc);
+			if (op == 0xc3) { // ret
+				built = false;
+			} else if (op == 0x5d) { // pop %rbp
+				if (!jvm_read(s, &st->fp, st->sp))
+					return false;
+				st->sp += 8;
+				built = false;
+			}
 		}
 		if (built) {
 			__u64 caller_sp = st->sp + (__u64)frame_words * 8;

@@ -346,7 +346,7 @@ struct jvm_proc {
 	__u16 nmethod_compile_id;  // nmethod::_compile_id (int)
 	__u8 code_begin_is_offset;
 	__u8 frame_complete_short; // _frame_complete_offset is an int16 (JDK 23+), else an int
-	__s16 interp_method; // interpreter frame slots, from its frame pointer
+	__s16 interp_method;       // interpreter frame slots, from its frame pointer
 	__s16 interp_bcp;
 	__s16 interp_sender_sp;
 	__u16 pad2;
