@@ -80,16 +80,25 @@ func BenchmarkDist(b *testing.B) {
 			return ws
 		}
 		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
-		cmp := env.pythonVsNative(b, py, burn, c)
+		cmp := env.runtimeVsNative(b, rtBench{kind: "cpython", metric: "sonde.python", argv: []string{py, burn}}, c)
 		ten := env.run(b, scenario{name: "python-ten", title: "ten busy CPython processes", window: env.pythonWindow, workloads: pythons(10)})
 		keep(ten)
-		fmt.Printf("== python: eBPF time per sampler run in one agent run, two CPython burners %.2f µs vs two native C burners %.2f µs (%.2f×; %.0f%% of the CPython phases' runs walked Python)\n",
-			cmp.PythonUsPerRun, cmp.NativeUsPerRun, cmp.Ratio, 100*cmp.PythonWalkShare)
-		for _, p := range cmp.Phases {
-			fmt.Printf("   %-7s %5.1f s: %6d runs, %.2f µs/run, %.0f python walks\n", p.Kind, p.Seconds, p.Runs, p.UsPerRun, p.PythonWalks)
-		}
+		cmp.print("cpython")
 		fmt.Printf("== python: agent with ten busy CPython processes: steady %.3f CPU-s/min, start-up %.2f CPU-s\n", ten.SteadyCPUPerMin, ten.StartupCPUS)
 		env.write(b, "python.json", cmp)
+	})
+
+	b.Run("java", func(b *testing.B) {
+		argv := jburn(b)
+		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
+		cmp := env.runtimeVsNative(b, rtBench{kind: "jvm", metric: "sonde.jvm", argv: argv}, c)
+		sc := scenario{name: "java", title: "two busy JVMs (JBurn)", window: env.pythonWindow,
+			workloads: []workload{{name: "java-1", argv: argv}, {name: "java-2", argv: argv}}}
+		r := env.run(b, sc)
+		r.SideBySide = env.sideBySide(b, sc)
+		keep(r)
+		cmp.print("jvm")
+		env.write(b, "jvm.json", cmp)
 	})
 
 	env.write(b, "summary.json", all)
@@ -106,6 +115,7 @@ const (
 	warmEnv         = "SONDE_BENCH_WARM"          // start-up period, excluded from steady figures (15s)
 	resultsEnv      = "SONDE_BENCH_RESULTS"       // results directory (_build/bench/<UTC time>)
 	pythonEnv       = "SONDE_BENCH_PYTHON"        // the interpreter (pyenv's 3.12.1)
+	javaEnv         = "SONDE_BENCH_JAVA_HOME"     // the JDK of the Java scenario (OpenJDK 17)
 	refBinEnv       = "REF_BIN"                   // the reference collector, for sidebyside
 	sharedEnv       = "SONDE_SHARED"              // where reference/sidebyside is (../shared)
 	featureGateFlag = "--feature-gates=+service.profilesSupport"
@@ -379,6 +389,32 @@ func pythonInterpreter(b *testing.B) string {
 		b.Skipf("no CPython for the Python scenario (set %s): %v", pythonEnv, err)
 	}
 	return py
+}
+
+// jburn compiles internal/jvm's JBurn with the JDK the Java scenario runs
+// and returns the command line of one JBurn that runs until stopped.
+func jburn(b *testing.B) []string {
+	b.Helper()
+	home := os.Getenv(javaEnv)
+	if home == "" {
+		home = "/usr/lib/jvm/java-17-openjdk-amd64"
+	}
+	java := filepath.Join(home, "bin", "java")
+	if _, err := os.Stat(java); err != nil {
+		if testutil.InCI() {
+			b.Fatalf("no JDK for the Java scenario (%s): %v", javaEnv, err)
+		}
+		b.Skipf("no JDK for the Java scenario (set %s): %v", javaEnv, err)
+	}
+	dir := b.TempDir()
+	src, err := filepath.Abs("../jvm/testdata/JBurn.java")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(home, "bin", "javac"), "-d", dir, src).CombinedOutput(); err != nil {
+		b.Fatalf("javac %s: %v\n%s", src, err, out)
+	}
+	return []string{java, "-Xmx64m", "-XX:+UseSerialGC", "-cp", dir, "JBurn", "1000000"}
 }
 
 // running is a scenario's started workloads.
