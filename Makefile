@@ -160,7 +160,7 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 BENCH_SCENARIOS ?= .*
 
 .PHONY: bench
-bench: dist ## The distribution profiling this host: idle, four burners, node-like host, Python; tables + JSON in _build/bench/ (root; ~11 min, +3 with REF_BIN)
+bench: dist ## The distribution profiling this host: idle, four burners, node-like host, Python, Java; tables + JSON in _build/bench/ (root; ~14 min, +4 with REF_BIN)
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -run '^$$' -bench '^BenchmarkDist$$/^($(BENCH_SCENARIOS))$$' -benchtime 1x -timeout 40m ./internal/bench
 
 .PHONY: bench-micro
