@@ -189,3 +189,30 @@ func TestExternalClassName(t *testing.T) {
 		}
 	}
 }
+
+func isStaleOrUnreadable(err error) bool {
+	return errors.Is(err, ErrStale) || errors.Is(err, ErrUnreadable)
+}
+
+func TestReadTables(t *testing.T) {
+	const base = 0x40000
+	img, syms := tableImage(base)
+	tb, err := readTables(sliceMem{base: base, b: img}, syms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]field{
+		"CodeBlob::_size":       {typ: "int", offset: 8},
+		"CodeCache::_low_bound": {typ: "address", static: true, address: base + 0x1F00},
+	}
+	if fmt.Sprint(tb.fields) != fmt.Sprint(want) {
+		t.Errorf("fields %+v, want %+v", tb.fields, want)
+	}
+	if tb.sizes["nmethod"] != 352 || tb.ints["InvocationEntryBci"] != -1 || tb.longs["markWord::age_shift"] != 3 {
+		t.Errorf("sizes %v ints %v longs %v", tb.sizes, tb.ints, tb.longs)
+	}
+	delete(syms, "gHotSpotVMTypes")
+	if _, err := readTables(sliceMem{base: base, b: img}, syms); !errors.Is(err, ErrUnknownVersion) {
+		t.Errorf("without gHotSpotVMTypes: %v, want ErrUnknownVersion", err)
+	}
+}
