@@ -86,7 +86,9 @@ func tableImage(base uint64) ([]byte, symAddrs) {
 		strAt += uint64(len(s)) + 1
 		return a
 	}
-	vars := func(table uint64, stride uint64, offs ...uint64) []uint64 { return append([]uint64{table, stride}, offs...) }
+	vars := func(table uint64, stride uint64, offs ...uint64) []uint64 {
+		return append([]uint64{table, stride}, offs...)
+	}
 	tables := [][]uint64{
 		vars(base+0x200, 48, 0, 8, 16, 24, 32, 40),
 		vars(base+0x600, 48, 0, 32),

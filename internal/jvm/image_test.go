@@ -55,6 +55,7 @@ func synthTables() *tables {
 	f("ConstantPool::_source_file_name_index", "u2", 24)
 	f("ConstantPool::_length", "int", 28)
 	f("Klass::_name", "Symbol*", 16)
+	f("InstanceKlass::_constants", "ConstantPool*", 32)
 	f("Symbol::_length", "u2", 0)
 	f("Symbol::_body", "", 6)
 	for n, s := range map[string]uint64{"CodeBlob": 64, "nmethod": 128, "HeapBlock": 16, "PcDesc": 16,
@@ -145,5 +146,6 @@ func synthImage(unsigned5 bool) []byte {
 		put64(cp+72+8*uint64(i+1), sym(imgBase+0x2800+0x40*uint64(i), s))
 	}
 	put64(klass+16, sym(imgBase+0x2a00, "com/example/JBurn"))
+	put64(klass+32, cp)
 	return img
 }

@@ -42,7 +42,8 @@ type layout struct {
 	constFlags                                                off
 	constHasLines                                             uint64
 	constMethodSize                                           uint64
-	cpHolder, cpSourceFile                                    off
+	cpHolder, cpSourceFile, cpLength                          off
+	ikConstants                                               off
 	cpSize                                                    uint64
 	ikSourceFile                                              off // JDK 8: InstanceKlass::_source_file_name_index
 	sourceInKlass                                             bool
@@ -385,6 +386,8 @@ func newLayout(t *tables, major int) (l *layout, frameSize, frameComplete off, e
 	l.constHasLines = uint64(hasLines)
 	l.cpSize = t.size(&miss, "ConstantPool")
 	l.cpHolder = t.need(&miss, "ConstantPool::_pool_holder")
+	l.cpLength, _ = t.opt("ConstantPool::_length")
+	l.ikConstants = t.need(&miss, "InstanceKlass::_constants")
 	if o, ok := t.opt("ConstantPool::_source_file_name_index"); ok {
 		l.cpSourceFile = o
 	} else {
