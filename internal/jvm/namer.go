@@ -103,11 +103,11 @@ func (n *Namer) Add(pid int, vm *VM) error {
 	return nil
 }
 
-// addMem is Add with memory already open; close (if not nil) releases it.
-func (n *Namer) addMem(pid int, vm *VM, mem Memory, close func() error) {
+// addMem is Add with memory already open; closer (if not nil) releases it.
+func (n *Namer) addMem(pid int, vm *VM, mem Memory, closer func() error) {
 	n.mu.Lock()
 	old := n.procs[pid]
-	n.procs[pid] = &namerProc{vm: vm, mem: mem, close: close}
+	n.procs[pid] = &namerProc{vm: vm, mem: mem, close: closer}
 	n.mu.Unlock()
 	if old != nil && old.close != nil {
 		_ = old.close()
@@ -375,13 +375,13 @@ func (o off) get(b []byte) (uint64, bool) {
 	return 0, false
 }
 
-// readCString reads a NUL-terminated string of at most max bytes, without
+// readCString reads a NUL-terminated string of at most limit bytes, without
 // reading past the page it ends in.
-func readCString(mem Memory, a uint64, max int) (string, error) {
+func readCString(mem Memory, a uint64, limit int) (string, error) {
 	var out []byte
-	for len(out) < max {
+	for len(out) < limit {
 		n := int(pageSize - a%pageSize)
-		n = min(n, 64, max-len(out))
+		n = min(n, 64, limit-len(out))
 		b := make([]byte, n)
 		if err := mem.ReadAt(b, a); err != nil {
 			return "", err
@@ -394,5 +394,5 @@ func readCString(mem Memory, a uint64, max int) (string, error) {
 		out = append(out, b...)
 		a += uint64(n)
 	}
-	return "", fmt.Errorf("string at %#x: longer than %d bytes: %w", a, max, ErrUnreadable)
+	return "", fmt.Errorf("string at %#x: longer than %d bytes: %w", a, limit, ErrUnreadable)
 }

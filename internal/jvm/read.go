@@ -16,12 +16,9 @@ const (
 	maxNameLength = 1 << 12 // bytes of a blob's name
 )
 
-func (l *layout) sizeOf(name string, min uint64) uint64 {
-	s := l.t.sizes[name]
-	if s < min {
-		s = min
-	}
-	return s
+// sizeOf is sizeof(name), at least least.
+func (l *layout) sizeOf(name string, least uint64) uint64 {
+	return max(l.t.sizes[name], least)
 }
 
 // blobHeader is what a CodeBlob says of itself.

@@ -3,6 +3,7 @@ package jvm
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -111,5 +112,49 @@ func TestNamerEvicts(t *testing.T) {
 	n.Forget(1)
 	if s := n.Stats(); s.Entries != 0 || s.Bytes != 0 {
 		t.Errorf("after Forget: %+v", s)
+	}
+}
+
+// TestNamerConcurrent names, adds and forgets from several goroutines
+// (run with -race).
+func TestNamerConcurrent(t *testing.T) {
+	img := synthImage(false)
+	l, _, _, err := newLayout(synthTables(), 17)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := NewNamer("/nonexistent", 600)
+	vm := &VM{Major: 17, l: l}
+	done := make(chan error)
+	for g := 0; g < 4; g++ {
+		go func() {
+			pid := 1 + g%2
+			var err error
+			for i := 0; i < 200 && err == nil; i++ {
+				if i%50 == 0 {
+					n.addMem(pid, vm, sliceMem{base: imgBase, b: img}, nil)
+				}
+				var f Frame
+				f, err = n.Frame(pid, FrameCompiled, imgBlob, uint64(imgID)<<32|0x85, false)
+				if err == nil && len(f.Lines) != 2 {
+					err = fmt.Errorf("lines %+v", f.Lines)
+				}
+				if errors.Is(err, ErrUnreadable) && strings.Contains(err.Error(), "not added") {
+					err = nil // forgotten by another goroutine
+				}
+				if i%70 == 0 {
+					n.Forget(pid)
+				}
+			}
+			done <- err
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	if s := n.Stats(); s.Bytes > 600 {
+		t.Errorf("cache %d bytes over 600", s.Bytes)
 	}
 }
