@@ -137,7 +137,18 @@ func newVM(t *tables, mem Memory) (*VM, error) {
 			return nil, fmt.Errorf("vm release: %w", err)
 		}
 	}
-	if f, ok := t.fields["Abstract_VM_Version::_vm_major_version"]; ok && f.static {
+	// The Java major: JDK_Version::_current._major where exported (JDK 8
+	// to 17 at least: JDK 8's HotSpot calls itself 25.x), else the VM's
+	// own major, which is the Java one from JDK 9.
+	cur, okCur := t.fields["JDK_Version::_current"]
+	maj, okMaj := t.fields["JDK_Version::_major"]
+	if okCur && okMaj && cur.static && !maj.static {
+		var b [1]byte
+		if err := r.read(b[:], cur.address+maj.offset); err != nil {
+			return nil, fmt.Errorf("jdk major version: %w", err)
+		}
+		vm.Major = int(b[0])
+	} else if f, ok := t.fields["Abstract_VM_Version::_vm_major_version"]; ok && f.static {
 		var b [4]byte
 		if err := r.read(b[:], f.address); err != nil {
 			return nil, fmt.Errorf("vm major version: %w", err)

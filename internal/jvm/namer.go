@@ -55,6 +55,10 @@ type entryKey struct {
 const (
 	methodEntry uint8 = iota
 	nmethodEntry
+	// stubEntry is keyed by what the sample read at the blob's compile id
+	// offset too: while the stub lives those bytes stay, and a block
+	// reused for an nmethod holds its compile id there instead.
+	stubEntry
 )
 
 type entry struct {
@@ -62,6 +66,13 @@ type entry struct {
 	cost int64
 	m    *method
 	nm   *nmethodInfo
+	stub *stubInfo
+}
+
+// stubInfo is a code blob that is no Java method.
+type stubInfo struct {
+	name string
+	size uint32
 }
 
 // method is what naming needs of one Method.
@@ -266,6 +277,11 @@ func (n *Namer) compiled(pid int, p *namerProc, blob, word uint64, returnAddr bo
 	var nm *nmethodInfo
 	if e := n.get(k); e != nil {
 		nm = e.nm
+	} else if e := n.get(entryKey{pid: pid, kind: stubEntry, addr: blob, compileID: compileID}); e != nil {
+		if pcOff >= e.stub.size {
+			return Frame{}, fmt.Errorf("pc offset %#x beyond the blob's %#x bytes: %w", pcOff, e.stub.size, ErrStale)
+		}
+		return Frame{Tier: TierStub, Lines: []symbolize.Line{{Function: e.stub.name}}}, nil
 	} else {
 		hdr, err := readBlobHeader(p.mem, l, blob)
 		if err != nil {
@@ -279,6 +295,8 @@ func (n *Namer) compiled(pid int, p *namerProc, blob, word uint64, returnAddr bo
 			if err != nil {
 				return Frame{}, fmt.Errorf("blob name: %w", err)
 			}
+			n.put(&entry{key: entryKey{pid: pid, kind: stubEntry, addr: blob, compileID: compileID},
+				cost: int64(96 + len(name)), stub: &stubInfo{name: name, size: hdr.size}})
 			return Frame{Tier: TierStub, Lines: []symbolize.Line{{Function: name}}}, nil
 		}
 		if hdr.compileID != compileID {
