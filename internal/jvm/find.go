@@ -2,7 +2,6 @@ package jvm
 
 import (
 	"debug/elf"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -111,5 +110,3 @@ func symbols(f *elf.File, names ...string) symAddrs {
 	}
 	return out
 }
-
-var errMissing = errors.New("missing")

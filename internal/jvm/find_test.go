@@ -3,6 +3,7 @@ package jvm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 
@@ -131,5 +132,55 @@ func TestFindNotJVM(t *testing.T) {
 	}
 	if _, err := Find(p, nil); !errors.Is(err, ErrNotJVM) {
 		t.Fatalf("find in the test itself: %v, want ErrNotJVM", err)
+	}
+}
+
+func (t *tables) clone() *tables {
+	c := &tables{fields: maps.Clone(t.fields), sizes: maps.Clone(t.sizes), ints: maps.Clone(t.ints), longs: maps.Clone(t.longs)}
+	return c
+}
+
+// TestUnknownLayout takes a live JVM's tables, breaks one entry at a time
+// and expects ErrUnknownVersion naming what is wrong, never a VM.
+func TestUnknownLayout(t *testing.T) {
+	testutil.RequireRoot(t, "reading a JVM's memory")
+	for _, j := range installedJDKs(t) {
+		t.Run(j.name, func(t *testing.T) {
+			dir := compile(t, j, "JBurn")
+			cmd := startJava(t, j, dir, "JBurn", nil, "20")
+			vm, mem := findVM(t, cmd.Process.Pid)
+			if _, err := newVM(vm.l.t.clone(), mem); err != nil {
+				t.Fatalf("unchanged tables: %v", err)
+			}
+			for _, c := range []struct {
+				name   string
+				change func(*tables)
+				says   string
+			}{
+				{"no compile id", func(t *tables) { delete(t.fields, "nmethod::_compile_id") }, "nmethod::_compile_id"},
+				{"compile id of 2 bytes", func(t *tables) {
+					f := t.fields["nmethod::_compile_id"]
+					f.typ = "u2"
+					t.fields["nmethod::_compile_id"] = f
+				}, "nmethod::_compile_id of 2 bytes"},
+				{"no code heaps", func(t *tables) { delete(t.fields, "CodeCache::_heaps") }, "CodeCache::_heap"},
+				{"no PcDesc size", func(t *tables) { delete(t.sizes, "PcDesc") }, "sizeof PcDesc"},
+				{"no line table flag", func(t *tables) {
+					delete(t.ints, "ConstMethodFlags::_misc_has_linenumber_table")
+					delete(t.ints, "ConstMethod::_has_linenumber_table")
+				}, "_has_linenumber_table"},
+				{"other interpreter frame", func(t *tables) { t.ints["frame::interpreter_frame_sender_sp_offset"] = -2 }, "sender sp slot -2"},
+				{"no release", func(t *tables) {
+					delete(t.fields, "Abstract_VM_Version::_s_vm_release")
+				}, "Abstract_VM_Version::_s_vm_release"},
+			} {
+				tb := vm.l.t.clone()
+				c.change(tb)
+				got, err := newVM(tb, mem)
+				if !errors.Is(err, ErrUnknownVersion) || !strings.Contains(err.Error(), c.says) || got != nil {
+					t.Errorf("%s: %v %v, want ErrUnknownVersion saying %q", c.name, got, err, c.says)
+				}
+			}
+		})
 	}
 }

@@ -87,10 +87,12 @@ type CodeHeap struct {
 type FrameKind uint8
 
 const (
-	// FrameInterpreted: addr is the Method* read from the interpreter
+	// FrameInterpreted is a frame of the template interpreter: addr is
+	// the Method* read from the interpreter
 	// frame, word the bcp read from it (an absolute address).
 	FrameInterpreted FrameKind = 1
-	// FrameCompiled: addr is the start of the CodeBlob holding the pc;
+	// FrameCompiled is a frame in a code blob: addr is the start of the
+	// CodeBlob holding the pc;
 	// word is uint64(compileID)<<32 | uint32(pc-addr), compileID the
 	// int32 at addr+NmethodCompileID read at the sample.
 	FrameCompiled FrameKind = 2

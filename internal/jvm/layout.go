@@ -42,7 +42,8 @@ type layout struct {
 	constFlags                                                off
 	constHasLines                                             uint64
 	constMethodSize                                           uint64
-	cpHolder, cpSourceFile                                    off
+	cpHolder, cpSourceFile, cpLength                          off
+	ikConstants                                               off
 	cpSize                                                    uint64
 	ikSourceFile                                              off // JDK 8: InstanceKlass::_source_file_name_index
 	sourceInKlass                                             bool
@@ -123,11 +124,10 @@ var testedMajors = map[int]bool{17: true, 25: true}
 // newVM builds the layout and the kernel's view of a JVM from its tables.
 func newVM(t *tables, mem Memory) (*VM, error) {
 	var miss []string
-	l := &layout{t: t}
 	r := &pageReader{mem: mem, pages: map[uint64][]byte{}}
 
 	// Version.
-	vm := &VM{l: l}
+	vm := &VM{}
 	if a := t.static(&miss, "Abstract_VM_Version::_s_vm_release"); a != 0 {
 		p, err := r.u64(a)
 		if err != nil {
@@ -137,7 +137,18 @@ func newVM(t *tables, mem Memory) (*VM, error) {
 			return nil, fmt.Errorf("vm release: %w", err)
 		}
 	}
-	if f, ok := t.fields["Abstract_VM_Version::_vm_major_version"]; ok && f.static {
+	// The Java major: JDK_Version::_current._major where exported (JDK 8
+	// to 17 at least: JDK 8's HotSpot calls itself 25.x), else the VM's
+	// own major, which is the Java one from JDK 9.
+	cur, okCur := t.fields["JDK_Version::_current"]
+	maj, okMaj := t.fields["JDK_Version::_major"]
+	if okCur && okMaj && cur.static && !maj.static {
+		var b [1]byte
+		if err := r.read(b[:], cur.address+maj.offset); err != nil {
+			return nil, fmt.Errorf("jdk major version: %w", err)
+		}
+		vm.Major = int(b[0])
+	} else if f, ok := t.fields["Abstract_VM_Version::_vm_major_version"]; ok && f.static {
 		var b [4]byte
 		if err := r.read(b[:], f.address); err != nil {
 			return nil, fmt.Errorf("vm major version: %w", err)
@@ -151,136 +162,18 @@ func newVM(t *tables, mem Memory) (*VM, error) {
 		}
 		vm.Major, _ = strconv.Atoi(s)
 	}
+	if len(miss) > 0 {
+		return nil, fmt.Errorf("jvm: missing %s: %w", strings.Join(miss, ", "), ErrUnknownVersion)
+	}
 	if vm.Major < 8 {
 		return nil, fmt.Errorf("jvm release %q: major %d: %w", vm.Release, vm.Major, ErrUnknownVersion)
 	}
 	vm.Untested = !testedMajors[vm.Major]
-	l.unsigned5 = vm.Major >= 20
-
-	// Code blobs.
-	l.blobName = t.need(&miss, "CodeBlob::_name")
-	l.blobSize = t.need(&miss, "CodeBlob::_size")
-	l.blobKind, l.hasKind = t.opt("CodeBlob::_kind")
-	if l.hasKind {
-		k, ok := t.ints["CodeBlobKind::Nmethod"]
-		if !ok {
-			miss = append(miss, "CodeBlobKind::Nmethod")
-		}
-		l.kindNmethod = k
+	l, frameSize, frameComplete, err := newLayout(t, vm.Major)
+	if err != nil {
+		return nil, fmt.Errorf("jvm %s: %w", vm.Release, err)
 	}
-	if o, ok := t.opt("CodeBlob::_code_begin"); ok {
-		l.blobCodeBegin = o
-	} else {
-		l.blobCodeBegin = t.need(&miss, "CodeBlob::_code_offset")
-		l.codeBeginIsOffset = true
-	}
-	l.blobMutableData, l.hasMutable = t.opt("CodeBlob::_mutable_data")
-	if l.hasMutable {
-		l.blobMutableSize = t.need(&miss, "CodeBlob::_mutable_data_size")
-		l.blobRelocSize = t.need(&miss, "CodeBlob::_relocation_size")
-	}
-	frameSize := t.need(&miss, "CodeBlob::_frame_size")
-	frameComplete := t.need(&miss, "CodeBlob::_frame_complete_offset")
-
-	l.nmMethod = t.need(&miss, "nmethod::_method", "CompiledMethod::_method")
-	l.nmCompileID = t.need(&miss, "nmethod::_compile_id")
-	l.nmCompLevel = t.need(&miss, "nmethod::_comp_level")
-	l.nmEntryBCI = t.need(&miss, "nmethod::_entry_bci")
-	l.nmScopesPcs = t.need(&miss, "nmethod::_scopes_pcs_offset")
-	l.nmImmutable, l.hasImmutable = t.opt("nmethod::_immutable_data")
-	if l.hasImmutable {
-		l.nmImmutableSize = t.need(&miss, "nmethod::_immutable_data_size")
-		l.nmScopesData = t.need(&miss, "nmethod::_scopes_data_offset")
-	} else {
-		l.nmDeps = t.need(&miss, "nmethod::_dependencies_offset")
-		if o, ok := t.opt("nmethod::_scopes_data_begin", "CompiledMethod::_scopes_data_begin"); ok {
-			l.nmScopesData, l.scopesDataIsPtr = o, true
-		} else {
-			l.nmScopesData = t.need(&miss, "nmethod::_scopes_data_offset")
-		}
-	}
-	if !l.hasMutable {
-		l.nmMetadata = t.need(&miss, "nmethod::_metadata_offset")
-		l.hasMetadataOff = true
-	}
-
-	l.heapBlockSize = t.size(&miss, "HeapBlock")
-	hdr := t.need(&miss, "HeapBlock::_header")
-	used := t.need(&miss, "HeapBlock::Header::_used")
-	l.heapBlockUsed = hdr.at + used.at
-
-	l.pcDescSize = t.size(&miss, "PcDesc")
-	l.pcDescPC = t.need(&miss, "PcDesc::_pc_offset")
-	l.pcDescScope = t.need(&miss, "PcDesc::_scope_decode_offset")
-
-	l.methodConst = t.need(&miss, "Method::_constMethod")
-	l.methodAccess = t.need(&miss, "Method::_access_flags")
-	l.constMethodSize = t.size(&miss, "ConstMethod")
-	l.constConstants = t.need(&miss, "ConstMethod::_constants")
-	l.constName = t.need(&miss, "ConstMethod::_name_index")
-	l.constSig = t.need(&miss, "ConstMethod::_signature_index")
-	l.constCode = t.need(&miss, "ConstMethod::_code_size")
-	l.constSize = t.need(&miss, "ConstMethod::_constMethod_size")
-	l.constFlags = t.need(&miss, "ConstMethod::_flags._flags", "ConstMethod::_flags")
-	hasLines, ok := t.ints["ConstMethodFlags::_misc_has_linenumber_table"]
-	if !ok {
-		hasLines, ok = t.ints["ConstMethod::_has_linenumber_table"]
-	}
-	if !ok {
-		miss = append(miss, "ConstMethod::_has_linenumber_table")
-	}
-	l.constHasLines = uint64(hasLines)
-	l.cpSize = t.size(&miss, "ConstantPool")
-	l.cpHolder = t.need(&miss, "ConstantPool::_pool_holder")
-	if o, ok := t.opt("ConstantPool::_source_file_name_index"); ok {
-		l.cpSourceFile = o
-	} else {
-		l.ikSourceFile = t.need(&miss, "InstanceKlass::_source_file_name_index")
-		l.sourceInKlass = true
-	}
-	l.klassName = t.need(&miss, "Klass::_name")
-	l.symLength = t.need(&miss, "Symbol::_length")
-	l.symBody = t.need(&miss, "Symbol::_body")
-
-	// Check the widths naming relies on.
-	for _, c := range []struct {
-		name string
-		o    off
-		w    []uint8
-	}{
-		{"CodeBlob::_name", l.blobName, []uint8{8}},
-		{"CodeBlob::_size", l.blobSize, []uint8{4}},
-		{"CodeBlob code begin", l.blobCodeBegin, []uint8{4, 8}},
-		{"CodeBlob::_frame_size", frameSize, []uint8{4}},
-		{"CodeBlob::_frame_complete_offset", frameComplete, []uint8{2, 4}},
-		{"nmethod::_method", l.nmMethod, []uint8{8}},
-		{"nmethod::_compile_id", l.nmCompileID, []uint8{4}},
-		{"nmethod::_comp_level", l.nmCompLevel, []uint8{1, 4}},
-		{"nmethod::_scopes_pcs_offset", l.nmScopesPcs, []uint8{4}},
-		{"PcDesc::_pc_offset", l.pcDescPC, []uint8{4}},
-		{"PcDesc::_scope_decode_offset", l.pcDescScope, []uint8{4}},
-		{"Method::_constMethod", l.methodConst, []uint8{8}},
-		{"Method::_access_flags", l.methodAccess, []uint8{2, 4}},
-		{"ConstMethod::_constants", l.constConstants, []uint8{8}},
-		{"ConstMethod::_name_index", l.constName, []uint8{2}},
-		{"ConstMethod::_code_size", l.constCode, []uint8{2}},
-		{"ConstMethod::_flags", l.constFlags, []uint8{2, 4}},
-		{"ConstantPool::_pool_holder", l.cpHolder, []uint8{8}},
-		{"Klass::_name", l.klassName, []uint8{8}},
-		{"Symbol::_length", l.symLength, []uint8{2}},
-	} {
-		ok := false
-		for _, w := range c.w {
-			ok = ok || c.o.width == w
-		}
-		if !ok {
-			miss = append(miss, fmt.Sprintf("%s of %d bytes", c.name, c.o.width))
-		}
-	}
-	if len(miss) > 0 {
-		return nil, fmt.Errorf("jvm %s: missing %s: %w", vm.Release, strings.Join(miss, ", "), ErrUnknownVersion)
-	}
-
+	vm.l = l
 	k, err := readKernel(t, r, vm.Major)
 	if err != nil {
 		return nil, err
@@ -427,4 +320,139 @@ func readKernel(t *tables, r *pageReader, major int) (Kernel, error) {
 		return k, fmt.Errorf("interpreter [%#x, %#x): unreadable", k.InterpStart, k.InterpEnd)
 	}
 	return k, nil
+}
+
+// newLayout reads what naming needs from the tables of a JVM of major:
+// the CodeBlob frame size and frame complete fields go to the kernel.
+func newLayout(t *tables, major int) (l *layout, frameSize, frameComplete off, err error) {
+	var miss []string
+	l = &layout{t: t, unsigned5: major >= 20}
+
+	// Code blobs.
+	l.blobName = t.need(&miss, "CodeBlob::_name")
+	l.blobSize = t.need(&miss, "CodeBlob::_size")
+	l.blobKind, l.hasKind = t.opt("CodeBlob::_kind")
+	if l.hasKind {
+		k, ok := t.ints["CodeBlobKind::Nmethod"]
+		if !ok {
+			miss = append(miss, "CodeBlobKind::Nmethod")
+		}
+		l.kindNmethod = k
+	}
+	if o, ok := t.opt("CodeBlob::_code_begin"); ok {
+		l.blobCodeBegin = o
+	} else {
+		l.blobCodeBegin = t.need(&miss, "CodeBlob::_code_offset")
+		l.codeBeginIsOffset = true
+	}
+	l.blobMutableData, l.hasMutable = t.opt("CodeBlob::_mutable_data")
+	if l.hasMutable {
+		l.blobMutableSize = t.need(&miss, "CodeBlob::_mutable_data_size")
+		l.blobRelocSize = t.need(&miss, "CodeBlob::_relocation_size")
+	}
+	frameSize = t.need(&miss, "CodeBlob::_frame_size")
+	frameComplete = t.need(&miss, "CodeBlob::_frame_complete_offset")
+
+	l.nmMethod = t.need(&miss, "nmethod::_method", "CompiledMethod::_method")
+	l.nmCompileID = t.need(&miss, "nmethod::_compile_id")
+	l.nmCompLevel = t.need(&miss, "nmethod::_comp_level")
+	l.nmEntryBCI = t.need(&miss, "nmethod::_entry_bci")
+	l.nmScopesPcs = t.need(&miss, "nmethod::_scopes_pcs_offset")
+	l.nmImmutable, l.hasImmutable = t.opt("nmethod::_immutable_data")
+	if l.hasImmutable {
+		l.nmImmutableSize = t.need(&miss, "nmethod::_immutable_data_size")
+		l.nmScopesData = t.need(&miss, "nmethod::_scopes_data_offset")
+	} else {
+		l.nmDeps = t.need(&miss, "nmethod::_dependencies_offset")
+		if o, ok := t.opt("nmethod::_scopes_data_begin", "CompiledMethod::_scopes_data_begin"); ok {
+			l.nmScopesData, l.scopesDataIsPtr = o, true
+		} else {
+			l.nmScopesData = t.need(&miss, "nmethod::_scopes_data_offset")
+		}
+	}
+	if !l.hasMutable {
+		l.nmMetadata = t.need(&miss, "nmethod::_metadata_offset")
+		l.hasMetadataOff = true
+	}
+
+	l.heapBlockSize = t.size(&miss, "HeapBlock")
+	hdr := t.need(&miss, "HeapBlock::_header")
+	used := t.need(&miss, "HeapBlock::Header::_used")
+	l.heapBlockUsed = hdr.at + used.at
+
+	l.pcDescSize = t.size(&miss, "PcDesc")
+	l.pcDescPC = t.need(&miss, "PcDesc::_pc_offset")
+	l.pcDescScope = t.need(&miss, "PcDesc::_scope_decode_offset")
+
+	l.methodConst = t.need(&miss, "Method::_constMethod")
+	l.methodAccess = t.need(&miss, "Method::_access_flags")
+	l.constMethodSize = t.size(&miss, "ConstMethod")
+	l.constConstants = t.need(&miss, "ConstMethod::_constants")
+	l.constName = t.need(&miss, "ConstMethod::_name_index")
+	l.constSig = t.need(&miss, "ConstMethod::_signature_index")
+	l.constCode = t.need(&miss, "ConstMethod::_code_size")
+	l.constSize = t.need(&miss, "ConstMethod::_constMethod_size")
+	l.constFlags = t.need(&miss, "ConstMethod::_flags._flags", "ConstMethod::_flags")
+	hasLines, ok := t.ints["ConstMethodFlags::_misc_has_linenumber_table"]
+	if !ok {
+		hasLines, ok = t.ints["ConstMethod::_has_linenumber_table"]
+	}
+	if !ok {
+		miss = append(miss, "ConstMethod::_has_linenumber_table")
+	}
+	l.constHasLines = uint64(hasLines)
+	l.cpSize = t.size(&miss, "ConstantPool")
+	l.cpHolder = t.need(&miss, "ConstantPool::_pool_holder")
+	l.cpLength, _ = t.opt("ConstantPool::_length")
+	l.ikConstants = t.need(&miss, "InstanceKlass::_constants")
+	if o, ok := t.opt("ConstantPool::_source_file_name_index"); ok {
+		l.cpSourceFile = o
+	} else {
+		l.ikSourceFile = t.need(&miss, "InstanceKlass::_source_file_name_index")
+		l.sourceInKlass = true
+	}
+	l.klassName = t.need(&miss, "Klass::_name")
+	l.symLength = t.need(&miss, "Symbol::_length")
+	l.symBody = t.need(&miss, "Symbol::_body")
+
+	// Check the widths naming relies on.
+	for _, c := range []struct {
+		name string
+		o    off
+		w    []uint8
+	}{
+		{"CodeBlob::_name", l.blobName, []uint8{8}},
+		{"CodeBlob::_size", l.blobSize, []uint8{4}},
+		{"CodeBlob code begin", l.blobCodeBegin, []uint8{4, 8}},
+		{"CodeBlob::_frame_size", frameSize, []uint8{4}},
+		{"CodeBlob::_frame_complete_offset", frameComplete, []uint8{2, 4}},
+		{"nmethod::_method", l.nmMethod, []uint8{8}},
+		{"nmethod::_compile_id", l.nmCompileID, []uint8{4}},
+		{"nmethod::_comp_level", l.nmCompLevel, []uint8{1, 4}},
+		{"nmethod::_scopes_pcs_offset", l.nmScopesPcs, []uint8{4}},
+		{"PcDesc::_pc_offset", l.pcDescPC, []uint8{4}},
+		{"PcDesc::_scope_decode_offset", l.pcDescScope, []uint8{4}},
+		{"Method::_constMethod", l.methodConst, []uint8{8}},
+		{"Method::_access_flags", l.methodAccess, []uint8{2, 4}},
+		{"ConstMethod::_constants", l.constConstants, []uint8{8}},
+		{"ConstMethod::_name_index", l.constName, []uint8{2}},
+		{"ConstMethod::_code_size", l.constCode, []uint8{2}},
+		{"ConstMethod::_flags", l.constFlags, []uint8{2, 4}},
+		{"ConstantPool::_pool_holder", l.cpHolder, []uint8{8}},
+		{"Klass::_name", l.klassName, []uint8{8}},
+		{"Symbol::_length", l.symLength, []uint8{2}},
+	} {
+		ok := false
+		for _, w := range c.w {
+			ok = ok || c.o.width == w
+		}
+		if !ok {
+			miss = append(miss, fmt.Sprintf("%s of %d bytes", c.name, c.o.width))
+		}
+	}
+	if len(miss) > 0 {
+		return nil, off{}, off{}, fmt.Errorf("missing %s: %w", strings.Join(miss, ", "), ErrUnknownVersion)
+	}
+
+	return l, frameSize, frameComplete, nil
 }

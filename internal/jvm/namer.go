@@ -55,6 +55,10 @@ type entryKey struct {
 const (
 	methodEntry uint8 = iota
 	nmethodEntry
+	// stubEntry is keyed by what the sample read at the blob's compile id
+	// offset too: while the stub lives those bytes stay, and a block
+	// reused for an nmethod holds its compile id there instead.
+	stubEntry
 )
 
 type entry struct {
@@ -62,6 +66,13 @@ type entry struct {
 	cost int64
 	m    *method
 	nm   *nmethodInfo
+	stub *stubInfo
+}
+
+// stubInfo is a code blob that is no Java method.
+type stubInfo struct {
+	name string
+	size uint32
 }
 
 // method is what naming needs of one Method.
@@ -103,11 +114,11 @@ func (n *Namer) Add(pid int, vm *VM) error {
 	return nil
 }
 
-// addMem is Add with memory already open; close (if not nil) releases it.
-func (n *Namer) addMem(pid int, vm *VM, mem Memory, close func() error) {
+// addMem is Add with memory already open; closer (if not nil) releases it.
+func (n *Namer) addMem(pid int, vm *VM, mem Memory, closer func() error) {
 	n.mu.Lock()
 	old := n.procs[pid]
-	n.procs[pid] = &namerProc{vm: vm, mem: mem, close: close}
+	n.procs[pid] = &namerProc{vm: vm, mem: mem, close: closer}
 	n.mu.Unlock()
 	if old != nil && old.close != nil {
 		_ = old.close()
@@ -266,6 +277,11 @@ func (n *Namer) compiled(pid int, p *namerProc, blob, word uint64, returnAddr bo
 	var nm *nmethodInfo
 	if e := n.get(k); e != nil {
 		nm = e.nm
+	} else if e := n.get(entryKey{pid: pid, kind: stubEntry, addr: blob, compileID: compileID}); e != nil {
+		if pcOff >= e.stub.size {
+			return Frame{}, fmt.Errorf("pc offset %#x beyond the blob's %#x bytes: %w", pcOff, e.stub.size, ErrStale)
+		}
+		return Frame{Tier: TierStub, Lines: []symbolize.Line{{Function: e.stub.name}}}, nil
 	} else {
 		hdr, err := readBlobHeader(p.mem, l, blob)
 		if err != nil {
@@ -279,6 +295,8 @@ func (n *Namer) compiled(pid int, p *namerProc, blob, word uint64, returnAddr bo
 			if err != nil {
 				return Frame{}, fmt.Errorf("blob name: %w", err)
 			}
+			n.put(&entry{key: entryKey{pid: pid, kind: stubEntry, addr: blob, compileID: compileID},
+				cost: int64(96 + len(name)), stub: &stubInfo{name: name, size: hdr.size}})
 			return Frame{Tier: TierStub, Lines: []symbolize.Line{{Function: name}}}, nil
 		}
 		if hdr.compileID != compileID {
@@ -375,13 +393,13 @@ func (o off) get(b []byte) (uint64, bool) {
 	return 0, false
 }
 
-// readCString reads a NUL-terminated string of at most max bytes, without
+// readCString reads a NUL-terminated string of at most limit bytes, without
 // reading past the page it ends in.
-func readCString(mem Memory, a uint64, max int) (string, error) {
+func readCString(mem Memory, a uint64, limit int) (string, error) {
 	var out []byte
-	for len(out) < max {
+	for len(out) < limit {
 		n := int(pageSize - a%pageSize)
-		n = min(n, 64, max-len(out))
+		n = min(n, 64, limit-len(out))
 		b := make([]byte, n)
 		if err := mem.ReadAt(b, a); err != nil {
 			return "", err
@@ -394,5 +412,5 @@ func readCString(mem Memory, a uint64, max int) (string, error) {
 		out = append(out, b...)
 		a += uint64(n)
 	}
-	return "", fmt.Errorf("string at %#x: longer than %d bytes: %w", a, max, ErrUnreadable)
+	return "", fmt.Errorf("string at %#x: longer than %d bytes: %w", a, limit, ErrUnreadable)
 }

@@ -3,6 +3,8 @@ package jvm
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -295,3 +297,96 @@ func pidOf(t *testing.T, vm *VM) int {
 	}
 	return p
 }
+
+// TestNamerEveryNmethod names every nmethod of a live JVM of each JDK (the
+// JDK's own classes, hidden classes and native wrappers included) at each
+// PcDesc: none may be unreadable.
+func TestNamerEveryNmethod(t *testing.T) {
+	testutil.RequireRoot(t, "reading a JVM's memory")
+	for _, j := range installedJDKs(t) {
+		t.Run(j.name, func(t *testing.T) {
+			dir := compile(t, j, "JBurn")
+			cmd := startJava(t, j, dir, "JBurn", nil, "90")
+			pid := cmd.Process.Pid
+			vm, mem := findVM(t, pid)
+			n := NewNamer("/proc", 4<<20)
+			if err := n.Add(pid, vm); err != nil {
+				t.Fatal(err)
+			}
+			defer n.Forget(pid)
+			_, blobs := waitCompiled(t, vm, mem, "JBurn.jGammaBurn", TierC2)
+			tiers := map[string]int{}
+			lambdas := 0
+			frames, stale := 0, 0
+			for _, b := range blobs {
+				if b.nm == nil {
+					if b.hdr.nmethod {
+						continue // freed or changed while walking
+					}
+					f, err := n.Frame(pid, FrameCompiled, b.addr, 0, false)
+					if err != nil {
+						t.Errorf("stub %s at %#x: %v", b.name, b.addr, err)
+					} else if f.Tier != TierStub || f.Lines[0].Function != b.name || b.name == "" {
+						t.Errorf("stub %q named %+v", b.name, f)
+					}
+					tiers[TierStub]++
+					continue
+				}
+				word := uint64(uint32(b.hdr.compileID)) << 32
+				pcs := []uint32{b.nm.codeBegin}
+				for _, d := range b.nm.pcs {
+					// Skip the first and last PcDescs: sentinels before and
+					// after the code.
+					if pc := b.nm.codeBegin + uint32(d.pc); d.pc >= 0 && pc < b.nm.size {
+						pcs = append(pcs, pc)
+					}
+				}
+				for _, pc := range pcs {
+					f, err := n.Frame(pid, FrameCompiled, b.addr, word|uint64(pc), true)
+					if errors.Is(err, ErrStale) {
+						stale++
+						continue // the JVM freed it since the walk
+					}
+					if err != nil {
+						t.Fatalf("%s at %#x pc %#x: %v", b.method, b.addr, pc, err)
+					}
+					frames++
+					tiers[f.Tier]++
+					outer := f.Lines[len(f.Lines)-1]
+					if outer.Function != b.method {
+						t.Errorf("nmethod of %s named %s", b.method, outer.Function)
+					}
+					for _, l := range f.Lines {
+						if !strings.Contains(l.Function, ".") || !strings.HasPrefix(l.SystemName, l.Function+"(") {
+							t.Errorf("malformed name %+v", l)
+						}
+						if strings.HasPrefix(l.Function, "JBurn$$Lambda") {
+							lambdas++
+							if !hiddenName.MatchString(l.Function) {
+								t.Errorf("hidden class name %q", l.Function)
+							}
+						}
+					}
+				}
+			}
+			s := n.Stats()
+			t.Logf("%s: %d blobs, %d frames by tier %v; stats %+v", vm.Release, len(blobs), frames, tiers, s)
+			if tiers[TierC1] == 0 || tiers[TierC2] == 0 || tiers[TierStub] == 0 {
+				t.Errorf("tiers %v: want c1, c2 and stubs", tiers)
+			}
+			if lambdas == 0 {
+				t.Error("JBurn's lambda is in no frame")
+			}
+			if stale > frames/10 {
+				t.Errorf("%d stale frames of %d", stale, frames)
+			}
+			if s.Bytes > 4<<20 {
+				t.Errorf("cache %d bytes over its bound", s.Bytes)
+			}
+		})
+	}
+}
+
+// hiddenName is how HotSpot names a lambda's method: JBurn$$Lambda$14/0x0000000800c0b000.run
+// (JDK 17) or JBurn$$Lambda/0x00007f0a4c001234.run (JDK 21 and later).
+var hiddenName = regexp.MustCompile(`^JBurn\$\$Lambda(\$\d+)?/0x[0-9a-f]+\.run$`)

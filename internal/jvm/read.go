@@ -16,12 +16,9 @@ const (
 	maxNameLength = 1 << 12 // bytes of a blob's name
 )
 
-func (l *layout) sizeOf(name string, min uint64) uint64 {
-	s := l.t.sizes[name]
-	if s < min {
-		s = min
-	}
-	return s
+// sizeOf is sizeof(name), at least least.
+func (l *layout) sizeOf(name string, least uint64) uint64 {
+	return max(l.t.sizes[name], least)
 }
 
 // blobHeader is what a CodeBlob says of itself.
@@ -214,20 +211,8 @@ func readMethod(mem Memory, l *layout, addr uint64) (*method, error) {
 		return nil, fmt.Errorf("constant pool: %w", err)
 	}
 	holder, _ := l.cpHolder.get(cph)
-	cpLen := uint64(1 << 16)
-	if o, ok := l.t.opt("ConstantPool::_length"); ok {
-		cpLen, _ = o.get(cph)
-	}
-	symbolAt := func(i uint64) (string, error) {
-		if i == 0 || i >= cpLen {
-			return "", fmt.Errorf("constant pool index %d of %d: %w", i, cpLen, ErrUnreadable)
-		}
-		p, err := readU64(mem, cp+l.cpSize+8*i)
-		if err != nil {
-			return "", fmt.Errorf("constant pool entry %d: %w", i, err)
-		}
-		return readSymbol(mem, l, p)
-	}
+	cpLen := l.poolLength(cph)
+	symbolAt := func(i uint64) (string, error) { return poolSymbol(mem, l, cp, cpLen, i) }
 	name, err := symbolAt(nameIdx)
 	if err != nil {
 		return nil, fmt.Errorf("method name: %w", err)
@@ -251,26 +236,16 @@ func readMethod(mem Memory, l *layout, addr uint64) (*method, error) {
 	m.function = class + "." + name
 	m.sys = m.function + sig
 
-	var srcIdx uint64
-	if l.sourceInKlass {
-		b := make([]byte, 2)
-		if err := mem.ReadAt(b, holder+l.ikSourceFile.at); err != nil {
-			return nil, fmt.Errorf("source file: %w", err)
-		}
-		srcIdx = uint64(binary.LittleEndian.Uint16(b))
-	} else {
-		srcIdx, _ = l.cpSourceFile.get(cph)
+	// The source file is the class's: a method handle intrinsic has a
+	// constant pool of its own, of three entries, that does not hold it.
+	src, err := readSourceFile(mem, l, holder)
+	if err != nil {
+		return nil, fmt.Errorf("source file of %s: %w", m.function, err)
 	}
-	if srcIdx != 0 {
-		src, err := symbolAt(srcIdx)
-		if err != nil {
-			return nil, fmt.Errorf("source file: %w", err)
-		}
-		if pkg != "" {
-			src = pkg + "/" + src
-		}
-		m.file = src
+	if src != "" && pkg != "" {
+		src = pkg + "/" + src
 	}
+	m.file = src
 
 	if flags&l.constHasLines != 0 && !m.native {
 		start := m.codeStart + m.codeSize
@@ -313,4 +288,53 @@ func readSymbol(mem Memory, l *layout, addr uint64) (string, error) {
 		return "", fmt.Errorf("symbol: %w", err)
 	}
 	return symbolString(body), nil
+}
+
+// poolLength is the entry count of the constant pool whose header is b.
+func (l *layout) poolLength(b []byte) uint64 {
+	if l.cpLength.width == 0 {
+		return 1 << 16
+	}
+	n, _ := l.cpLength.get(b)
+	return n
+}
+
+// poolSymbol reads the Symbol at index i of the constant pool at cp.
+func poolSymbol(mem Memory, l *layout, cp, length, i uint64) (string, error) {
+	if i == 0 || i >= length {
+		return "", fmt.Errorf("constant pool index %d of %d: %w", i, length, ErrUnreadable)
+	}
+	p, err := readU64(mem, cp+l.cpSize+8*i)
+	if err != nil {
+		return "", fmt.Errorf("constant pool entry %d: %w", i, err)
+	}
+	return readSymbol(mem, l, p)
+}
+
+// readSourceFile reads the SourceFile attribute of the class at klass
+// ("" without one).
+func readSourceFile(mem Memory, l *layout, klass uint64) (string, error) {
+	cp, err := readU64(mem, klass+l.ikConstants.at)
+	if err != nil || cp == 0 {
+		return "", fmt.Errorf("class constant pool %#x: %w", cp, err)
+	}
+	var idx uint64
+	if l.sourceInKlass {
+		b := make([]byte, 2)
+		if err := mem.ReadAt(b, klass+l.ikSourceFile.at); err != nil {
+			return "", err
+		}
+		idx = uint64(binary.LittleEndian.Uint16(b))
+	}
+	cph := make([]byte, l.cpSize)
+	if err := mem.ReadAt(cph, cp); err != nil {
+		return "", fmt.Errorf("class constant pool: %w", err)
+	}
+	if !l.sourceInKlass {
+		idx, _ = l.cpSourceFile.get(cph)
+	}
+	if idx == 0 {
+		return "", nil
+	}
+	return poolSymbol(mem, l, cp, l.poolLength(cph), idx)
 }

@@ -7,6 +7,12 @@ public class JBurn {
     public static void main(String[] args) throws Exception {
         long seconds = args.length > 0 ? Long.parseLong(args[0]) : 30;
         long end = System.nanoTime() + seconds * 1_000_000_000L;
+        // A lambda called often enough to be compiled: its hidden class
+        // gets a name only HotSpot gives.
+        Runnable tick = () -> sink++;
+        for (int i = 0; i < 50_000; i++) {
+            tick.run();
+        }
         System.out.println("ready");
         System.out.flush();
         while (System.nanoTime() < end) {
