@@ -19,7 +19,7 @@ public class JniBurn {
     static long jOuter(long x) { // MARK outer
         while (true) {
             x += nativeBurn(x); // MARK call-native
-            if (x == 42) {
+            if (x < 0) { // never: x counts up from 0
                 return x;
             }
         }
