@@ -118,9 +118,9 @@ func mark(t *testing.T, marks map[string]int64, name string) int64 {
 
 // javaProc is a running JVM of a test.
 type javaProc struct {
-	cmd   *exec.Cmd
-	pid   int
-	main  int64     // TID of the thread that runs main (not the launcher's)
+	cmd    *exec.Cmd
+	pid    int
+	main   int64     // TID of the thread that runs main (not the launcher's)
 	ready  time.Time // when the test read "ready"
 	stdout string    // the file that receives its standard output after "ready"
 }
