@@ -441,6 +441,9 @@ func checkName(f jframe, methods map[string][]jvmMethod) error {
 			if f.File != m.File {
 				return fmt.Errorf("%s: file %q, want %q", f.SystemName, f.File, m.File)
 			}
+			if m.First == 0 {
+				return nil // no line number table: a native method
+			}
 			if f.Line < m.First || f.Line > m.Last {
 				return fmt.Errorf("%s: line %d outside the method's %d-%d", f.SystemName, f.Line, m.First, m.Last)
 			}
