@@ -430,8 +430,8 @@ func jdkClass(function string) bool {
 
 // checkName checks one named Java frame against the program's methods:
 // a method of the program must be there with its descriptor, source file
-// and a line of its own; a JDK method must name a file in its package's
-// directory. Anything else is a wrong name.
+// and a line of its own; a JDK method must have its descriptor and name a
+// file in its package's directory. Anything else is a wrong name.
 func checkName(f jframe, methods map[string][]jvmMethod) error {
 	if ms, ok := methods[f.Function]; ok {
 		for _, m := range ms {
@@ -459,7 +459,9 @@ func checkName(f jframe, methods map[string][]jvmMethod) error {
 	if !strings.HasPrefix(f.SystemName, f.Function+"(") {
 		return fmt.Errorf("%s: system name %q", f.Function, f.SystemName)
 	}
-	if f.File != "" && (!strings.HasPrefix(f.File, strings.ReplaceAll(pkg, ".", "/")+"/") || !strings.HasSuffix(f.File, ".java")) {
+	// The file is the class's SourceFile in its package's directory; a
+	// class the JDK spins (LambdaForm$MH/0x...) may have no ".java".
+	if f.File != "" && !strings.HasPrefix(f.File, strings.ReplaceAll(pkg, ".", "/")+"/") {
 		return fmt.Errorf("%s: file %q is not in its package", f.Function, f.File)
 	}
 	return nil

@@ -190,8 +190,8 @@ func TestJVMStacks(t *testing.T) {
 	for _, p := range procs {
 		got[p.pid] = &tally{tiers: map[string]int{}}
 	}
-	const n = 1500
-	jvmCollect(t, sink, procs, n, 90*time.Second, func(p javaProc, s jvmSample, c int) {
+	const n = 2500 // about 15 s of a core each
+	jvmCollect(t, sink, procs, n, 120*time.Second, func(p javaProc, s jvmSample, c int) {
 		tl := got[p.pid]
 		tl.total += c
 		if err := checkJava(s, builds[p.pid], nil); err != nil {
@@ -591,20 +591,21 @@ func TestJVMAgainstJFR(t *testing.T) {
 // javacEntry reports whether a Java frame is where a Java stack of
 // javac's main thread legitimately ends: javac's main, or the code the
 // launcher and the VM run on that thread before it (loading the main
-// class, the VM's initialization phases).
+// class, the VM's initialization phases, the shutdown hooks after main).
 func javacEntry(function string) bool {
 	return function == "com.sun.tools.javac.Main.main" ||
 		strings.HasPrefix(function, "sun.launcher.LauncherHelper.") ||
-		strings.HasPrefix(function, "java.lang.System.initPhase")
+		strings.HasPrefix(function, "java.lang.System.initPhase") ||
+		strings.HasPrefix(function, "java.lang.Shutdown.")
 }
 
 // TestJVMJavacWholeStacks profiles javac, with each JDK, compiling 250
 // generated sources (generics, lambdas, streams, string switches, calls
 // across files: genJavaSources), from its first sample to its exit, and
-// reports the share of its main thread's samples with Java frames (or
-// marked [truncated]) whose Java stack is whole: not cut short, every
-// Java frame named, reaching javac's main (or the launcher's or the VM's
-// start-up code before it). It requires at least 97 %: JFR, which walks
+// reports the share of its main thread's samples, from its first with a
+// Java frame to its last, whose Java stack is whole: Java frames there,
+// not cut short, every one named, reaching javac's main (or the launcher's
+// or the VM's start-up or shutdown code around it). It requires at least 97 %: JFR, which walks
 // only threads running Java code, reaches javac's main on 99.6-99.8 % of
 // its samples of the same compile (JDK 17 and 25, depth under 150 frames,
 // well within the 256 a sample holds); Sonde also samples the thread
@@ -640,8 +641,15 @@ func TestJVMJavacWholeStacks(t *testing.T) {
 			}
 			took := time.Since(start)
 			sondeSamples(t, sink, rcv, func(flatSample) bool { return false }) // the receiver's last exports
-			total, whole, noJava, depth := 0, 0, 0, 0
-			why := map[string]int{}
+			// Each timestamp of the main thread, with whether its stack is
+			// whole (or why not) and whether it holds Java frames.
+			type stamp struct {
+				ts     uint64
+				java   bool
+				reason string // "" when whole
+			}
+			var stamps []stamp
+			depth := 0
 			var bad []string
 			for _, pd := range sink.AllProfiles() {
 				for _, s := range jvmFlatten(pd) {
@@ -649,29 +657,54 @@ func TestJVMJavacWholeStacks(t *testing.T) {
 						continue
 					}
 					jf := javaFrames(s)
-					if len(jf) == 0 && !truncated(s.flatSample) {
-						noJava += s.Count // the VM's own start-up, before any Java code
-						continue
-					}
-					total += s.Count
 					depth = max(depth, len(jf))
 					err := checkJava(s, b, []string{})
-					if err == nil && !javacEntry(jf[len(jf)-1].Function) {
+					if err == nil && len(jf) == 0 {
+						err = fmt.Errorf("only stubs")
+					} else if err == nil && !javacEntry(jf[len(jf)-1].Function) {
 						err = fmt.Errorf("outermost java frame %s", jf[len(jf)-1].Function)
 					}
+					reason := ""
 					if err != nil {
-						reason, _, _ := strings.Cut(err.Error(), ":")
-						why[reason] += s.Count
-						if len(bad) < 6 {
+						reason, _, _ = strings.Cut(err.Error(), ":")
+						if len(bad) < 6 && len(jf) > 0 {
 							bad = append(bad, err.Error()+": "+jvmFunctions(s))
 						}
-						continue
 					}
-					whole += s.Count
+					for _, ts := range s.Times {
+						stamps = append(stamps, stamp{ts, len(jf) > 0 || truncated(s.flatSample), reason})
+					}
 				}
 			}
+			// The VM's own start-up before the first Java code and its
+			// shutdown after the last run without Java frames: they are left
+			// out; between them, a sample without Java frames is not whole.
+			var first, last uint64
+			for _, st := range stamps {
+				if st.java {
+					if first == 0 || st.ts < first {
+						first = st.ts
+					}
+					last = max(last, st.ts)
+				}
+			}
+			total, whole, outside := 0, 0, 0
+			why := map[string]int{}
+			for _, st := range stamps {
+				switch {
+				case st.ts < first || st.ts > last:
+					outside++
+				case st.reason == "":
+					total++
+					whole++
+				default:
+					total++
+					why[st.reason]++
+				}
+			}
+			noJava := outside
 			share := 100 * float64(whole) / float64(max(total, 1))
-			t.Logf("javac, JDK %s (%v): %d of %d main-thread samples with java frames whole (%.2f %%); %d without java frames; deepest java stack %d; not whole: %v",
+			t.Logf("javac, JDK %s (%v): %d of %d main-thread samples with java frames whole (%.2f %%); %d before the first or after the last java frame; deepest java stack %d; not whole: %v",
 				j.name, took.Round(time.Second), whole, total, share, noJava, depth, why)
 			if total < 1000 || share < 97 {
 				t.Errorf("javac, JDK %s: %.2f %% of %d samples whole, want at least 97 %% of at least 1000; e.g.\n%s", j.name, share, total, strings.Join(bad, "\n"))
