@@ -349,7 +349,7 @@ var (
 func jvmMethods(t *testing.T, j jdk, dir string) map[string][]jvmMethod {
 	t.Helper()
 	var classes []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
 		if err == nil && strings.HasSuffix(p, ".class") {
 			rel, _ := filepath.Rel(dir, p)
 			classes = append(classes, strings.TrimSuffix(filepath.ToSlash(rel), ".class"))
