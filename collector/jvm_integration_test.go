@@ -1,0 +1,714 @@
+package collector_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// The JVM stack tests run the real receiver in-process on HotSpot
+// programs (testdata/jvm, built by the test with each JDK; run with
+// -Xmx128m and no profiling aid: no frame pointers, perf maps or agents)
+// and read Java frames through the contract of jvm_helpers_test.go. The
+// receiver starts before the programs, so their first samples count.
+
+// jvmRate is the receivers' sampling rate in these tests.
+const jvmRate = 199
+
+// readySlack keeps the samples taken while a program printed "ready"
+// (the test reads the line a little after) out of its chain's count.
+const readySlack = 100 * time.Millisecond
+
+// jvmCollect polls the sink until the main thread of each process has n
+// samples taken after it was ready, or timeout passes; each gets every
+// such sample with how many of its timestamps count.
+func jvmCollect(t *testing.T, sink *consumertest.ProfilesSink, procs []javaProc, n int, timeout time.Duration, each func(p javaProc, s jvmSample, count int)) map[int]int {
+	t.Helper()
+	got := map[int]int{}
+	byPID := map[int64]javaProc{}
+	for _, p := range procs {
+		byPID[int64(p.pid)] = p
+		got[p.pid] = 0
+	}
+	done := func() bool {
+		for _, c := range got {
+			if c < n {
+				return false
+			}
+		}
+		return true
+	}
+	far := time.Now().Add(24 * time.Hour)
+	deadline := time.Now().Add(timeout)
+	read := 0
+	for !done() && time.Now().Before(deadline) {
+		all := sink.AllProfiles()
+		for _, pd := range all[read:] {
+			for _, s := range jvmFlatten(pd) {
+				p, ok := byPID[s.PID]
+				if !ok || s.TID != p.main {
+					continue
+				}
+				if c := timesIn(s.flatSample, p.ready.Add(readySlack), far); c > 0 {
+					got[p.pid] += c
+					each(p, s, c)
+				}
+			}
+		}
+		read = len(all)
+		waitForExport(sink, read, time.Until(deadline))
+	}
+	return got
+}
+
+// javaSeq is the sequence a chain is checked against: the Java frames of
+// s, inlined ones apart, stubs left out, with the native frames named in
+// natives in their places; leaf first.
+func javaSeq(s jvmSample, natives []string) []jframe {
+	var out []jframe
+	for i, l := range s.Locs {
+		switch {
+		case l.Type == "jvm" && l.Tier == "stub":
+		case l.Type == "jvm" && len(l.Lines) == 0:
+			out = append(out, jframe{jvmLine: jvmLine{Function: unnamed}, Tier: l.Tier, Loc: i})
+		case l.Type == "jvm":
+			for k, ln := range l.Lines {
+				out = append(out, jframe{jvmLine: ln, Tier: l.Tier, Loc: i, Inlined: k < len(l.Lines)-1})
+			}
+		case l.Type != "kernel" && slices.Contains(natives, s.Frames[i].Function):
+			out = append(out, jframe{jvmLine: jvmLine{Function: s.Frames[i].Function}, Tier: l.Type, Loc: i})
+		}
+	}
+	return out
+}
+
+// checkJava checks the shape of a sample with Java frames: not cut short
+// ([truncated]), every Java frame named and rightly (checkName), the
+// outermost frame native (the VM that called the first Java method, down
+// to the thread's start), and, when natives is nil, no native frame
+// between two Java frames.
+func checkJava(s jvmSample, b jvmBuild, natives []string) error {
+	if truncated(s.flatSample) {
+		return fmt.Errorf("marked %s", "[truncated]")
+	}
+	first, last := -1, -1
+	for i, l := range s.Locs {
+		if l.Type == "jvm" {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	if first < 0 {
+		return fmt.Errorf("no java frame")
+	}
+	for _, f := range javaFrames(s) {
+		if f.Function == unnamed {
+			return fmt.Errorf("unnamed java frame (%s)", f.Tier)
+		}
+		if err := checkName(f, b.methods); err != nil {
+			return fmt.Errorf("wrong name: %w", err)
+		}
+	}
+	if last == len(s.Locs)-1 {
+		return fmt.Errorf("the outermost frame is a java frame")
+	}
+	if natives == nil {
+		for i := first; i <= last; i++ {
+			if s.Locs[i].Type != "jvm" {
+				return fmt.Errorf("%s frame %s between java frames", s.Locs[i].Type, s.Frames[i].Function)
+			}
+		}
+	}
+	return nil
+}
+
+// tally counts one process's samples for a chain.
+type tally struct {
+	total, whole, partial int
+	tiers                 map[string]int // the leaf's tier in whole samples
+	bad                   []string
+}
+
+func (tl *tally) fail(s jvmSample, err error) {
+	if len(tl.bad) < 6 {
+		tl.bad = append(tl.bad, err.Error()+": "+jvmFunctions(s))
+	}
+}
+
+// report logs the tallies and fails where fewer than minWhole percent of
+// at least n samples are whole.
+func report(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*tally, n int, minWhole float64) {
+	t.Helper()
+	for pid, tl := range got {
+		j := procs[pid].jdk.name
+		share := 100 * float64(tl.whole) / float64(max(tl.total, 1))
+		t.Logf("%s, JDK %s: %d of %d samples whole (%.2f %%), %d partial; leaf tiers %v", what, j, tl.whole, tl.total, share, tl.partial, tl.tiers)
+		if tl.total < n || share < minWhole {
+			t.Errorf("%s, JDK %s: %d of %d samples whole (%.2f %%), want at least %.0f %% of at least %d; e.g.\n%s",
+				what, j, tl.whole, tl.total, share, minWhole, n, strings.Join(tl.bad, "\n"))
+		}
+	}
+}
+
+// TestJVMStacks profiles JBurn (main -> jAlpha -> jBeta -> jGammaBurn)
+// with each JDK from its first sample: of the main thread's samples after
+// it printed "ready", at least 99 % carry exactly that chain, named, with
+// the source file and descriptor of each method, the leaf on a line of
+// jGammaBurn and each caller at its call line, interpreted callers above
+// a leaf that runs interpreted, then in C1's and C2's (on-stack
+// replacement) code: most of it in C2's.
+func TestJVMStacks(t *testing.T) {
+	builds := map[int]jvmBuild{}
+	var bs []jvmBuild
+	for _, j := range jdks(t) {
+		bs = append(bs, buildJVM(t, j))
+	}
+	sink := startReceiver(t, jvmRate)
+	var procs []javaProc
+	chains := map[int][]want{}
+	marks := jvmMarks(t, "JBurn.java")
+	for _, b := range bs {
+		p := b.start(t, nil, "JBurn")
+		procs = append(procs, p)
+		builds[p.pid] = b
+		chains[p.pid] = []want{in(b.method(t, "JBurn.jGammaBurn"), "JBurn.jGammaBurn"), at("JBurn.jBeta", mark(t, marks, "call-gamma")),
+			at("JBurn.jAlpha", mark(t, marks, "call-beta")), at("JBurn.main", mark(t, marks, "call-alpha"))}
+	}
+	got := map[int]*tally{}
+	for _, p := range procs {
+		got[p.pid] = &tally{tiers: map[string]int{}}
+	}
+	const n = 2500 // about 15 s of a core each
+	jvmCollect(t, sink, procs, n, 120*time.Second, func(p javaProc, s jvmSample, c int) {
+		tl := got[p.pid]
+		tl.total += c
+		if err := checkJava(s, builds[p.pid], nil); err != nil {
+			tl.fail(s, err)
+			return
+		}
+		seq := javaSeq(s, nil)
+		if err := matchChain(seq, chains[p.pid]); err != nil {
+			tl.fail(s, err)
+			return
+		}
+		for _, f := range seq[1:] {
+			if f.Tier != "interpreted" {
+				tl.fail(s, fmt.Errorf("caller %s in %s code, want interpreted (called once)", f.Function, f.Tier))
+				return
+			}
+		}
+		tl.whole += c
+		tl.tiers[seq[0].Tier] += c
+	})
+	report(t, "JBurn", builds, got, n, 99)
+	for pid, tl := range got {
+		for tier := range tl.tiers {
+			if !slices.Contains([]string{"interpreted", "c1", "c2"}, tier) {
+				t.Errorf("JDK %s: jGammaBurn in %q code", builds[pid].jdk.name, tier)
+			}
+		}
+		if 2*tl.tiers["c2"] < tl.whole {
+			t.Errorf("JDK %s: jGammaBurn in C2's code in %d of %d whole samples, want most (its loop runs on)", builds[pid].jdk.name, tl.tiers["c2"], tl.whole)
+		}
+	}
+}
+
+// TestJVMInlinedFrames profiles Inline, whose loop calls mid, which calls
+// leaf, small methods C2 inlines into loop's code. By default HotSpot
+// records where inlined code is only at safepoints, so a sample may show
+// the innermost inlined frames or not, but at least 99 % of the samples
+// after "ready" carry a whole chain: leaf <- mid <- loop, mid <- loop or
+// loop alone, then drive and main at their call lines. With
+// DebugNonSafepoints each instruction has its inlining chain: the same
+// 99 % hold, and after the first sample that shows it, at least 80 % show
+// leaf and mid as inlined Lines of loop's location, in order, each at its
+// line (JFR shows 93-97 % on the same program: TestJFROracle).
+func TestJVMInlinedFrames(t *testing.T) {
+	var bs []jvmBuild
+	for _, j := range jdks(t) {
+		bs = append(bs, buildJVM(t, j))
+	}
+	marks := jvmMarks(t, "Inline.java")
+	for _, mode := range []struct {
+		name    string
+		opts    []string
+		inlined bool
+	}{{"default", nil, false}, {"DebugNonSafepoints", inlineFlags, true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			sink := startReceiver(t, jvmRate)
+			builds := map[int]jvmBuild{}
+			var procs []javaProc
+			for _, b := range bs {
+				p := b.start(t, mode.opts, "Inline")
+				procs = append(procs, p)
+				builds[p.pid] = b
+			}
+			got := map[int]*tally{}
+			inl := map[int]*tally{}
+			for _, p := range procs {
+				got[p.pid] = &tally{tiers: map[string]int{}}
+				inl[p.pid] = &tally{tiers: map[string]int{}}
+			}
+			const n = 1500
+			jvmCollect(t, sink, procs, n, 90*time.Second, func(p javaProc, s jvmSample, c int) {
+				b := builds[p.pid]
+				tl := got[p.pid]
+				tl.total += c
+				if err := checkJava(s, b, nil); err != nil {
+					tl.fail(s, err)
+					return
+				}
+				seq := javaSeq(s, nil)
+				full := inlineChain(t, b, marks, false)
+				mid := in(b.method(t, "Inline.mid"), "Inline.mid")
+				loop := in(b.method(t, "Inline.loop"), "Inline.loop")
+				var err error
+				for _, chain := range [][]want{full, append([]want{mid}, full[2:]...), append([]want{loop}, full[3:]...)} {
+					if err = matchChain(seq, chain); err == nil {
+						break
+					}
+				}
+				if err != nil {
+					tl.fail(s, err)
+					return
+				}
+				tl.whole += c
+				tl.tiers[seq[0].Tier] += c
+				if !mode.inlined {
+					return
+				}
+				// Inlined: one location holds leaf, mid and loop.
+				it := inl[p.pid]
+				err = matchChain(seq, inlineChain(t, b, marks, true))
+				if err == nil && (seq[0].Loc != seq[2].Loc || seq[2].Tier != "c2") {
+					err = fmt.Errorf("leaf, mid and loop in locations %d, %d, %d (%s), want one of C2's", seq[0].Loc, seq[1].Loc, seq[2].Loc, seq[2].Tier)
+				}
+				if it.whole == 0 && err != nil {
+					it.partial += c // warm-up: before C2's code with leaf inlined runs
+					return
+				}
+				it.total += c
+				if err != nil {
+					it.fail(s, err)
+					return
+				}
+				it.whole += c
+			})
+			report(t, "Inline "+mode.name, builds, got, n, 99)
+			if mode.inlined {
+				// Warm-up samples are reported as partial.
+				report(t, "Inline "+mode.name+", inlined chain after warm-up", builds, inl, n/2, 80)
+			}
+		})
+	}
+}
+
+// TestJVMMixedJNIStacks profiles JniBurn: Java (main -> jOuter) calls
+// the native method nativeBurn, whose C code (Java_JniBurn_nativeBurn ->
+// jniburn_middle, built without frame pointers) calls back into Java
+// (jCallback -> jInnerBurn), which burns. At least 95 % of the main
+// thread's samples after "ready" carry that whole mixed chain, C functions
+// named, Java frames at their lines, the native method's own Java frame
+// between jOuter and the C code; at least 99 % carry it or its root side
+// (a sample in the JNI transition lacks the leaf's frames).
+func TestJVMMixedJNIStacks(t *testing.T) {
+	var bs []jvmBuild
+	for _, j := range jdks(t) {
+		bs = append(bs, buildJVM(t, j))
+	}
+	marks := jvmMarks(t, "JniBurn.java")
+	natives := []string{"jniburn_middle", "Java_JniBurn_nativeBurn"}
+	sink := startReceiver(t, jvmRate)
+	builds := map[int]jvmBuild{}
+	var procs []javaProc
+	for _, b := range bs {
+		p := b.start(t, nil, "JniBurn")
+		procs = append(procs, p)
+		builds[p.pid] = b
+	}
+	got := map[int]*tally{}
+	for _, p := range procs {
+		got[p.pid] = &tally{tiers: map[string]int{}}
+	}
+	const n = 1500
+	jvmCollect(t, sink, procs, n, 90*time.Second, func(p javaProc, s jvmSample, c int) {
+		b := builds[p.pid]
+		tl := got[p.pid]
+		tl.total += c
+		if err := checkJava(s, b, natives); err != nil {
+			tl.fail(s, err)
+			return
+		}
+		chain := []want{in(b.method(t, "JniBurn.jInnerBurn"), "JniBurn.jInnerBurn"), at("JniBurn.jCallback", mark(t, marks, "call-inner")),
+			{fn: "jniburn_middle", anyLine: true}, {fn: "Java_JniBurn_nativeBurn", anyLine: true}, {fn: "JniBurn.nativeBurn", anyLine: true},
+			at("JniBurn.jOuter", mark(t, marks, "call-native")), at("JniBurn.main", mark(t, marks, "call-outer"))}
+		seq := javaSeq(s, natives)
+		if err := matchChain(seq, chain); err == nil {
+			tl.whole += c
+			tl.tiers[seq[0].Tier] += c
+			return
+		}
+		// The root side: from jCallback or jOuter (at any of their
+		// lines), a C function or the native method on.
+		for k := 1; k < len(chain)-1; k++ {
+			root := slices.Clone(chain[k:])
+			switch k {
+			case 1:
+				root[0] = in(b.method(t, "JniBurn.jCallback"), "JniBurn.jCallback")
+			case 5:
+				root[0] = in(b.method(t, "JniBurn.jOuter"), "JniBurn.jOuter")
+			}
+			if matchChain(seq, root) == nil {
+				tl.partial += c
+				return
+			}
+		}
+		tl.fail(s, matchChain(seq, chain))
+	})
+	report(t, "JniBurn", builds, got, n, 95)
+	for pid, tl := range got {
+		if share := 100 * float64(tl.whole+tl.partial) / float64(max(tl.total, 1)); share < 99 {
+			t.Errorf("JniBurn, JDK %s: %.2f %% of %d samples whole or their root side, want at least 99 %%", builds[pid].jdk.name, share, tl.total)
+		}
+	}
+}
+
+// TestJVMNoWrongNames profiles Churn, which deoptimizes and recompiles
+// its hot call sites and loads, runs and unloads Plugin classes (their
+// code freed and reused) all the time, from its first sample, every
+// thread: every named Java frame must be a method of the program, with its
+// descriptor, file and a line of its own, or the JDK's, in a file of its
+// package (checkName); a name the namer cannot vouch for must be left out
+// (an unnamed jvm frame), never replaced by a method's that was there
+// before. Unnamed frames are counted; at most 2 % of the samples with Java
+// frames may hold one (code freed between the sample and its naming is
+// rare: a round frees a few methods every few hundred milliseconds).
+func TestJVMNoWrongNames(t *testing.T) {
+	var bs []jvmBuild
+	for _, j := range jdks(t) {
+		bs = append(bs, buildJVM(t, j))
+	}
+	sink := startReceiver(t, jvmRate)
+	builds := map[int]jvmBuild{}
+	var procs []javaProc
+	for _, b := range bs {
+		p := b.start(t, nil, "Churn", b.plugins)
+		procs = append(procs, p)
+		builds[p.pid] = b
+	}
+	type count struct{ samples, java, named, unnamedSamples, wrong, plugin int }
+	got := map[int64]*count{}
+	var bad []string
+	for _, p := range procs {
+		got[int64(p.pid)] = &count{}
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	read := 0
+	for time.Now().Before(deadline) {
+		all := sink.AllProfiles()
+		for _, pd := range all[read:] {
+			for _, s := range jvmFlatten(pd) {
+				cn, ok := got[s.PID]
+				if !ok {
+					continue
+				}
+				b := builds[int(s.PID)]
+				cn.samples += s.Count
+				jf := javaFrames(s)
+				if len(jf) == 0 {
+					continue
+				}
+				cn.java += s.Count
+				hasUnnamed := false
+				for _, f := range jf {
+					if f.Function == unnamed {
+						hasUnnamed = true
+						continue
+					}
+					cn.named += s.Count
+					if strings.HasPrefix(f.Function, "Plugin") {
+						cn.plugin += s.Count
+					}
+					if err := checkName(f, b.methods); err != nil {
+						cn.wrong += s.Count
+						if len(bad) < 8 {
+							bad = append(bad, fmt.Sprintf("JDK %s: %v: %s", b.jdk.name, err, jvmFunctions(s)))
+						}
+					}
+				}
+				if hasUnnamed {
+					cn.unnamedSamples += s.Count
+				}
+			}
+		}
+		read = len(all)
+		waitForExport(sink, read, time.Until(deadline))
+	}
+	for pid, cn := range got {
+		j := builds[int(pid)].jdk.name
+		t.Logf("Churn, JDK %s: %d samples, %d with java frames (%d named frames, %d in Plugin's classes), %d with an unnamed java frame, %d wrong names",
+			j, cn.samples, cn.java, cn.named, cn.plugin, cn.unnamedSamples, cn.wrong)
+		if cn.java < 1000 || cn.plugin == 0 {
+			t.Errorf("Churn, JDK %s: %d samples with java frames, %d frames of Plugin; want at least 1000 and some", j, cn.java, cn.plugin)
+		}
+		if cn.wrong > 0 {
+			t.Errorf("Churn, JDK %s: %d wrongly named java frames", j, cn.wrong)
+		}
+		if 100*cn.unnamedSamples > 2*cn.java {
+			t.Errorf("Churn, JDK %s: %d of %d samples hold an unnamed java frame, want at most 2 %%", j, cn.unnamedSamples, cn.java)
+		}
+	}
+	if len(bad) > 0 {
+		t.Logf("wrong names, e.g.:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// jfrKeys are the keys the comparison with JFR counts for one stack of
+// Java frames (leaf first): its leaf method, and its chain: the leaf
+// method, then each caller at its line.
+func jfrKeys(frames []jframe) (leaf, chain string) {
+	if len(frames) == 0 {
+		return "", ""
+	}
+	parts := []string{frames[0].Function}
+	for _, f := range frames[1:] {
+		parts = append(parts, fmt.Sprintf("%s:%d", f.Function, f.Line))
+	}
+	return frames[0].Function, strings.Join(parts, " <- ")
+}
+
+// TestJVMAgainstJFR profiles, with each JDK, JBurn's mix (two leaves,
+// two parts to one) and Inline with DebugNonSafepoints under a JFR
+// recording, and compares Sonde's samples of the main thread with JFR's
+// over the same window (JFR's first to last sample after "ready"): each
+// leaf method and each chain (the leaf method, then each caller, inlined
+// ones included, at its line) over 1 % of either's samples has the same
+// share in both, within 5 points.
+func TestJVMAgainstJFR(t *testing.T) {
+	var bs []jvmBuild
+	for _, j := range jdks(t) {
+		bs = append(bs, buildJVM(t, j))
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  []string
+		class string
+		args  []string
+	}{
+		{"JBurn-mix", nil, "JBurn", []string{"mix", "20"}},
+		{"Inline-DebugNonSafepoints", inlineFlags, "Inline", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink, rcv := startReceiverWith(t, jvmRate)
+			type run struct {
+				b   jvmBuild
+				p   javaProc
+				rec string
+			}
+			var runs []run
+			for _, b := range bs {
+				rec := filepath.Join(t.TempDir(), tc.class+".jfr")
+				p := b.start(t, append([]string{"-XX:StartFlightRecording=filename=" + rec + ",settings=profile"}, tc.opts...), tc.class, tc.args...)
+				runs = append(runs, run{b, p, rec})
+			}
+			for _, r := range runs {
+				if tc.args == nil {
+					// Inline runs until told: 20 s of its CPU, then
+					// SIGTERM, on which JFR writes the recording.
+					waitBurning(t, r.p, 20*time.Second)
+					if err := r.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+						t.Fatal(err)
+					}
+				}
+				waitExit(t, r.p.cmd, 120*time.Second)
+			}
+			// Until the receiver exported past the programs' exits; then it
+			// is shut down and the sink holds all.
+			sondeSamples(t, sink, rcv, func(flatSample) bool { return false })
+			for _, r := range runs {
+				var jfr []testutil.JFRSample
+				for _, s := range testutil.JFRSamples(t, r.b.jdk.home, r.rec, 128) {
+					if s.TID == r.p.main && s.Time.After(r.p.ready) {
+						jfr = append(jfr, s)
+					}
+				}
+				if len(jfr) < 200 {
+					t.Errorf("JDK %s: JFR has %d samples of the main thread, want at least 200", r.b.jdk.name, len(jfr))
+					continue
+				}
+				from, to := jfr[0].Time, jfr[len(jfr)-1].Time
+				jLeaf, jChain := map[string]int{}, map[string]int{}
+				for _, s := range jfr {
+					l, c := jfrKeys(jfrJavaFrames(s))
+					jLeaf[l]++
+					jChain[c]++
+				}
+				sLeaf, sChain := map[string]int{}, map[string]int{}
+				total := 0
+				for _, pd := range sink.AllProfiles() {
+					for _, s := range jvmFlatten(pd) {
+						if s.PID != int64(r.p.pid) || s.TID != r.p.main || s.Type != "samples" {
+							continue
+						}
+						c := timesIn(s.flatSample, from, to)
+						if c == 0 {
+							continue
+						}
+						total += c
+						l, ch := jfrKeys(javaFrames(s))
+						sLeaf[l] += c
+						sChain[ch] += c
+					}
+				}
+				t.Logf("JDK %s: JFR %d samples, Sonde %d in JFR's window %v-%v", r.b.jdk.name, len(jfr), total, from.Format(time.TimeOnly), to.Format(time.TimeOnly))
+				t.Logf("  leaves: JFR %s; Sonde %s", topShares(jLeaf, 4), topShares(sLeaf, 4))
+				t.Logf("  chains: JFR %s; Sonde %s", topShares(jChain, 4), topShares(sChain, 4))
+				if total < 1000 {
+					t.Errorf("JDK %s: Sonde has %d samples of the main thread in JFR's window, want at least 1000", r.b.jdk.name, total)
+				}
+				for what, diff := range map[string][]string{"leaf": compareShares(sLeaf, jLeaf, 1, 5), "chain": compareShares(sChain, jChain, 1, 5)} {
+					if len(diff) > 0 {
+						t.Errorf("JDK %s: %s shares differ by more than 5 points:\n%s", r.b.jdk.name, what, strings.Join(diff, "\n"))
+					}
+				}
+			}
+		})
+	}
+}
+
+// javacEntry reports whether a Java frame is where a Java stack of
+// javac's main thread legitimately ends: javac's main, or the code the
+// launcher and the VM run on that thread before it (loading the main
+// class, the VM's initialization phases, the shutdown hooks after main).
+func javacEntry(function string) bool {
+	return function == "com.sun.tools.javac.Main.main" ||
+		strings.HasPrefix(function, "sun.launcher.LauncherHelper.") ||
+		strings.HasPrefix(function, "java.lang.System.initPhase") ||
+		strings.HasPrefix(function, "java.lang.Shutdown.")
+}
+
+// TestJVMJavacWholeStacks profiles javac, with each JDK, compiling 250
+// generated sources (generics, lambdas, streams, string switches, calls
+// across files: genJavaSources), from its first sample to its exit, and
+// reports the share of its main thread's samples, from its first with a
+// Java frame to its last, whose Java stack is whole: Java frames there,
+// not cut short, every one named, reaching javac's main (or the launcher's
+// or the VM's start-up or shutdown code around it). It requires at least 97 %: JFR, which walks
+// only threads running Java code, reaches javac's main on 99.6-99.8 % of
+// its samples of the same compile (JDK 17 and 25, depth under 150 frames,
+// well within the 256 a sample holds); Sonde also samples the thread
+// inside the VM (class loading, linking, the interpreter's runtime calls,
+// JIT stubs) from the program's first sample, where the walk crosses
+// libjvm's frames, hence two and a half points of room, no more.
+func TestJVMJavacWholeStacks(t *testing.T) {
+	js := jdks(t)
+	files := genJavaSources(t, 250)
+	for _, j := range js {
+		t.Run("jdk"+j.name, func(t *testing.T) {
+			b := jvmBuild{jdk: j, methods: map[string][]jvmMethod{}}
+			sink, rcv := startReceiverWith(t, jvmRate)
+			cmd := exec.Command(j.bin("javac"), append([]string{"-J-Xmx256m", "-d", t.TempDir()}, files...)...)
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			start := time.Now()
+			testutil.StartCmd(t, cmd)
+			pid := cmd.Process.Pid
+			var main int64
+			for deadline := time.Now().Add(10 * time.Second); main == 0 && time.Now().Before(deadline); {
+				if dirs, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid)); len(dirs) > 1 {
+					main = javaMainThread(t, pid)
+				} else {
+					time.Sleep(time.Millisecond) // poll interval of the condition above
+				}
+			}
+			if main == 0 {
+				t.Fatalf("javac %d: no main thread in 10 s", pid)
+			}
+			waitExit(t, cmd, 180*time.Second)
+			if !cmd.ProcessState.Success() {
+				t.Fatalf("javac: %v", cmd.ProcessState)
+			}
+			took := time.Since(start)
+			sondeSamples(t, sink, rcv, func(flatSample) bool { return false }) // the receiver's last exports
+			// Each timestamp of the main thread, with whether its stack is
+			// whole (or why not) and whether it holds Java frames.
+			type stamp struct {
+				ts     uint64
+				java   bool
+				reason string // "" when whole
+			}
+			var stamps []stamp
+			depth := 0
+			var bad []string
+			for _, pd := range sink.AllProfiles() {
+				for _, s := range jvmFlatten(pd) {
+					if s.PID != int64(pid) || s.TID != main || s.Type != "samples" {
+						continue
+					}
+					jf := javaFrames(s)
+					depth = max(depth, len(jf))
+					err := checkJava(s, b, []string{})
+					if err == nil && len(jf) == 0 {
+						err = fmt.Errorf("only stubs")
+					} else if err == nil && !javacEntry(jf[len(jf)-1].Function) {
+						err = fmt.Errorf("outermost java frame %s", jf[len(jf)-1].Function)
+					}
+					reason := ""
+					if err != nil {
+						reason, _, _ = strings.Cut(err.Error(), ":")
+						if len(bad) < 6 && len(jf) > 0 {
+							bad = append(bad, err.Error()+": "+jvmFunctions(s))
+						}
+					}
+					for _, ts := range s.Times {
+						stamps = append(stamps, stamp{ts, len(jf) > 0 || truncated(s.flatSample), reason})
+					}
+				}
+			}
+			// The VM's own start-up before the first Java code and its
+			// shutdown after the last run without Java frames: they are left
+			// out; between them, a sample without Java frames is not whole.
+			var first, last uint64
+			for _, st := range stamps {
+				if st.java {
+					if first == 0 || st.ts < first {
+						first = st.ts
+					}
+					last = max(last, st.ts)
+				}
+			}
+			total, whole, outside := 0, 0, 0
+			why := map[string]int{}
+			for _, st := range stamps {
+				switch {
+				case st.ts < first || st.ts > last:
+					outside++
+				case st.reason == "":
+					total++
+					whole++
+				default:
+					total++
+					why[st.reason]++
+				}
+			}
+			noJava := outside
+			share := 100 * float64(whole) / float64(max(total, 1))
+			t.Logf("javac, JDK %s (%v): %d of %d main-thread samples with java frames whole (%.2f %%); %d before the first or after the last java frame; deepest java stack %d; not whole: %v",
+				j.name, took.Round(time.Second), whole, total, share, noJava, depth, why)
+			if total < 1000 || share < 97 {
+				t.Errorf("javac, JDK %s: %.2f %% of %d samples whole, want at least 97 %% of at least 1000; e.g.\n%s", j.name, share, total, strings.Join(bad, "\n"))
+			}
+		})
+	}
+}
