@@ -134,22 +134,22 @@ func checkJava(s jvmSample, b jvmBuild, natives []string) error {
 	return nil
 }
 
-// tally counts one process's samples for a chain.
-type tally struct {
+// jvmTally counts one process's samples for a chain.
+type jvmTally struct {
 	total, whole, partial int
 	tiers                 map[string]int // the leaf's tier in whole samples
 	bad                   []string
 }
 
-func (tl *tally) fail(s jvmSample, err error) {
+func (tl *jvmTally) fail(s jvmSample, err error) {
 	if len(tl.bad) < 6 {
 		tl.bad = append(tl.bad, err.Error()+": "+jvmFunctions(s))
 	}
 }
 
-// report logs the tallies and fails where fewer than minWhole percent of
+// jvmReport logs the tallies and fails where fewer than minWhole percent of
 // at least n samples are whole.
-func report(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*tally, n int, minWhole float64) {
+func jvmReport(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*jvmTally, n int, minWhole float64) {
 	t.Helper()
 	for pid, tl := range got {
 		j := procs[pid].jdk.name
@@ -177,18 +177,18 @@ func TestJVMStacks(t *testing.T) {
 	}
 	sink := startReceiver(t, jvmRate)
 	var procs []javaProc
-	chains := map[int][]want{}
+	chains := map[int][]jwant{}
 	marks := jvmMarks(t, "JBurn.java")
 	for _, b := range bs {
 		p := b.start(t, nil, "JBurn")
 		procs = append(procs, p)
 		builds[p.pid] = b
-		chains[p.pid] = []want{in(b.method(t, "JBurn.jGammaBurn"), "JBurn.jGammaBurn"), at("JBurn.jBeta", mark(t, marks, "call-gamma")),
-			at("JBurn.jAlpha", mark(t, marks, "call-beta")), at("JBurn.main", mark(t, marks, "call-alpha"))}
+		chains[p.pid] = []jwant{jin(b.method(t, "JBurn.jGammaBurn"), "JBurn.jGammaBurn"), jat("JBurn.jBeta", jvmMark(t, marks, "call-gamma")),
+			jat("JBurn.jAlpha", jvmMark(t, marks, "call-beta")), jat("JBurn.main", jvmMark(t, marks, "call-alpha"))}
 	}
-	got := map[int]*tally{}
+	got := map[int]*jvmTally{}
 	for _, p := range procs {
-		got[p.pid] = &tally{tiers: map[string]int{}}
+		got[p.pid] = &jvmTally{tiers: map[string]int{}}
 	}
 	const n = 2500 // about 15 s of a core each
 	jvmCollect(t, sink, procs, n, 120*time.Second, func(p javaProc, s jvmSample, c int) {
@@ -212,7 +212,7 @@ func TestJVMStacks(t *testing.T) {
 		tl.whole += c
 		tl.tiers[seq[0].Tier] += c
 	})
-	report(t, "JBurn", builds, got, n, 99)
+	jvmReport(t, "JBurn", builds, got, n, 99)
 	for pid, tl := range got {
 		for tier := range tl.tiers {
 			if !slices.Contains([]string{"interpreted", "c1", "c2"}, tier) {
@@ -255,11 +255,11 @@ func TestJVMInlinedFrames(t *testing.T) {
 				procs = append(procs, p)
 				builds[p.pid] = b
 			}
-			got := map[int]*tally{}
-			inl := map[int]*tally{}
+			got := map[int]*jvmTally{}
+			inl := map[int]*jvmTally{}
 			for _, p := range procs {
-				got[p.pid] = &tally{tiers: map[string]int{}}
-				inl[p.pid] = &tally{tiers: map[string]int{}}
+				got[p.pid] = &jvmTally{tiers: map[string]int{}}
+				inl[p.pid] = &jvmTally{tiers: map[string]int{}}
 			}
 			const n = 1500
 			jvmCollect(t, sink, procs, n, 90*time.Second, func(p javaProc, s jvmSample, c int) {
@@ -272,10 +272,10 @@ func TestJVMInlinedFrames(t *testing.T) {
 				}
 				seq := javaSeq(s, nil)
 				full := inlineChain(t, b, marks, false)
-				mid := in(b.method(t, "Inline.mid"), "Inline.mid")
-				loop := in(b.method(t, "Inline.loop"), "Inline.loop")
+				mid := jin(b.method(t, "Inline.mid"), "Inline.mid")
+				loop := jin(b.method(t, "Inline.loop"), "Inline.loop")
 				var err error
-				for _, chain := range [][]want{full, append([]want{mid}, full[2:]...), append([]want{loop}, full[3:]...)} {
+				for _, chain := range [][]jwant{full, append([]jwant{mid}, full[2:]...), append([]jwant{loop}, full[3:]...)} {
 					if err = matchChain(seq, chain); err == nil {
 						break
 					}
@@ -306,10 +306,10 @@ func TestJVMInlinedFrames(t *testing.T) {
 				}
 				it.whole += c
 			})
-			report(t, "Inline "+mode.name, builds, got, n, 99)
+			jvmReport(t, "Inline "+mode.name, builds, got, n, 99)
 			if mode.inlined {
 				// Warm-up samples are reported as partial.
-				report(t, "Inline "+mode.name+", inlined chain after warm-up", builds, inl, n/2, 80)
+				jvmReport(t, "Inline "+mode.name+", inlined chain after warm-up", builds, inl, n/2, 80)
 			}
 		})
 	}
@@ -338,9 +338,9 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 		procs = append(procs, p)
 		builds[p.pid] = b
 	}
-	got := map[int]*tally{}
+	got := map[int]*jvmTally{}
 	for _, p := range procs {
-		got[p.pid] = &tally{tiers: map[string]int{}}
+		got[p.pid] = &jvmTally{tiers: map[string]int{}}
 	}
 	const n = 1500
 	jvmCollect(t, sink, procs, n, 90*time.Second, func(p javaProc, s jvmSample, c int) {
@@ -351,9 +351,9 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 			tl.fail(s, err)
 			return
 		}
-		chain := []want{in(b.method(t, "JniBurn.jInnerBurn"), "JniBurn.jInnerBurn"), at("JniBurn.jCallback", mark(t, marks, "call-inner")),
+		chain := []jwant{jin(b.method(t, "JniBurn.jInnerBurn"), "JniBurn.jInnerBurn"), jat("JniBurn.jCallback", jvmMark(t, marks, "call-inner")),
 			{fn: "jniburn_middle", anyLine: true}, {fn: "Java_JniBurn_nativeBurn", anyLine: true}, {fn: "JniBurn.nativeBurn", anyLine: true},
-			at("JniBurn.jOuter", mark(t, marks, "call-native")), at("JniBurn.main", mark(t, marks, "call-outer"))}
+			jat("JniBurn.jOuter", jvmMark(t, marks, "call-native")), jat("JniBurn.main", jvmMark(t, marks, "call-outer"))}
 		seq := javaSeq(s, natives)
 		if err := matchChain(seq, chain); err == nil {
 			tl.whole += c
@@ -366,9 +366,9 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 			root := slices.Clone(chain[k:])
 			switch k {
 			case 1:
-				root[0] = in(b.method(t, "JniBurn.jCallback"), "JniBurn.jCallback")
+				root[0] = jin(b.method(t, "JniBurn.jCallback"), "JniBurn.jCallback")
 			case 5:
-				root[0] = in(b.method(t, "JniBurn.jOuter"), "JniBurn.jOuter")
+				root[0] = jin(b.method(t, "JniBurn.jOuter"), "JniBurn.jOuter")
 			}
 			if matchChain(seq, root) == nil {
 				tl.partial += c
@@ -377,7 +377,7 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 		}
 		tl.fail(s, matchChain(seq, chain))
 	})
-	report(t, "JniBurn", builds, got, n, 95)
+	jvmReport(t, "JniBurn", builds, got, n, 95)
 	for pid, tl := range got {
 		if share := 100 * float64(tl.whole+tl.partial) / float64(max(tl.total, 1)); share < 99 {
 			t.Errorf("JniBurn, JDK %s: %.2f %% of %d samples whole or their root side, want at least 99 %%", builds[pid].jdk.name, share, tl.total)
