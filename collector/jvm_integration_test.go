@@ -170,6 +170,7 @@ func jvmReport(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*j
 // a leaf that runs interpreted, then in C1's and C2's (on-stack
 // replacement) code: most of it in C2's.
 func TestJVMStacks(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	builds := map[int]jvmBuild{}
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
@@ -236,6 +237,7 @@ func TestJVMStacks(t *testing.T) {
 // leaf and mid as inlined Lines of loop's location, in order, each at its
 // line (JFR shows 93-97 % on the same program: TestJFROracle).
 func TestJVMInlinedFrames(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -324,6 +326,7 @@ func TestJVMInlinedFrames(t *testing.T) {
 // between jOuter and the C code; at least 99 % carry it or its root side
 // (a sample in the JNI transition lacks the leaf's frames).
 func TestJVMMixedJNIStacks(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -396,6 +399,7 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 // frames may hold one (code freed between the sample and its naming is
 // rare: a round frees a few methods every few hundred milliseconds).
 func TestJVMNoWrongNames(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -497,6 +501,7 @@ func jfrKeys(frames []jframe) (leaf, chain string) {
 // ones included, at its line) over 1 % of either's samples has the same
 // share in both, within 5 points.
 func TestJVMAgainstJFR(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -613,6 +618,7 @@ func javacEntry(function string) bool {
 // JIT stubs) from the program's first sample, where the walk crosses
 // libjvm's frames, hence two and a half points of room, no more.
 func TestJVMJavacWholeStacks(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	js := jdks(t)
 	files := genJavaSources(t, 250)
 	for _, j := range js {
