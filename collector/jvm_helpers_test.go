@@ -106,8 +106,8 @@ func jvmMarks(t *testing.T, name string) map[string]int64 {
 	return marks
 }
 
-// mark is marks[name], or a fatal error.
-func mark(t *testing.T, marks map[string]int64, name string) int64 {
+// jvmMark is marks[name], or a fatal error.
+func jvmMark(t *testing.T, marks map[string]int64, name string) int64 {
 	t.Helper()
 	l, ok := marks[name]
 	if !ok {

@@ -134,22 +134,22 @@ func checkJava(s jvmSample, b jvmBuild, natives []string) error {
 	return nil
 }
 
-// tally counts one process's samples for a chain.
-type tally struct {
+// jvmTally counts one process's samples for a chain.
+type jvmTally struct {
 	total, whole, partial int
 	tiers                 map[string]int // the leaf's tier in whole samples
 	bad                   []string
 }
 
-func (tl *tally) fail(s jvmSample, err error) {
+func (tl *jvmTally) fail(s jvmSample, err error) {
 	if len(tl.bad) < 6 {
 		tl.bad = append(tl.bad, err.Error()+": "+jvmFunctions(s))
 	}
 }
 
-// report logs the tallies and fails where fewer than minWhole percent of
+// jvmReport logs the tallies and fails where fewer than minWhole percent of
 // at least n samples are whole.
-func report(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*tally, n int, minWhole float64) {
+func jvmReport(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*jvmTally, n int, minWhole float64) {
 	t.Helper()
 	for pid, tl := range got {
 		j := procs[pid].jdk.name
@@ -170,6 +170,7 @@ func report(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*tall
 // a leaf that runs interpreted, then in C1's and C2's (on-stack
 // replacement) code: most of it in C2's.
 func TestJVMStacks(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	builds := map[int]jvmBuild{}
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
@@ -177,18 +178,18 @@ func TestJVMStacks(t *testing.T) {
 	}
 	sink := startReceiver(t, jvmRate)
 	var procs []javaProc
-	chains := map[int][]want{}
+	chains := map[int][]jwant{}
 	marks := jvmMarks(t, "JBurn.java")
 	for _, b := range bs {
 		p := b.start(t, nil, "JBurn")
 		procs = append(procs, p)
 		builds[p.pid] = b
-		chains[p.pid] = []want{in(b.method(t, "JBurn.jGammaBurn"), "JBurn.jGammaBurn"), at("JBurn.jBeta", mark(t, marks, "call-gamma")),
-			at("JBurn.jAlpha", mark(t, marks, "call-beta")), at("JBurn.main", mark(t, marks, "call-alpha"))}
+		chains[p.pid] = []jwant{jin(b.method(t, "JBurn.jGammaBurn"), "JBurn.jGammaBurn"), jat("JBurn.jBeta", jvmMark(t, marks, "call-gamma")),
+			jat("JBurn.jAlpha", jvmMark(t, marks, "call-beta")), jat("JBurn.main", jvmMark(t, marks, "call-alpha"))}
 	}
-	got := map[int]*tally{}
+	got := map[int]*jvmTally{}
 	for _, p := range procs {
-		got[p.pid] = &tally{tiers: map[string]int{}}
+		got[p.pid] = &jvmTally{tiers: map[string]int{}}
 	}
 	const n = 2500 // about 15 s of a core each
 	jvmCollect(t, sink, procs, n, 120*time.Second, func(p javaProc, s jvmSample, c int) {
@@ -212,7 +213,7 @@ func TestJVMStacks(t *testing.T) {
 		tl.whole += c
 		tl.tiers[seq[0].Tier] += c
 	})
-	report(t, "JBurn", builds, got, n, 99)
+	jvmReport(t, "JBurn", builds, got, n, 99)
 	for pid, tl := range got {
 		for tier := range tl.tiers {
 			if !slices.Contains([]string{"interpreted", "c1", "c2"}, tier) {
@@ -236,6 +237,7 @@ func TestJVMStacks(t *testing.T) {
 // leaf and mid as inlined Lines of loop's location, in order, each at its
 // line (JFR shows 93-97 % on the same program: TestJFROracle).
 func TestJVMInlinedFrames(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -255,11 +257,11 @@ func TestJVMInlinedFrames(t *testing.T) {
 				procs = append(procs, p)
 				builds[p.pid] = b
 			}
-			got := map[int]*tally{}
-			inl := map[int]*tally{}
+			got := map[int]*jvmTally{}
+			inl := map[int]*jvmTally{}
 			for _, p := range procs {
-				got[p.pid] = &tally{tiers: map[string]int{}}
-				inl[p.pid] = &tally{tiers: map[string]int{}}
+				got[p.pid] = &jvmTally{tiers: map[string]int{}}
+				inl[p.pid] = &jvmTally{tiers: map[string]int{}}
 			}
 			const n = 1500
 			jvmCollect(t, sink, procs, n, 90*time.Second, func(p javaProc, s jvmSample, c int) {
@@ -272,10 +274,10 @@ func TestJVMInlinedFrames(t *testing.T) {
 				}
 				seq := javaSeq(s, nil)
 				full := inlineChain(t, b, marks, false)
-				mid := in(b.method(t, "Inline.mid"), "Inline.mid")
-				loop := in(b.method(t, "Inline.loop"), "Inline.loop")
+				mid := jin(b.method(t, "Inline.mid"), "Inline.mid")
+				loop := jin(b.method(t, "Inline.loop"), "Inline.loop")
 				var err error
-				for _, chain := range [][]want{full, append([]want{mid}, full[2:]...), append([]want{loop}, full[3:]...)} {
+				for _, chain := range [][]jwant{full, append([]jwant{mid}, full[2:]...), append([]jwant{loop}, full[3:]...)} {
 					if err = matchChain(seq, chain); err == nil {
 						break
 					}
@@ -306,10 +308,10 @@ func TestJVMInlinedFrames(t *testing.T) {
 				}
 				it.whole += c
 			})
-			report(t, "Inline "+mode.name, builds, got, n, 99)
+			jvmReport(t, "Inline "+mode.name, builds, got, n, 99)
 			if mode.inlined {
 				// Warm-up samples are reported as partial.
-				report(t, "Inline "+mode.name+", inlined chain after warm-up", builds, inl, n/2, 80)
+				jvmReport(t, "Inline "+mode.name+", inlined chain after warm-up", builds, inl, n/2, 80)
 			}
 		})
 	}
@@ -324,6 +326,7 @@ func TestJVMInlinedFrames(t *testing.T) {
 // between jOuter and the C code; at least 99 % carry it or its root side
 // (a sample in the JNI transition lacks the leaf's frames).
 func TestJVMMixedJNIStacks(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -338,9 +341,9 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 		procs = append(procs, p)
 		builds[p.pid] = b
 	}
-	got := map[int]*tally{}
+	got := map[int]*jvmTally{}
 	for _, p := range procs {
-		got[p.pid] = &tally{tiers: map[string]int{}}
+		got[p.pid] = &jvmTally{tiers: map[string]int{}}
 	}
 	const n = 1500
 	jvmCollect(t, sink, procs, n, 90*time.Second, func(p javaProc, s jvmSample, c int) {
@@ -351,9 +354,9 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 			tl.fail(s, err)
 			return
 		}
-		chain := []want{in(b.method(t, "JniBurn.jInnerBurn"), "JniBurn.jInnerBurn"), at("JniBurn.jCallback", mark(t, marks, "call-inner")),
+		chain := []jwant{jin(b.method(t, "JniBurn.jInnerBurn"), "JniBurn.jInnerBurn"), jat("JniBurn.jCallback", jvmMark(t, marks, "call-inner")),
 			{fn: "jniburn_middle", anyLine: true}, {fn: "Java_JniBurn_nativeBurn", anyLine: true}, {fn: "JniBurn.nativeBurn", anyLine: true},
-			at("JniBurn.jOuter", mark(t, marks, "call-native")), at("JniBurn.main", mark(t, marks, "call-outer"))}
+			jat("JniBurn.jOuter", jvmMark(t, marks, "call-native")), jat("JniBurn.main", jvmMark(t, marks, "call-outer"))}
 		seq := javaSeq(s, natives)
 		if err := matchChain(seq, chain); err == nil {
 			tl.whole += c
@@ -366,9 +369,9 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 			root := slices.Clone(chain[k:])
 			switch k {
 			case 1:
-				root[0] = in(b.method(t, "JniBurn.jCallback"), "JniBurn.jCallback")
+				root[0] = jin(b.method(t, "JniBurn.jCallback"), "JniBurn.jCallback")
 			case 5:
-				root[0] = in(b.method(t, "JniBurn.jOuter"), "JniBurn.jOuter")
+				root[0] = jin(b.method(t, "JniBurn.jOuter"), "JniBurn.jOuter")
 			}
 			if matchChain(seq, root) == nil {
 				tl.partial += c
@@ -377,7 +380,7 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 		}
 		tl.fail(s, matchChain(seq, chain))
 	})
-	report(t, "JniBurn", builds, got, n, 95)
+	jvmReport(t, "JniBurn", builds, got, n, 95)
 	for pid, tl := range got {
 		if share := 100 * float64(tl.whole+tl.partial) / float64(max(tl.total, 1)); share < 99 {
 			t.Errorf("JniBurn, JDK %s: %.2f %% of %d samples whole or their root side, want at least 99 %%", builds[pid].jdk.name, share, tl.total)
@@ -396,6 +399,7 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 // frames may hold one (code freed between the sample and its naming is
 // rare: a round frees a few methods every few hundred milliseconds).
 func TestJVMNoWrongNames(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -497,6 +501,7 @@ func jfrKeys(frames []jframe) (leaf, chain string) {
 // ones included, at its line) over 1 % of either's samples has the same
 // share in both, within 5 points.
 func TestJVMAgainstJFR(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
 	for _, j := range jdks(t) {
 		bs = append(bs, buildJVM(t, j))
@@ -613,6 +618,7 @@ func javacEntry(function string) bool {
 // JIT stubs) from the program's first sample, where the walk crosses
 // libjvm's frames, hence two and a half points of room, no more.
 func TestJVMJavacWholeStacks(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	js := jdks(t)
 	files := genJavaSources(t, 250)
 	for _, j := range js {
@@ -667,7 +673,7 @@ func TestJVMJavacWholeStacks(t *testing.T) {
 					reason := ""
 					if err != nil {
 						reason, _, _ = strings.Cut(err.Error(), ":")
-						if len(bad) < 6 && len(jf) > 0 {
+						if len(bad) < 6 {
 							bad = append(bad, err.Error()+": "+jvmFunctions(s))
 						}
 					}

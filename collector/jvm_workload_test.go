@@ -71,14 +71,14 @@ func TestJVMWorkloads(t *testing.T) {
 				marks := jvmMarks(t, file)
 				for m, fn := range ms {
 					got := b.method(t, fn)
-					lo, hi := mark(t, marks, m), mark(t, marks, m+"-end")
+					lo, hi := jvmMark(t, marks, m), jvmMark(t, marks, m+"-end")
 					if got.First < lo || got.Last > hi || got.File != file {
 						t.Errorf("%s: lines %d-%d in %s, want within %d-%d of %s", fn, got.First, got.Last, got.File, lo, hi, file)
 					}
 				}
 				for c, fn := range callMarks[file] {
 					got := b.method(t, fn)
-					if l := mark(t, marks, c); l < got.First || l > got.Last {
+					if l := jvmMark(t, marks, c); l < got.First || l > got.Last {
 						t.Errorf("%s: call mark %s at line %d outside %s's %d-%d", file, c, l, fn, got.First, got.Last)
 					}
 				}
@@ -130,9 +130,9 @@ func jfrJavaFrames(s testutil.JFRSample) []jframe {
 	return out
 }
 
-// want is one expected frame of a chain: its Function, and its line
+// jwant is one expected frame of a chain: its Function, and its line
 // exactly (line) or within lo-hi (line 0).
-type want struct {
+type jwant struct {
 	fn       string
 	line     int64
 	lo, hi   int64
@@ -141,21 +141,21 @@ type want struct {
 	checkInl bool // whether inlined is checked
 }
 
-func (w want) String() string {
+func (w jwant) String() string {
 	if w.line != 0 {
 		return fmt.Sprintf("%s:%d", w.fn, w.line)
 	}
 	return fmt.Sprintf("%s:%d-%d", w.fn, w.lo, w.hi)
 }
 
-// at is a frame expected at a call line.
-func at(fn string, line int64) want { return want{fn: fn, line: line} }
+// jat is a frame expected at a call line.
+func jat(fn string, line int64) jwant { return jwant{fn: fn, line: line} }
 
-// in is a frame expected anywhere in its method's lines.
-func in(m jvmMethod, fn string) want { return want{fn: fn, lo: m.First, hi: m.Last} }
+// jin is a frame expected anywhere in its method's lines.
+func jin(m jvmMethod, fn string) jwant { return jwant{fn: fn, lo: m.First, hi: m.Last} }
 
 // matchChain checks Java frames (leaf first) against a chain exactly.
-func matchChain(got []jframe, chain []want) error {
+func matchChain(got []jframe, chain []jwant) error {
 	if len(got) != len(chain) {
 		return fmt.Errorf("%d java frames, want %d (%v)", len(got), len(chain), chain)
 	}
@@ -213,17 +213,17 @@ func TestJFROracle(t *testing.T) {
 			b := buildJVM(t, j)
 			jb := jvmMarks(t, "JBurn.java")
 			_, samples := runJFR(t, b, nil, "JBurn", "mix", "6")
-			gamma := []want{in(b.method(t, "JBurn.jGammaBurn"), "JBurn.jGammaBurn"), at("JBurn.jBeta", mark(t, jb, "call-gamma-mix")),
-				at("JBurn.jAlpha", mark(t, jb, "call-beta")), at("JBurn.main", mark(t, jb, "call-alpha"))}
-			delta := []want{in(b.method(t, "JBurn.jDeltaBurn"), "JBurn.jDeltaBurn"), at("JBurn.jBeta", mark(t, jb, "call-delta")),
-				at("JBurn.jAlpha", mark(t, jb, "call-beta")), at("JBurn.main", mark(t, jb, "call-alpha"))}
+			gamma := []jwant{jin(b.method(t, "JBurn.jGammaBurn"), "JBurn.jGammaBurn"), jat("JBurn.jBeta", jvmMark(t, jb, "call-gamma-mix")),
+				jat("JBurn.jAlpha", jvmMark(t, jb, "call-beta")), jat("JBurn.main", jvmMark(t, jb, "call-alpha"))}
+			delta := []jwant{jin(b.method(t, "JBurn.jDeltaBurn"), "JBurn.jDeltaBurn"), jat("JBurn.jBeta", jvmMark(t, jb, "call-delta")),
+				jat("JBurn.jAlpha", jvmMark(t, jb, "call-beta")), jat("JBurn.main", jvmMark(t, jb, "call-alpha"))}
 			leaves := map[string]int{}
 			whole := map[string]int{}
 			var bad []string
 			for _, s := range samples {
 				jf := jfrJavaFrames(s)
 				leaves[jf[0].Function]++
-				for _, chain := range [][]want{gamma, delta} {
+				for _, chain := range [][]jwant{gamma, delta} {
 					if jf[0].Function != chain[0].fn {
 						continue
 					}
@@ -308,13 +308,13 @@ func runInlineJFR(t *testing.T, b jvmBuild) (javaProc, []testutil.JFRSample) {
 
 // inlineChain is Inline's whole chain, leaf first: leaf inlined into mid
 // inlined into loop (when inlined is set, checked), then drive and main.
-func inlineChain(t *testing.T, b jvmBuild, marks map[string]int64, inlined bool) []want {
+func inlineChain(t *testing.T, b jvmBuild, marks map[string]int64, inlined bool) []jwant {
 	t.Helper()
-	leaf := in(b.method(t, "Inline.leaf"), "Inline.leaf")
-	mid := at("Inline.mid", mark(t, marks, "call-leaf"))
+	leaf := jin(b.method(t, "Inline.leaf"), "Inline.leaf")
+	mid := jat("Inline.mid", jvmMark(t, marks, "call-leaf"))
 	leaf.inlined, leaf.checkInl = true, inlined
 	mid.inlined, mid.checkInl = true, inlined
-	loop := at("Inline.loop", mark(t, marks, "call-mid"))
+	loop := jat("Inline.loop", jvmMark(t, marks, "call-mid"))
 	loop.checkInl = inlined
-	return []want{leaf, mid, loop, at("Inline.drive", mark(t, marks, "call-loop")), at("Inline.main", mark(t, marks, "call-drive"))}
+	return []jwant{leaf, mid, loop, jat("Inline.drive", jvmMark(t, marks, "call-loop")), jat("Inline.main", jvmMark(t, marks, "call-drive"))}
 }
