@@ -15,7 +15,8 @@
 // that what it reads is still what the sample saw (compile id, bytecode
 // range) and failing with ErrStale or ErrUnreadable otherwise.
 //
-// What differs between JDKs and is handled from the tables:
+// What differs between JDKs and is handled from the tables (seen on JDK 17
+// and 25; the other versions named are from their sources, untested):
 //   - CodeBlob: _code_begin (a pointer, JDK 9 to 22) or _code_offset (an
 //     int, JDK 8 and 23+); _frame_complete_offset an int or, from JDK 23,
 //     an int16; the blob's kind by CodeBlob::_kind (JDK 23+) or its name
@@ -24,7 +25,7 @@
 //     PcDescs and scopes inside the blob, or in _immutable_data (JDK 24+);
 //     metadata at _metadata_offset, or after the relocations in the
 //     CodeBlob's _mutable_data (JDK 25+).
-//   - ConstMethod flags: _flags (u2) or _flags._flags (u4, JDK 21+) with
+//   - ConstMethod flags: _flags (u2) or _flags._flags (u4, JDK 25) with
 //     ConstMethod::_has_linenumber_table or
 //     ConstMethodFlags::_misc_has_linenumber_table.
 //   - The source file index in ConstantPool (JDK 9+) or InstanceKlass.
