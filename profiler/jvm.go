@@ -133,7 +133,9 @@ func (jp *jvmProcs) frame(pid int, kind uint8, addr, word uint64, interrupted bo
 	f := profile.Frame{Type: profile.FrameJVM, Address: addr}
 	jf, err := jp.namer.Frame(pid, jvm.FrameKind(kind), addr, word, !interrupted)
 	if err != nil {
-		jp.unnamed.Add(1)
+		if n := jp.unnamed.Add(1); n <= 20 {
+			jp.log.Debug("cannot name a java frame", zap.Int("pid", pid), zap.Error(err))
+		}
 		return f
 	}
 	f.Lines = jf.Lines
@@ -156,6 +158,7 @@ func kernelJVM(vm *jvm.VM) (tracer.JVMProc, error) {
 		CodeLow: k.CodeLow, CodeHigh: k.CodeHigh,
 		InterpStart: k.InterpStart, InterpEnd: k.InterpEnd,
 		HeapBlockSize:     k.HeapBlockSize,
+		HeapBlockUsed:     k.HeapBlockUsed,
 		BlobFrameSize:     k.BlobFrameSize,
 		BlobFrameComplete: k.BlobFrameComplete,
 		BlobCodeBegin:     k.BlobCodeBegin,

@@ -115,6 +115,7 @@ type SondeJvmProc struct {
 	Heaps              [4]SondeJvmHeap
 	Nheaps             uint32
 	HeapBlockSize      uint16
+	HeapBlockUsed      uint16
 	BlobFrameSize      uint16
 	BlobFrameComplete  uint16
 	BlobCodeBegin      uint16
@@ -124,7 +125,6 @@ type SondeJvmProc struct {
 	InterpMethod       int16
 	InterpBcp          int16
 	InterpSenderSp     int16
-	Pad2               uint16
 }
 
 type SondeLimits uint32

@@ -86,6 +86,21 @@ type method struct {
 	native        bool
 }
 
+// onlyLine is the line of all of m's bytecodes when its line table has
+// one line only (small methods, which C2 compiles without a safepoint
+// inside), else 0: unknown.
+func (m *method) onlyLine() int64 {
+	if m.native || len(m.lines) == 0 {
+		return 0
+	}
+	for _, p := range m.lines[1:] {
+		if p.line != m.lines[0].line {
+			return 0
+		}
+	}
+	return int64(m.lines[0].line)
+}
+
 // nmethodInfo is what naming needs of one nmethod.
 type nmethodInfo struct {
 	method    uint64
@@ -240,6 +255,12 @@ func (n *Namer) interpreted(pid int, p *namerProc, methodAddr, bcp uint64) (Fram
 		if bcp >= m.codeStart && bcp < m.codeStart+m.codeSize {
 			return Frame{Tier: TierInterpreted, Lines: []symbolize.Line{m.line(int32(bcp - m.codeStart))}}, nil
 		}
+		if m.native && bcp == 0 {
+			// The interpreter's native method entry keeps no bcp: a native
+			// method called from interpreted code, before (or without) a
+			// compiled wrapper of its own.
+			return Frame{Tier: TierNative, Lines: []symbolize.Line{m.line(0)}}, nil
+		}
 	}
 	return Frame{}, fmt.Errorf("bcp %#x outside the method's bytecodes: %w", bcp, ErrStale)
 }
@@ -334,8 +355,11 @@ func (n *Namer) compiled(pid int, p *namerProc, blob, word uint64, returnAddr bo
 	}
 	d, ok := findPcDesc(nm.pcs, after)
 	if !ok || d.scope == 0 {
-		// No debug info after the pc: the method itself, line unknown.
-		return Frame{Tier: nm.tier, Lines: []symbolize.Line{{Function: top.function, SystemName: top.sys, File: top.file}}}, nil
+		// No debug info after the pc (past the last safepoint, at the
+		// sentinel): the method itself, on its one line if all its code
+		// is on one line, else on an unknown line.
+		return Frame{Tier: nm.tier, Lines: []symbolize.Line{{Function: top.function, SystemName: top.sys, File: top.file,
+			Line: top.onlyLine()}}}, nil
 	}
 	var lines []symbolize.Line
 	off := d.scope

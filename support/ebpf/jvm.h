@@ -65,8 +65,15 @@ static __always_inline __u64 jvm_blob(struct ustack_state *st, __u64 pc)
 		__u8 hop = 0;
 		if (bpf_probe_read_user(&hop, sizeof(hop), (void *)(h->segmap + seg)))
 			return 0;
-		if (hop == 0)
-			return h->low + (seg << shift) + st->jvm.heap_block_size;
+		if (hop == 0) {
+			__u64 block = h->low + (seg << shift);
+			__u8 used = 0;
+			if (bpf_probe_read_user(&used, sizeof(used),
+			                        (void *)(block + st->jvm.heap_block_used)) ||
+			    !used)
+				return 0; // a freed block keeps its marks
+			return block + st->jvm.heap_block_size;
+		}
 		if (hop == 0xff || hop > seg)
 			return 0; // free, or not a chain
 		seg -= hop;
@@ -199,13 +206,17 @@ static __always_inline bool jvm_frame(struct ustack_state *st, struct sample_rec
 			}
 			if (complete > 0 && pc < begin + complete)
 				built = false;
-			// Or in its epilogue, at the pop of the frame pointer or the
-			// return, after the frame is gone.
-			__u8 op = 0;
-			bpf_probe_read_user(&op, sizeof(op), (void *)pc);
-			if (op == 0xc3) { // ret
+			// Or in its epilogue, once the frame is gone: at the pop of
+			// the frame pointer, at the return, or at the return's
+			// safepoint poll before it (cmp 0x..(%r15),%rsp; ja; ret).
+			__u8 op[16] = {};
+			bpf_probe_read_user(op, sizeof(op), (void *)pc);
+			if (op[0] == 0xc3 ||                                     // ret
+			    (op[0] == 0x0f && op[1] == 0x87 && op[6] == 0xc3) || // ja; ret
+			    (op[0] == 0x49 && op[1] == 0x3b && op[2] == 0xa7 && op[7] == 0x0f &&
+			     op[8] == 0x87 && op[13] == 0xc3)) { // cmp; ja; ret
 				built = false;
-			} else if (op == 0x5d) { // pop %rbp
+			} else if (op[0] == 0x5d) { // pop %rbp
 				if (!jvm_read(s, &st->fp, st->sp))
 					return false;
 				st->sp += 8;

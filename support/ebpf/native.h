@@ -392,7 +392,15 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 static __always_inline void want_snapshot(struct ustack_state *st, struct sample_record *s,
                                           struct mapping_info *mi, __u64 pc)
 {
-	if (st->snap_set || st->py_active || st->jvm_active)
+	if (st->py_active || st->jvm_active) {
+		// No snapshot: a file mapped since the process was prepared (a
+		// JNI library, a C extension) is unwound by frame pointers until
+		// its table comes, so it is asked for sooner than the usual pace.
+		if (mi && mi->inode != 0 && mi->table_id == 0 && !(mi->flags & MAPPING_NO_TABLE))
+			notify_unknown(s->pid, NOTIFY_TABLE_GAP_NS);
+		return;
+	}
+	if (st->snap_set)
 		return;
 	if (mi ? mi->inode == 0 || (mi->flags & MAPPING_NO_TABLE) : !st->unplaced)
 		return;

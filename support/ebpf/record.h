@@ -149,6 +149,9 @@ static __always_inline void send_offcpu_start(struct sample_record *s)
 // unless the new file's own table unwinds it meanwhile.
 #define NOTIFY_GAP_NS       1000000000ULL
 #define NOTIFY_STALE_GAP_NS 50000000ULL
+// A runtime's process (which takes no snapshots) meeting a file whose
+// table is not loaded asks at most this often.
+#define NOTIFY_TABLE_GAP_NS 200000000ULL
 
 // notify_unknown asks user space, at most once per gap per process, to
 // prepare the unwind information of pid.

@@ -340,6 +340,7 @@ struct jvm_proc {
 	struct jvm_heap heaps[JVM_MAX_HEAPS];
 	__u32 nheaps;
 	__u16 heap_block_size;     // a blob starts this far after its heap block
+	__u16 heap_block_used;     // HeapBlock::Header::_used (bool): a freed block keeps its marks
 	__u16 blob_frame_size;     // CodeBlob::_frame_size (int, words)
 	__u16 blob_frame_complete; // CodeBlob::_frame_complete_offset (from code begin)
 	__u16 blob_code_begin;     // CodeBlob::_code_begin (pointer) or _code_offset (int)
@@ -349,7 +350,6 @@ struct jvm_proc {
 	__s16 interp_method;       // interpreter frame slots, from its frame pointer
 	__s16 interp_bcp;
 	__s16 interp_sender_sp;
-	__u16 pad2;
 };
 
 // A python_proc field a version does not have.
