@@ -430,7 +430,7 @@ func jdkClass(function string) bool {
 
 // checkName checks one named Java frame against the program's methods:
 // a method of the program must be there with its descriptor, source file
-// and a line of its own; a JDK method must have its descriptor and name a
+// and a line of its own (or none: unknown); a JDK method must have its descriptor and name a
 // file in its package's directory. Anything else is a wrong name.
 func checkName(f jframe, methods map[string][]jvmMethod) error {
 	if ms, ok := methods[f.Function]; ok {
@@ -444,7 +444,9 @@ func checkName(f jframe, methods map[string][]jvmMethod) error {
 			if m.First == 0 {
 				return nil // no line number table: a native method
 			}
-			if f.Line < m.First || f.Line > m.Last {
+			// Line 0 is unknown (a compiled frame past its method's last
+			// debug information), not wrong.
+			if f.Line != 0 && (f.Line < m.First || f.Line > m.Last) {
 				return fmt.Errorf("%s: line %d outside the method's %d-%d", f.SystemName, f.Line, m.First, m.Last)
 			}
 			return nil

@@ -48,7 +48,8 @@ func alive(pid int) bool {
 func waitBurning(t *testing.T, p javaProc, cpu time.Duration) {
 	t.Helper()
 	start := threadCPU(p.pid, int(p.main))
-	deadline := time.Now().Add(60 * time.Second)
+	// Six times the CPU asked for: two JVMs and the agent share two CPUs.
+	deadline := time.Now().Add(6 * cpu)
 	for threadCPU(p.pid, int(p.main))-start < cpu {
 		if !alive(p.pid) || time.Now().After(deadline) {
 			t.Fatalf("pid %d: main thread %d ran %v since ready, want %v while alive (alive: %v)",

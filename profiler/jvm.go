@@ -131,10 +131,18 @@ func (jp *jvmProcs) forget(pid int) { jp.namer.Forget(pid) }
 // a name, counted.
 func (jp *jvmProcs) frame(pid int, kind uint8, addr, word uint64, interrupted bool) profile.Frame {
 	f := profile.Frame{Type: profile.FrameJVM, Address: addr}
-	jf, err := jp.namer.Frame(pid, jvm.FrameKind(kind), addr, word, !interrupted)
+	var jf jvm.Frame
+	var err error
+	if jvm.FrameKind(kind) == jvm.FrameCompiled {
+		// The walker reports the PC and what its blob held at the sample:
+		// the method (low 48 bits) and the compile id's low 16 bits.
+		jf, err = jp.namer.CompiledFrame(pid, addr, uint16(word>>48), word&(1<<48-1), !interrupted)
+	} else {
+		jf, err = jp.namer.Frame(pid, jvm.FrameKind(kind), addr, word, !interrupted)
+	}
 	if err != nil {
 		if n := jp.unnamed.Add(1); n <= 20 {
-			jp.log.Debug("cannot name a java frame", zap.Int("pid", pid), zap.Error(err))
+			jp.log.Debug("cannot name a java frame", zap.Int("pid", pid), zap.Bool("leaf", interrupted), zap.Error(err))
 		}
 		return f
 	}
@@ -147,7 +155,7 @@ func (jp *jvmProcs) stats(s *Stats) {
 	ns := jp.namer.Stats()
 	s.JVM = JVMStats{Processes: jp.found.Load(), Unsupported: jp.unsupported.Load(),
 		UnknownVersions: jp.unknownVersions.Load(), Failed: jp.failed.Load(),
-		Unnamed: jp.unnamed.Load(), Named: ns.Named, Stale: ns.Stale,
+		Unnamed: jp.unnamed.Load(), Named: ns.Named + ns.MethodOnly, MethodOnly: ns.MethodOnly, Stale: ns.Stale,
 		CacheEvictions: ns.Evictions, CacheBytes: ns.Bytes}
 }
 
@@ -163,6 +171,7 @@ func kernelJVM(vm *jvm.VM) (tracer.JVMProc, error) {
 		BlobFrameComplete: k.BlobFrameComplete,
 		BlobCodeBegin:     k.BlobCodeBegin,
 		NmethodCompileId:  k.NmethodCompileID,
+		NmethodMethod:     k.NmethodMethod,
 		InterpMethod:      k.InterpMethod,
 		InterpBcp:         k.InterpBCP,
 		InterpSenderSp:    k.InterpSenderSP,

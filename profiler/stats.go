@@ -156,9 +156,13 @@ type JVMStats struct {
 	Failed          uint64 // JVMs that could not be set up: native stacks only
 	Unnamed         uint64 // Java frames that could not be named (stale or unreadable)
 	Named           uint64 // Java frames named
-	Stale           uint64 // Java frames whose code or method changed between the sample and its naming
-	CacheEvictions  uint64 // method and compiled-code entries dropped to stay within the bound
-	CacheBytes      int64  // (gauge) bytes of Java names and line tables cached
+	// MethodOnly counts the Java frames among Named whose compiled code
+	// was freed before they were named: the method read at the sample
+	// names them, tier "compiled", without inlining or a line.
+	MethodOnly     uint64
+	Stale          uint64 // Java frames whose code or method changed between the sample and its naming
+	CacheEvictions uint64 // method and compiled-code entries dropped to stay within the bound
+	CacheBytes     int64  // (gauge) bytes of Java names and line tables cached
 }
 
 // OffCPUStats count what became of traced off-CPU waits in user space.

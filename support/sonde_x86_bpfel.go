@@ -120,11 +120,13 @@ type SondeJvmProc struct {
 	BlobFrameComplete  uint16
 	BlobCodeBegin      uint16
 	NmethodCompileId   uint16
+	NmethodMethod      uint16
 	CodeBeginIsOffset  uint8
 	FrameCompleteShort uint8
 	InterpMethod       int16
 	InterpBcp          int16
 	InterpSenderSp     int16
+	_                  [6]byte
 }
 
 type SondeLimits uint32

@@ -44,16 +44,18 @@ type testrunJvmProc struct {
 	}
 	Nheaps             uint32
 	HeapBlockSize      uint16
+	HeapBlockUsed      uint16
 	BlobFrameSize      uint16
 	BlobFrameComplete  uint16
 	BlobCodeBegin      uint16
 	NmethodCompileId   uint16
+	NmethodMethod      uint16
 	CodeBeginIsOffset  uint8
 	FrameCompleteShort uint8
 	InterpMethod       int16
 	InterpBcp          int16
 	InterpSenderSp     int16
-	Pad2               uint16
+	_                  [6]byte
 }
 
 type testrunMappingInfo struct {

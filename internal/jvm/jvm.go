@@ -2,6 +2,7 @@ package jvm
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/sonde-dev/sonde/internal/symbolize"
 )
@@ -66,6 +67,7 @@ type Kernel struct {
 	BlobCodeBegin     uint16
 	CodeBeginIsOffset bool
 	NmethodCompileID  uint16 // offsetof nmethod::_compile_id (int32)
+	NmethodMethod     uint16 // offsetof nmethod::_method (or CompiledMethod's): a Method*
 	// x86-64 interpreter frame slots, byte offsets from rbp (negative).
 	InterpMethod, InterpBCP, InterpSenderSP int16
 }
@@ -106,6 +108,9 @@ const (
 	TierJVMCI       = "jvmci"
 	TierNative      = "native" // a native method's wrapper
 	TierStub        = "stub"   // a code blob that is no Java method
+	// TierCompiled is compiled code of a method whose compiled method was
+	// freed before it was named: its compiler and inlining are unknown.
+	TierCompiled = "compiled"
 )
 
 // Frame is a named JVM frame.
@@ -114,4 +119,43 @@ type Frame struct {
 	// compiled (or interpreted) method.
 	Lines []symbolize.Line
 	Tier  string
+}
+
+// maxSegmapHops bounds the walk back through a segment map to a block's
+// start (the eBPF walker takes at most 24 hops; user space takes more).
+const maxSegmapHops = 4096
+
+// BlobAt returns the start of the code blob holding pc in k's code heaps,
+// read from mem as the eBPF walker reads it: back through the heap's
+// segment map to the block's start, which must be in use.
+func (k *Kernel) BlobAt(mem Memory, pc uint64) (uint64, error) {
+	for _, h := range k.Heaps {
+		if pc < h.Low || pc >= h.High {
+			continue
+		}
+		seg := (pc - h.Low) >> h.SegShift
+		var b [1]byte
+		for range maxSegmapHops {
+			if err := mem.ReadAt(b[:], h.Segmap+seg); err != nil {
+				return 0, fmt.Errorf("segment map: %w", err)
+			}
+			hop := uint64(b[0])
+			if hop == 0 {
+				block := h.Low + seg<<h.SegShift
+				if err := mem.ReadAt(b[:], block+uint64(k.HeapBlockUsed)); err != nil {
+					return 0, fmt.Errorf("heap block: %w", err)
+				}
+				if b[0] == 0 {
+					return 0, fmt.Errorf("pc %#x: heap block %#x free: %w", pc, block, ErrStale)
+				}
+				return block + uint64(k.HeapBlockSize), nil
+			}
+			if hop == 0xff || hop > seg {
+				return 0, fmt.Errorf("pc %#x: no blob: %w", pc, ErrStale)
+			}
+			seg -= hop
+		}
+		return 0, fmt.Errorf("pc %#x: segment map longer than %d hops: %w", pc, maxSegmapHops, ErrUnreadable)
+	}
+	return 0, fmt.Errorf("pc %#x: outside the code heaps: %w", pc, ErrStale)
 }

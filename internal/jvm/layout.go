@@ -186,6 +186,7 @@ func newVM(t *tables, mem Memory) (*VM, error) {
 	k.BlobCodeBegin = uint16(l.blobCodeBegin.at)
 	k.CodeBeginIsOffset = l.codeBeginIsOffset
 	k.NmethodCompileID = uint16(l.nmCompileID.at)
+	k.NmethodMethod = uint16(l.nmMethod.at)
 	vm.Kernel = k
 	return vm, nil
 }

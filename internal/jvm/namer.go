@@ -16,6 +16,9 @@ type NamerStats struct {
 	Named      uint64 // frames named
 	Stale      uint64 // frames whose code or method changed since the sample
 	Unreadable uint64 // frames whose memory could not be read or made no sense
+	// MethodOnly counts compiled frames whose code was freed or reused
+	// since the sample, named by the method the sample read (TierCompiled).
+	MethodOnly uint64
 	Evictions  uint64 // cache entries dropped to stay within the bound
 	Bytes      int64  // bytes the cache holds now
 	Entries    int    // entries it holds now
@@ -225,10 +228,50 @@ func (n *Namer) Frame(pid int, kind FrameKind, addr, word uint64, returnAddr boo
 	case FrameInterpreted:
 		f, err = n.interpreted(pid, p, addr, word)
 	case FrameCompiled:
-		f, err = n.compiled(pid, p, addr, word, returnAddr)
+		f, err = n.compiled(pid, p, addr, int32(word>>32), ^uint32(0), uint32(word), returnAddr)
 	default:
 		err = fmt.Errorf("frame kind %d: %w", kind, ErrUnreadable)
 	}
+	return n.account(pid, addr, f, err)
+}
+
+// CompiledFrame names a frame of code in the code cache as the eBPF walker
+// reports it: its PC, and what the PC's code blob held at the sample: the
+// low 16 bits of its compile id and its Method* (0: none read). The blob
+// holding the PC now must still hold that compile id and method; where it
+// was freed or reused since, the method read at the sample still names
+// the frame (its tier and line unknown: TierCompiled), when it reads as a
+// method.
+func (n *Namer) CompiledFrame(pid int, pc uint64, compileID uint16, method uint64, returnAddr bool) (Frame, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.procs[pid]
+	if p == nil {
+		n.stats.Unreadable++
+		return Frame{}, fmt.Errorf("jvm %d: not added: %w", pid, ErrUnreadable)
+	}
+	lookup := pc
+	if returnAddr {
+		lookup-- // a call at the blob's very end returns past it
+	}
+	blob, err := p.vm.Kernel.BlobAt(p.mem, lookup)
+	var f Frame
+	if err == nil {
+		f, err = n.compiledHint(pid, p, blob, int32(compileID), 0xffff, uint32(pc-blob), method, returnAddr)
+	}
+	if errors.Is(err, ErrStale) && method != 0 {
+		if m, merr := n.method(pid, p, method, false); merr == nil {
+			n.stats.MethodOnly++
+			l := m.line(0)
+			l.Line = m.onlyLine()
+			return Frame{Tier: TierCompiled, Lines: []symbolize.Line{l}}, nil
+		}
+	}
+	return n.account(pid, pc, f, err)
+}
+
+// account counts the outcome of naming a frame. n.mu is held.
+func (n *Namer) account(pid int, addr uint64, f Frame, err error) (Frame, error) {
 	switch {
 	case err == nil:
 		n.stats.Named++
@@ -290,10 +333,24 @@ func (n *Namer) method(pid int, p *namerProc, addr uint64, fresh bool) (*method,
 	return m, nil
 }
 
-func (n *Namer) compiled(pid int, p *namerProc, blob, word uint64, returnAddr bool) (Frame, error) {
+// compiledHint is compiled where the sample also read the blob's method
+// (method, 0: not read): a blob that holds another method is stale.
+func (n *Namer) compiledHint(pid int, p *namerProc, blob uint64, compileID int32, idMask uint32, pcOff uint32, method uint64, returnAddr bool) (Frame, error) {
+	f, err := n.compiled(pid, p, blob, compileID, idMask, pcOff, returnAddr)
+	if err != nil || method == 0 || f.Tier == TierStub {
+		return f, err
+	}
+	k := entryKey{pid: pid, kind: nmethodEntry, addr: blob, compileID: compileID}
+	if e := n.get(k); e != nil && e.nm.method != method {
+		return Frame{}, fmt.Errorf("blob holds method %#x, the sample saw %#x: %w", e.nm.method, method, ErrStale)
+	}
+	return f, nil
+}
+
+// compiled names the frame at pcOff of the blob at blob, which held the
+// compile id compileID (the bits of idMask) at the sample.
+func (n *Namer) compiled(pid int, p *namerProc, blob uint64, compileID int32, idMask uint32, pcOff uint32, returnAddr bool) (Frame, error) {
 	l := p.vm.l
-	compileID := int32(word >> 32)
-	pcOff := uint32(word)
 	k := entryKey{pid: pid, kind: nmethodEntry, addr: blob, compileID: compileID}
 	var nm *nmethodInfo
 	if e := n.get(k); e != nil {
@@ -320,7 +377,7 @@ func (n *Namer) compiled(pid int, p *namerProc, blob, word uint64, returnAddr bo
 				cost: int64(96 + len(name)), stub: &stubInfo{name: name, size: hdr.size}})
 			return Frame{Tier: TierStub, Lines: []symbolize.Line{{Function: name}}}, nil
 		}
-		if hdr.compileID != compileID {
+		if uint32(hdr.compileID)&idMask != uint32(compileID)&idMask {
 			return Frame{}, fmt.Errorf("blob holds compile %d, the sample saw %d: %w", hdr.compileID, compileID, ErrStale)
 		}
 		if nm, err = readNmethod(p.mem, l, blob, hdr); err != nil {

@@ -205,6 +205,26 @@ func TestNamerLive(t *testing.T) {
 				t.Errorf("wrong compile id: %v, want ErrStale", err)
 			}
 
+			// As the eBPF walker reports it (the PC, the compile id's low
+			// 16 bits, the method): the same frame; with a compile id the
+			// blob does not hold, the method the sample read names it alone.
+			pc := gamma.addr + uint64(gamma.nm.codeBegin) + uint64(max(d.pc, 0))
+			want, err := n.Frame(pid, FrameCompiled, gamma.addr, word(gamma.nm.codeBegin+uint32(max(d.pc, 0))), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := n.CompiledFrame(pid, pc, uint16(id), gamma.nm.method, true)
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("CompiledFrame = %+v, %v; want %+v", got, err, want)
+			}
+			got, err = n.CompiledFrame(pid, pc, uint16(id+1), gamma.nm.method, true)
+			if err != nil || got.Tier != TierCompiled || len(got.Lines) != 1 || got.Lines[0].SystemName != "JBurn.jGammaBurn(I)J" {
+				t.Errorf("CompiledFrame with a stale compile id = %+v, %v; want JBurn.jGammaBurn(I)J alone, tier %s", got, err, TierCompiled)
+			}
+			if _, err := n.CompiledFrame(pid, pc, uint16(id+1), 0, true); !errors.Is(err, ErrStale) {
+				t.Errorf("CompiledFrame with a stale compile id and no method: %v, want ErrStale", err)
+			}
+
 			// Interpreter frames of jGammaBurn: bcp at each line's first bci.
 			m, err := readMethod(mem, vm.l, gamma.nm.method)
 			if err != nil {

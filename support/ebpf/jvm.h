@@ -17,9 +17,10 @@
 //     keeps a frame pointer, or none at all when it is the leaf.
 //
 // Frames leave as (address | PC_FLAG_RUNTIME | JVM, word): an interpreted
-// frame as (Method*, bcp), a blob's as (blob, compile id << 32 | PC offset).
+// frame as (Method*, bcp), a blob's as (PC, compile id << 48 | method).
 // User space names them and checks that what it reads is what was
-// sampled (a freed nmethod's compile id no longer matches).
+// sampled (a freed nmethod's compile id no longer matches; its method
+// still names it).
 #pragma once
 
 #include "record.h"
@@ -147,17 +148,20 @@ static __always_inline bool jvm_frame(struct ustack_state *st, struct sample_rec
 		return false;
 	}
 	__s32 frame_words = 0, compile_id = 0;
+	__u64 method = 0;
 	if (bpf_probe_read_user(&frame_words, sizeof(frame_words),
 	                        (void *)(blob + st->jvm.blob_frame_size))) {
 		count(COUNTER_JVM_READ_ERR);
 		return false;
 	}
-	// A failed read leaves the id 0, which no nmethod has: user space
-	// then takes the frame for a stub, or for one it cannot name.
+	// Failed reads leave 0s, which no nmethod has: user space then takes
+	// the frame for a stub, or for one it cannot name. The method names
+	// the frame even when its code is freed before user space reads it.
 	bpf_probe_read_user(&compile_id, sizeof(compile_id),
 	                    (void *)(blob + st->jvm.nmethod_compile_id));
-	jvm_emit(st, s, idx, JVM_FRAME_COMPILED, blob,
-	         ((__u64)(__u32)compile_id << 32) | (__u32)(pc - blob));
+	bpf_probe_read_user(&method, sizeof(method), (void *)(blob + st->jvm.nmethod_method));
+	jvm_emit(st, s, idx, JVM_FRAME_COMPILED, pc,
+	         (method & PC_RUNTIME_ADDR_MASK) | ((__u64)(__u16)compile_id << 48));
 
 	__u64 ra = 0;
 	if (frame_words <= 0 || frame_words > JVM_MAX_FRAME_WORDS) {

@@ -64,9 +64,10 @@ enum jvm_frame_kind {
 	// bytecode pointer (bcp), both read from the frame.
 	JVM_FRAME_INTERPRETED = 1,
 	// A frame of code in the code cache (compiled method, native wrapper,
-	// stub): the address is the code blob's, the file word the int at the
-	// blob's compile id offset, read at the sample, in its high 32 bits and
-	// the PC's offset from the blob in its low 32.
+	// stub): the address is its PC; the file word holds, read from the
+	// PC's code blob at the sample, the blob's method pointer (low 48 bits)
+	// and the low 16 bits of its compile id (high 16). For a stub both are
+	// whatever its blob holds there.
 	JVM_FRAME_COMPILED = 2,
 };
 // No user address reaches this, with 5-level page tables either: a return
@@ -345,6 +346,7 @@ struct jvm_proc {
 	__u16 blob_frame_complete; // CodeBlob::_frame_complete_offset (from code begin)
 	__u16 blob_code_begin;     // CodeBlob::_code_begin (pointer) or _code_offset (int)
 	__u16 nmethod_compile_id;  // nmethod::_compile_id (int)
+	__u16 nmethod_method;      // nmethod::_method (Method*)
 	__u8 code_begin_is_offset;
 	__u8 frame_complete_short; // _frame_complete_offset is an int16 (JDK 23+), else an int
 	__s16 interp_method;       // interpreter frame slots, from its frame pointer
