@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
@@ -201,14 +202,24 @@ func New(opts Options) (*Profiler, error) {
 	return p, nil
 }
 
-// checkProcFS refuses a procfs root that does not look like a mounted
-// procfs: without it every process would be unknown and every user frame
-// unnamed.
+// checkProcFS refuses a procfs root that is not a mounted procfs: without
+// it every process would be unknown and every user frame unnamed. A plain
+// directory that holds self/stat and self/maps is refused by its file
+// system type.
 func checkProcFS(root string) error {
+	const hint = "mount the host's /proc there, or set procfs to where it is mounted"
 	for _, f := range []string{"self/stat", "self/maps"} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
-			return fmt.Errorf("procfs %s is not a mounted procfs (%s: %w): mount the host's /proc there, or set procfs to where it is mounted", root, f, err)
+			return fmt.Errorf("procfs %s is not a mounted procfs (%s: %w): %s", root, f, err, hint)
 		}
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil {
+		return fmt.Errorf("procfs %s is not a mounted procfs (statfs: %w): %s", root, err, hint)
+	}
+	if fs.Type != unix.PROC_SUPER_MAGIC {
+		return fmt.Errorf("procfs %s is not a mounted procfs (its file system type is %#x, procfs's is %#x): %s",
+			root, fs.Type, unix.PROC_SUPER_MAGIC, hint)
 	}
 	return nil
 }
