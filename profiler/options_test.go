@@ -81,4 +81,3 @@ func fakeProcFS(t *testing.T) string {
 	}
 	return root
 }
-

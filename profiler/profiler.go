@@ -186,7 +186,7 @@ func New(opts Options) (*Profiler, error) {
 		CommandLine:  opts.IncludeCommandLine,
 	})
 	p.syms = symbolize.New(log, symbolize.Options{
-		MaxSymbolBytes: opts.SymbolCacheBytes - opts.SymbolCacheBytes/pythonCodeShare,
+		MaxSymbolBytes: nativeSymbolBytes(opts.SymbolCacheBytes),
 		DebugDirs:      append([]string{}, opts.DebugDirs...),
 	})
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
@@ -222,6 +222,13 @@ func checkProcFS(root string) error {
 			root, fs.Type, unix.PROC_SUPER_MAGIC, hint)
 	}
 	return nil
+}
+
+// nativeSymbolBytes is the part of SymbolCacheBytes the native symbolizer
+// holds: all but the CPython code objects' share. A quarter of it is the
+// per-file inflation cap (at most 32 MiB) that README.md documents.
+func nativeSymbolBytes(symbolCacheBytes int64) int64 {
+	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare
 }
 
 // CPUs is how many CPUs are sampled.
