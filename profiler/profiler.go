@@ -78,6 +78,15 @@ type Profiler struct {
 	stacks       [NumStackOutcomes][2]uint64
 	intervalFull uint64
 	late         uint64
+	// pending is how many samples the open intervals hold; backlog counts
+	// the intervals, and their samples, dropped unsent because the next
+	// consumer fell behind (trimBacklog), and backlogLogged what of them
+	// the last log line told, at backlogLogAt.
+	pending       int
+	backlog       backlogCount
+	backlogLogged backlogCount
+	backlogLogAt  time.Time
+	backlogUntold bool // dropped since the last log line
 
 	wake chan struct{} // the resolver opened an interval, or drained the ring: older ones may be complete
 	// kicked: the reporter asked the reader to read the ring buffer now
@@ -373,6 +382,7 @@ func (p *Profiler) stop() error {
 			p.unflushed.Add(uint64(iv.b.Len()))
 		}
 		p.open = nil
+		p.pending = 0
 		p.mu.Unlock()
 	})
 	return p.stopErr
@@ -613,7 +623,13 @@ func (p *Profiler) resolveOne(q queued, free *recordPool, sample *profile.Sample
 		if b.Len() == n {
 			p.intervalFull++
 		}
+		p.pending += b.Len() - n
+		p.trimBacklog()
+		tell := p.backlogUntold
 		p.mu.Unlock()
+		if tell {
+			p.logBacklog(false)
+		}
 	case tracer.RecordOffCPUStart:
 		if p.excludedSample(q.proc) {
 			p.filtered.Add(1)
@@ -664,8 +680,16 @@ func (p *Profiler) excludedSample(proc *process.Process) bool {
 // addOffCPU adds a joined off-CPU wait to the current interval.
 func (p *Profiler) addOffCPU(s profile.Sample) {
 	p.mu.Lock()
-	p.intervalFor(s.Time).Add(s)
+	b := p.intervalFor(s.Time)
+	n := b.Len()
+	b.Add(s)
+	p.pending += b.Len() - n
+	p.trimBacklog()
+	tell := p.backlogUntold
 	p.mu.Unlock()
+	if tell {
+		p.logBacklog(false)
+	}
 }
 
 // interval is one open reporting interval: [start, end) of capture time.
@@ -677,11 +701,14 @@ type interval struct {
 // Bounds of the open intervals.
 const (
 	// maxOpenIntervals bounds the intervals open at once. Records arrive
-	// nearly in capture order, so two are open most of the time, more
-	// while a resolver that fell behind catches up or the next consumer
-	// holds the reporter; past the bound a sample goes to the newest open
-	// interval, whose window Flush widens, and counts as late.
-	maxOpenIntervals = 64
+	// nearly in capture order, and the reporter closes an interval once
+	// the resolver has passed its end, so two are open most of the time;
+	// more only while the next consumer holds the reporter. Past the
+	// bound, as past Options.MaxPendingSamples, the oldest is dropped and
+	// counted (trimBacklog); a sample older than every open interval
+	// then goes to the oldest, whose window Flush widens, and counts as
+	// late.
+	maxOpenIntervals = 8
 	// maxFreeBuilders bounds the builders kept for reuse.
 	maxFreeBuilders = 2
 )
@@ -705,9 +732,13 @@ func (p *Profiler) intervalFor(t time.Time) *profile.Builder {
 			break
 		}
 	}
+	for len(p.open) >= maxOpenIntervals && i > 0 {
+		p.dropOldest()
+		i--
+	}
 	if len(p.open) >= maxOpenIntervals {
 		p.late++
-		return p.open[len(p.open)-1].b
+		return p.open[0].b
 	}
 	var b *profile.Builder
 	if n := len(p.free); n > 0 {
@@ -776,6 +807,7 @@ func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
 			// Once per interval of wall-clock time: what was lost,
 			// and the resolver may log its first problem again.
 			p.reportLost()
+			p.logBacklog(true)
 			p.resolver.endInterval()
 			for !now.Before(nextLog) {
 				nextLog = nextLog.Add(every)
@@ -783,6 +815,58 @@ func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
 		}
 		timer.Reset(time.Until(p.nextCheck(now, nextLog)))
 	}
+}
+
+// backlogCount counts what trimBacklog dropped.
+type backlogCount struct{ intervals, samples uint64 }
+
+// trimBacklog drops the oldest open intervals while their samples pass
+// Options.MaxPendingSamples, never the newest: a next consumer that blocks
+// or fails slowly holds the reporter, and without a bound the intervals
+// that wait for it would grow for as long. What is dropped is counted now,
+// and logged once per interval (logBacklog). Called with p.mu held.
+func (p *Profiler) trimBacklog() {
+	for p.pending > p.opts.MaxPendingSamples && len(p.open) > 1 {
+		p.dropOldest()
+	}
+}
+
+// dropOldest drops the oldest open interval and counts its samples. Called
+// with p.mu held.
+func (p *Profiler) dropOldest() {
+	iv := p.open[0]
+	p.open = p.open[1:]
+	p.closedEnd = iv.end
+	n := iv.b.Len()
+	p.pending -= n
+	p.backlog.intervals++
+	p.backlog.samples += uint64(n)
+	p.backlogUntold = true
+	iv.b.Discard()
+	if len(p.free) < maxFreeBuilders {
+		p.free = append(p.free, iv.b)
+	}
+}
+
+// logBacklog logs what trimBacklog dropped since the last line, at most
+// once per interval. The resolver calls it after a drop, since the
+// reporter may be held by the consumer then; the reporter calls it with
+// force once per interval, so the last drops are told too.
+func (p *Profiler) logBacklog(force bool) {
+	now := time.Now()
+	p.mu.Lock()
+	d, total := p.backlog, p.backlog
+	d.intervals -= p.backlogLogged.intervals
+	d.samples -= p.backlogLogged.samples
+	if d.intervals == 0 || (!force && now.Sub(p.backlogLogAt) < p.opts.ReporterInterval) {
+		p.mu.Unlock()
+		return
+	}
+	p.backlogLogged, p.backlogLogAt, p.backlogUntold = total, now, false
+	p.mu.Unlock()
+	p.log.Warn("next consumer is behind: the oldest waiting intervals were dropped unsent; make it faster (an exporter's sending_queue) or raise limits::max_pending_samples",
+		zap.Uint64("intervals", d.intervals), zap.Uint64("samples", d.samples),
+		zap.Uint64("samples_total", total.samples), zap.Int("max_pending_samples", p.opts.MaxPendingSamples))
 }
 
 // kick asks the reader to read the ring buffer now and say when it found
@@ -838,6 +922,7 @@ func (p *Profiler) emitReady(ctx context.Context, emit EmitFunc, all bool) {
 		}
 		p.open = p.open[1:]
 		p.closedEnd = iv.end
+		p.pending -= iv.b.Len()
 		p.mu.Unlock()
 		p.flush(ctx, emit, iv)
 	}

@@ -27,8 +27,16 @@ type Stats struct {
 	// IntervalFull is how many samples an interval refused: it held its
 	// maximum of sample events.
 	IntervalFull uint64
-	// Pending (gauge) is how many samples the open intervals hold.
+	// Pending (gauge) is how many samples the open intervals hold: those
+	// waiting for the next consumer, at most Options.MaxPendingSamples
+	// but for the newest interval's.
 	Pending int
+	// Backlog counts the intervals, and the samples they held, dropped
+	// unsent because the next consumer fell behind: more than
+	// Options.MaxPendingSamples, or maxOpenIntervals intervals, waited.
+	// They are counted as they are dropped, while the consumer still
+	// blocks.
+	Backlog struct{ Intervals, Samples uint64 }
 	// Queued (gauge) is how many records were read and wait for the
 	// resolver.
 	Queued int
@@ -201,9 +209,8 @@ func (p *Profiler) Stats() Stats {
 	s.Stacks = p.stacks
 	s.IntervalFull = p.intervalFull
 	s.Late = p.late
-	for _, iv := range p.open {
-		s.Pending += iv.b.Len()
-	}
+	s.Pending = p.pending
+	s.Backlog.Intervals, s.Backlog.Samples = p.backlog.intervals, p.backlog.samples
 	p.mu.Unlock()
 	s.Queued = int(max(p.inflight.Load(), 0))
 	s.Lag = time.Duration(p.lag.Load())
