@@ -4,6 +4,7 @@ package profiler
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -21,11 +22,27 @@ import (
 // backlogMessage starts the log line of a dropped backlog.
 const backlogMessage = "next consumer is behind"
 
-// A next consumer that blocks holds the reporter: the intervals behind it
-// stay within MaxPendingSamples, the oldest are dropped and counted while
-// it still blocks (one log line per interval at most), and once it
-// returns the intervals that come next are emitted.
+// A next consumer that blocks, or that fails slowly (an exporter retrying
+// each interval for a while, then giving up), holds the reporter: the
+// intervals behind it stay within MaxPendingSamples, the oldest are
+// dropped and counted while it still holds it (one log line per interval
+// at most), and once it is fast again the intervals that come next are
+// emitted.
 func TestBlockedConsumerBacklogBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// failAfter: each interval is refused after this long; 0 blocks
+		// until released.
+		failAfter time.Duration
+	}{
+		{"blocks", 0},
+		{"fails slowly", 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testConsumerBacklog(t, tc.failAfter) })
+	}
+}
+
+func testConsumerBacklog(t *testing.T, failAfter time.Duration) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	const (
 		sps      = 997
@@ -60,9 +77,20 @@ func TestBlockedConsumerBacklogBounded(t *testing.T) {
 			case blocked <- struct{}{}:
 			default:
 			}
-			select {
-			case <-release:
-			case <-ctx.Done():
+			if failAfter > 0 {
+				timer := time.NewTimer(failAfter)
+				defer timer.Stop()
+				select {
+				case <-timer.C:
+					return errors.New("test consumer: retries exhausted")
+				case <-release:
+				case <-ctx.Done():
+				}
+			} else {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
 			}
 		}
 		return s.emit(ctx, pd)
@@ -127,6 +155,11 @@ func TestBlockedConsumerBacklogBounded(t *testing.T) {
 	lines := logs.FilterMessageSnippet(backlogMessage).Len()
 	received := st1.Samples - st0.Samples
 	dropped := st1.Backlog.Samples - st0.Backlog.Samples
+	refused := st1.EmitDropped - st0.EmitDropped
+	t.Logf("consumer refused %d intervals (%d samples) during the block", st1.EmitErrors-st0.EmitErrors, refused)
+	if failAfter > 0 && st1.EmitErrors == st0.EmitErrors {
+		t.Errorf("the slowly failing consumer refused no interval in %v", blockFor)
+	}
 	t.Logf("blocked %v: %d samples received, %d dropped in %d intervals, pending at most %d (bound %d), %d log lines, live heap %d -> %d -> %d KiB (start, a third, end)",
 		blockFor, received, dropped, st1.Backlog.Intervals-st0.Backlog.Intervals, maxPending, bound, lines, heap0>>10, heapMid>>10, heap1>>10)
 	if received < 2*maxWait {
@@ -137,8 +170,8 @@ func TestBlockedConsumerBacklogBounded(t *testing.T) {
 	}
 	// What is not dropped waits: every sample received during the block
 	// is pending or counted.
-	if waiting := uint64(st1.Pending) + dropped; waiting+uint64(st0.Pending) < received {
-		t.Errorf("%d samples received during the block, %d pending and %d dropped: some unaccounted", received, st1.Pending, dropped)
+	if waiting := uint64(st1.Pending) + dropped + refused; waiting+uint64(st0.Pending) < received {
+		t.Errorf("%d samples received during the block, %d pending, %d dropped and %d refused: some unaccounted", received, st1.Pending, dropped, refused)
 	}
 	if lines == 0 {
 		t.Error("no log line told of the dropped intervals while the consumer blocked")
