@@ -154,10 +154,11 @@ type LimitsConfig struct {
 
 	// MaxPendingSamples bounds the samples waiting for the next consumer,
 	// in the intervals not handed over yet (the one being built
-	// included). When a consumer that blocks or fails slowly lets more
-	// wait, or more than 8 intervals, the oldest waiting interval is
-	// dropped, counted in sonde.samples.lost (reason consumer_backlog) and
-	// logged once per interval, and profiling goes on.
+	// included). When a consumer that blocks or fails slowly (it has held
+	// the receiver for a reporter_interval) lets more wait, or more than 8
+	// intervals, the oldest waiting interval is dropped, counted in
+	// sonde.samples.lost (reason consumer_backlog) and logged once per
+	// interval, and profiling goes on.
 	MaxPendingSamples int `mapstructure:"max_pending_samples"`
 
 	_ struct{}

@@ -147,9 +147,10 @@ type Options struct {
 	// MaxPendingSamples bounds the samples that wait for the next
 	// consumer: those of the intervals not handed over yet, the one being
 	// built included (the one the consumer holds is its own). When a
-	// consumer that blocks or fails slowly lets more pile up, the oldest
-	// waiting interval is dropped and counted (Stats.Backlog), as is one
-	// past maxOpenIntervals, and the intervals that come next go on.
+	// consumer that blocks or fails slowly (it has held the reporter for a
+	// reporting interval) lets more pile up, the oldest waiting interval
+	// is dropped and counted (Stats.Backlog), as is one past 8 open
+	// intervals, and the intervals that come next go on.
 	MaxPendingSamples int
 
 	// ScopeVersion is the version written on every profile's scope; empty

@@ -87,6 +87,8 @@ type Profiler struct {
 	backlogLogged backlogCount
 	backlogLogAt  time.Time
 	backlogUntold bool // dropped since the last log line
+	// emitStart is when the emit in progress began; zero between emits.
+	emitStart time.Time
 
 	wake chan struct{} // the resolver opened an interval, or drained the ring: older ones may be complete
 	// kicked: the reporter asked the reader to read the ring buffer now
@@ -701,14 +703,16 @@ type interval struct {
 // Bounds of the open intervals.
 const (
 	// maxOpenIntervals bounds the intervals open at once. Records arrive
-	// nearly in capture order, and the reporter closes an interval once
-	// the resolver has passed its end, so two are open most of the time;
-	// more only while the next consumer holds the reporter. Past the
-	// bound, as past Options.MaxPendingSamples, the oldest is dropped and
-	// counted (trimBacklog); a sample older than every open interval
-	// then goes to the oldest, whose window Flush widens, and counts as
-	// late.
-	maxOpenIntervals = 8
+	// nearly in capture order, so two are open most of the time, more
+	// while a resolver that fell behind catches up or the next consumer
+	// holds the reporter; past the bound a sample goes to the newest open
+	// interval, whose window Flush widens, and counts as late.
+	maxOpenIntervals = 64
+	// maxWaitingIntervals bounds the intervals open while the next
+	// consumer is behind (consumerBehind): past it, as past
+	// Options.MaxPendingSamples, the oldest is dropped and counted
+	// (trimBacklog).
+	maxWaitingIntervals = 8
 	// maxFreeBuilders bounds the builders kept for reuse.
 	maxFreeBuilders = 2
 )
@@ -732,13 +736,13 @@ func (p *Profiler) intervalFor(t time.Time) *profile.Builder {
 			break
 		}
 	}
-	for len(p.open) >= maxOpenIntervals && i > 0 {
+	for len(p.open) >= maxWaitingIntervals && i > 0 && p.consumerBehind() {
 		p.dropOldest()
 		i--
 	}
 	if len(p.open) >= maxOpenIntervals {
 		p.late++
-		return p.open[0].b
+		return p.open[len(p.open)-1].b
 	}
 	var b *profile.Builder
 	if n := len(p.free); n > 0 {
@@ -826,9 +830,18 @@ type backlogCount struct{ intervals, samples uint64 }
 // that wait for it would grow for as long. What is dropped is counted now,
 // and logged once per interval (logBacklog). Called with p.mu held.
 func (p *Profiler) trimBacklog() {
-	for p.pending > p.opts.MaxPendingSamples && len(p.open) > 1 {
+	for p.pending > p.opts.MaxPendingSamples && len(p.open) > 1 && p.consumerBehind() {
 		p.dropOldest()
 	}
+}
+
+// consumerBehind reports whether the next consumer has held the reporter
+// for a reporting interval or more: the intervals open then wait for it.
+// A resolver catching up on a backlog with a consumer that keeps up opens
+// many intervals too, which the reporter closes as soon as it runs; those
+// are not dropped. Called with p.mu held.
+func (p *Profiler) consumerBehind() bool {
+	return !p.emitStart.IsZero() && time.Since(p.emitStart) >= p.opts.ReporterInterval
 }
 
 // dropOldest drops the oldest open interval and counts its samples. Called
@@ -945,7 +958,14 @@ func (p *Profiler) flush(ctx context.Context, emit EmitFunc, iv *interval) {
 		p.lag.Store(int64(time.Since(last)))
 	}
 	profiles := pd.ProfileCount() // pd belongs to emit once called
-	if err := emit(ctx, pd); err != nil {
+	p.mu.Lock()
+	p.emitStart = time.Now()
+	p.mu.Unlock()
+	err := emit(ctx, pd)
+	p.mu.Lock()
+	p.emitStart = time.Time{}
+	p.mu.Unlock()
+	if err != nil {
 		p.emitErrors.Add(1)
 		p.emitDropped.Add(uint64(n))
 		if ctx.Err() == nil {

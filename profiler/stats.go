@@ -29,11 +29,14 @@ type Stats struct {
 	IntervalFull uint64
 	// Pending (gauge) is how many samples the open intervals hold: those
 	// waiting for the next consumer, at most Options.MaxPendingSamples
-	// but for the newest interval's.
+	// (but for the newest interval's) once the consumer has held the
+	// reporter for a reporting interval.
 	Pending int
 	// Backlog counts the intervals, and the samples they held, dropped
-	// unsent because the next consumer fell behind: more than
-	// Options.MaxPendingSamples, or maxOpenIntervals intervals, waited.
+	// unsent because the next consumer fell behind: it held the reporter
+	// for a reporting interval or more while more than
+	// Options.MaxPendingSamples samples, or maxWaitingIntervals intervals,
+	// waited.
 	// They are counted as they are dropped, while the consumer still
 	// blocks.
 	Backlog struct{ Intervals, Samples uint64 }
