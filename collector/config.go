@@ -152,6 +152,15 @@ type LimitsConfig struct {
 	// Python frames.
 	SymbolCacheBytes int64 `mapstructure:"symbol_cache_bytes"`
 
+	// MaxPendingSamples bounds the samples waiting for the next consumer,
+	// in the intervals not handed over yet (the one being built
+	// included). When a consumer that blocks or fails slowly (it has held
+	// the receiver for a reporter_interval) lets more wait, or more than 8
+	// intervals, the oldest waiting interval is dropped, counted in
+	// sonde.samples.lost (reason consumer_backlog) and logged once per
+	// interval, and profiling goes on.
+	MaxPendingSamples int `mapstructure:"max_pending_samples"`
+
 	_ struct{}
 }
 
@@ -175,10 +184,11 @@ func createDefaultConfig() *Config {
 			DebugDirs: d.DebugDirs,
 		},
 		Limits: LimitsConfig{
-			RingBufferBytes:  d.RingBufferBytes,
-			MaxProcesses:     d.MaxProcesses,
-			UnwindTableBytes: d.UnwindTableBytes,
-			SymbolCacheBytes: d.SymbolCacheBytes,
+			RingBufferBytes:   d.RingBufferBytes,
+			MaxProcesses:      d.MaxProcesses,
+			UnwindTableBytes:  d.UnwindTableBytes,
+			SymbolCacheBytes:  d.SymbolCacheBytes,
+			MaxPendingSamples: d.MaxPendingSamples,
 		},
 	}
 }
@@ -210,6 +220,8 @@ func (c *Config) options() profiler.Options {
 		MaxProcesses:     c.Limits.MaxProcesses,
 		UnwindTableBytes: c.Limits.UnwindTableBytes,
 		SymbolCacheBytes: c.Limits.SymbolCacheBytes,
+
+		MaxPendingSamples: c.Limits.MaxPendingSamples,
 	}
 }
 
@@ -236,6 +248,7 @@ var configKeys = map[string]string{
 	"MaxProcesses":                 "limits::max_processes",
 	"UnwindTableBytes":             "limits::unwind_table_bytes",
 	"SymbolCacheBytes":             "limits::symbol_cache_bytes",
+	"MaxPendingSamples":            "limits::max_pending_samples",
 }
 
 func configKey(field string) string {

@@ -42,7 +42,7 @@ func FuzzValidate(f *testing.F) {
 			ReporterInterval: time.Duration(interval),
 			ProcFS:           procfs,
 			IncludeEnvVars:   strings.Split(envVar, ","),
-			Limits:           LimitsConfig{RingBufferBytes: ringBytes, MaxProcesses: maxProcs, UnwindTableBytes: unwindBytes, SymbolCacheBytes: 32 << 20},
+			Limits:           LimitsConfig{RingBufferBytes: ringBytes, MaxProcesses: maxProcs, UnwindTableBytes: unwindBytes, SymbolCacheBytes: 32 << 20, MaxPendingSamples: 1 << 16},
 		}
 		err := cfg.Validate()
 

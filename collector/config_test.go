@@ -76,7 +76,7 @@ func TestLoadConfig(t *testing.T) {
 					IncludeKernelThreads: true,
 				},
 				Symbolization: SymbolizationConfig{Native: false, DebugDirs: []string{"/debug", "/opt/debug"}},
-				Limits:        LimitsConfig{RingBufferBytes: 16 << 20, MaxProcesses: 1024, UnwindTableBytes: 8 << 20, SymbolCacheBytes: 16 << 20},
+				Limits:        LimitsConfig{RingBufferBytes: 16 << 20, MaxProcesses: 1024, UnwindTableBytes: 8 << 20, SymbolCacheBytes: 16 << 20, MaxPendingSamples: 256 << 10},
 			},
 		},
 		{
@@ -124,7 +124,7 @@ func TestLoadConfig(t *testing.T) {
 					ExcludeCgroups:     []string{"kubepods"},
 				},
 				Symbolization: SymbolizationConfig{Native: true, DebugDirs: []string{"debug"}},
-				Limits:        LimitsConfig{RingBufferBytes: 100000, MaxProcesses: 0, UnwindTableBytes: 1024, SymbolCacheBytes: 1},
+				Limits:        LimitsConfig{RingBufferBytes: 100000, MaxProcesses: 0, UnwindTableBytes: 1024, SymbolCacheBytes: 1, MaxPendingSamples: 1000},
 			},
 			wantInvalid: []string{
 				"samples_per_second: must be between 1 and 1000, got 5000",
@@ -140,6 +140,7 @@ func TestLoadConfig(t *testing.T) {
 				"limits::ring_buffer_bytes: must be a power of two and a multiple of the page size (4096), got 100000",
 				"limits::max_processes: must be between 1 and 4194304, got 0",
 				"limits::symbol_cache_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 1",
+				"limits::max_pending_samples: must be between 1024 and 16777216, got 1000",
 				"limits::unwind_table_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 1024",
 			},
 		},
@@ -373,6 +374,18 @@ func TestValidate(t *testing.T) {
 			edit: func(c *Config) { c.Limits.UnwindTableBytes = 1<<20 - 1 },
 			want: []string{"limits::unwind_table_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 1048575"},
 		},
+		{name: "max_pending_samples min", edit: func(c *Config) { c.Limits.MaxPendingSamples = 1 << 10 }},
+		{name: "max_pending_samples max", edit: func(c *Config) { c.Limits.MaxPendingSamples = 1 << 24 }},
+		{
+			name: "max_pending_samples below min",
+			edit: func(c *Config) { c.Limits.MaxPendingSamples = 1<<10 - 1 },
+			want: []string{"limits::max_pending_samples: must be between 1024 and 16777216, got 1023"},
+		},
+		{
+			name: "max_pending_samples above max",
+			edit: func(c *Config) { c.Limits.MaxPendingSamples = 1<<24 + 1 },
+			want: []string{"limits::max_pending_samples: must be between 1024 and 16777216, got 16777217"},
+		},
 		{name: "max_processes min", edit: func(c *Config) { c.Limits.MaxProcesses = 1 }},
 		{name: "max_processes max", edit: func(c *Config) { c.Limits.MaxProcesses = 4 << 20 }},
 		{
@@ -395,6 +408,7 @@ func TestValidate(t *testing.T) {
 				`procfs: must be an absolute path, got ""`,
 				"limits::max_processes: must be between 1 and 4194304, got 0",
 				"limits::symbol_cache_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 0",
+				"limits::max_pending_samples: must be between 1024 and 16777216, got 0",
 				"limits::unwind_table_bytes: must be between 1048576 (1 MiB) and 4294967296 (4 GiB), got 0",
 			},
 		},
@@ -438,10 +452,11 @@ func TestConfigOptions(t *testing.T) {
 		},
 		Symbolization: SymbolizationConfig{Native: true, DebugDirs: []string{"/dbg"}},
 		Limits: LimitsConfig{
-			RingBufferBytes:  1 << 20,
-			MaxProcesses:     100,
-			UnwindTableBytes: 2 << 20,
-			SymbolCacheBytes: 3 << 20,
+			RingBufferBytes:   1 << 20,
+			MaxProcesses:      100,
+			UnwindTableBytes:  2 << 20,
+			SymbolCacheBytes:  3 << 20,
+			MaxPendingSamples: 5000,
 		},
 	}
 	want := profiler.Options{
@@ -468,6 +483,8 @@ func TestConfigOptions(t *testing.T) {
 		MaxProcesses:     100,
 		UnwindTableBytes: 2 << 20,
 		SymbolCacheBytes: 3 << 20,
+
+		MaxPendingSamples: 5000,
 	}
 	if diff := cmp.Diff(want, cfg.options(), cmpopts.IgnoreFields(profiler.Options{}, "Logger", "BeforeResolve"), cmpopts.IgnoreUnexported(profiler.Options{})); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)

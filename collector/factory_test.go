@@ -3,6 +3,8 @@ package collector
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -82,19 +84,32 @@ func TestCreateProfiles(t *testing.T) {
 	}
 }
 
-// Start refuses a procfs that is not one, with a clear error.
+// Start refuses a procfs that is not one, with a clear error: a missing
+// path, and a plain directory dressed as one (empty self/stat and
+// self/maps), which only its file system type tells apart.
 func TestStartRefusesNotAProcFS(t *testing.T) {
-	cfg := createDefaultConfig()
-	cfg.ProcFS = "/nonexistent/proc"
-	r, err := createProfiles(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
-	if err != nil {
+	fake := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(fake, "self"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err = r.Start(context.Background(), componenttest.NewNopHost())
-	if err == nil || !strings.Contains(err.Error(), "procfs /nonexistent/proc is not a mounted procfs") {
-		t.Errorf("Start with procfs /nonexistent/proc: %v, want it refused as not a procfs", err)
+	for _, f := range []string{"self/stat", "self/maps"} {
+		if err := os.WriteFile(filepath.Join(fake, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := r.Shutdown(context.Background()); err != nil {
-		t.Errorf("Shutdown after a failed Start: %v", err)
+	for _, root := range []string{"/nonexistent/proc", fake} {
+		cfg := createDefaultConfig()
+		cfg.ProcFS = root
+		r, err := createProfiles(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, consumertest.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.Start(context.Background(), componenttest.NewNopHost())
+		if err == nil || !strings.Contains(err.Error(), "procfs "+root+" is not a mounted procfs") {
+			t.Errorf("Start with procfs %s: %v, want it refused as not a procfs", root, err)
+		}
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown after a failed Start: %v", err)
+		}
 	}
 }

@@ -41,6 +41,7 @@ var (
 	skippedWarmUp    = attrs("reason", "warm_up")
 	lostIntervalFull = attrs("reason", "interval_full")
 	lostExportFailed = attrs("reason", "export_failed")
+	lostBacklog      = attrs("reason", "consumer_backlog")
 	lostShutdown     = attrs("reason", "shutdown")
 
 	recordsExecExit = attrs("kind", "exec_exit")
@@ -177,6 +178,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.SamplesReceived, i64(s.Samples))
 	o.ObserveInt64(tb.SamplesLost, i64(s.IntervalFull), lostIntervalFull)
 	o.ObserveInt64(tb.SamplesLost, i64(s.EmitDropped), lostExportFailed)
+	o.ObserveInt64(tb.SamplesLost, i64(s.Backlog.Samples), lostBacklog)
 	o.ObserveInt64(tb.RecordsMalformed, i64(s.RecordsMalformed))
 	for c := range profiler.NumStackOutcomes {
 		for fp := range 2 {

@@ -258,8 +258,9 @@ func TestTelemetry(t *testing.T) {
 	exported := m.sum("sonde.export.samples")
 	exportFailed := m.sum("sonde.samples.lost", attribute.String("reason", "export_failed"))
 	intervalFull := m.sum("sonde.samples.lost", attribute.String("reason", "interval_full"))
-	t.Logf("received %d = exported %d + refused %d + interval full %d + held %d + open %d; ring buffer full %d",
-		received, exported, exportFailed, intervalFull, inFlight, pending,
+	backlog := m.sum("sonde.samples.lost", attribute.String("reason", "consumer_backlog"))
+	t.Logf("received %d = exported %d + refused %d + interval full %d + dropped behind the held consumer %d + held %d + open %d; ring buffer full %d",
+		received, exported, exportFailed, intervalFull, backlog, inFlight, pending,
 		m.sum("sonde.samples.lost", attribute.String("reason", "ring_buffer_full")))
 	if received <= 0 {
 		t.Errorf("sonde.samples.received = %d, want > 0", received)
@@ -270,8 +271,8 @@ func TestTelemetry(t *testing.T) {
 	if exportFailed != refusedAtHold {
 		t.Errorf("sonde.samples.lost{export_failed} = %d, the consumer refused %d", exportFailed, refusedAtHold)
 	}
-	if got := exported + exportFailed + intervalFull + inFlight + pending; received != got {
-		t.Errorf("sonde.samples.received = %d, want exported + refused + interval full + held + open = %d", received, got)
+	if got := exported + exportFailed + intervalFull + backlog + inFlight + pending; received != got {
+		t.Errorf("sonde.samples.received = %d, want exported + refused + interval full + dropped behind the consumer + held + open = %d", received, got)
 	}
 	if stacks := m.sum("sonde.unwind.stacks"); stacks != received {
 		t.Errorf("sonde.unwind.stacks sums to %d, want sonde.samples.received = %d", stacks, received)

@@ -2,6 +2,8 @@ package profiler
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,7 +52,7 @@ func TestValidateJoinsEveryProblem(t *testing.T) {
 // New refuses a procfs that is not one, before it loads anything: no
 // privileges needed.
 func TestNewRefusesNotAProcFS(t *testing.T) {
-	for _, root := range []string{"/nonexistent/proc", t.TempDir()} {
+	for _, root := range []string{"/nonexistent/proc", t.TempDir(), fakeProcFS(t)} {
 		o := DefaultOptions()
 		o.ProcFS = root
 		p, err := New(o)
@@ -62,4 +64,20 @@ func TestNewRefusesNotAProcFS(t *testing.T) {
 			t.Errorf("New with procfs %s: %v, want it named as not a procfs", root, err)
 		}
 	}
+}
+
+// fakeProcFS returns a plain directory that holds what a procfs has at
+// first sight: self/stat and self/maps, empty.
+func fakeProcFS(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"self/stat", "self/maps"} {
+		if err := os.WriteFile(filepath.Join(root, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }

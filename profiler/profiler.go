@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/profile"
@@ -77,6 +78,17 @@ type Profiler struct {
 	stacks       [NumStackOutcomes][2]uint64
 	intervalFull uint64
 	late         uint64
+	// pending is how many samples the open intervals hold; backlog counts
+	// the intervals, and their samples, dropped unsent because the next
+	// consumer fell behind (trimBacklog), and backlogLogged what of them
+	// the last log line told, at backlogLogAt.
+	pending       int
+	backlog       backlogCount
+	backlogLogged backlogCount
+	backlogLogAt  time.Time
+	backlogUntold bool // dropped since the last log line
+	// emitStart is when the emit in progress began; zero between emits.
+	emitStart time.Time
 
 	wake chan struct{} // the resolver opened an interval, or drained the ring: older ones may be complete
 	// kicked: the reporter asked the reader to read the ring buffer now
@@ -185,7 +197,7 @@ func New(opts Options) (*Profiler, error) {
 		CommandLine:  opts.IncludeCommandLine,
 	})
 	p.syms = symbolize.New(log, symbolize.Options{
-		MaxSymbolBytes: opts.SymbolCacheBytes - opts.SymbolCacheBytes/pythonCodeShare - opts.SymbolCacheBytes/jvmCodeShare,
+		MaxSymbolBytes: nativeSymbolBytes(opts.SymbolCacheBytes),
 		DebugDirs:      append([]string{}, opts.DebugDirs...),
 	})
 	p.preparer = newPreparer(log, tr, p.procs, p.syms, p.filter, opts.UnwindTableBytes, opts.DebugDirs)
@@ -204,16 +216,34 @@ func New(opts Options) (*Profiler, error) {
 	return p, nil
 }
 
-// checkProcFS refuses a procfs root that does not look like a mounted
-// procfs: without it every process would be unknown and every user frame
-// unnamed.
+// checkProcFS refuses a procfs root that is not a mounted procfs: without
+// it every process would be unknown and every user frame unnamed. A plain
+// directory that holds self/stat and self/maps is refused by its file
+// system type.
 func checkProcFS(root string) error {
+	const hint = "mount the host's /proc there, or set procfs to where it is mounted"
 	for _, f := range []string{"self/stat", "self/maps"} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
-			return fmt.Errorf("procfs %s is not a mounted procfs (%s: %w): mount the host's /proc there, or set procfs to where it is mounted", root, f, err)
+			return fmt.Errorf("procfs %s is not a mounted procfs (%s: %w): %s", root, f, err, hint)
 		}
 	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil {
+		return fmt.Errorf("procfs %s is not a mounted procfs (statfs: %w): %s", root, err, hint)
+	}
+	if fs.Type != unix.PROC_SUPER_MAGIC {
+		return fmt.Errorf("procfs %s is not a mounted procfs (its file system type is %#x, procfs's is %#x): %s",
+			root, fs.Type, unix.PROC_SUPER_MAGIC, hint)
+	}
 	return nil
+}
+
+// nativeSymbolBytes is the part of SymbolCacheBytes the native symbolizer
+// holds: all but the CPython code objects' and the JVM namer's shares. A
+// quarter of it is the per-file inflation cap (at most 32 MiB) that
+// README.md documents.
+func nativeSymbolBytes(symbolCacheBytes int64) int64 {
+	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare
 }
 
 // CPUs is how many CPUs are sampled.
@@ -358,6 +388,7 @@ func (p *Profiler) stop() error {
 			p.unflushed.Add(uint64(iv.b.Len()))
 		}
 		p.open = nil
+		p.pending = 0
 		p.mu.Unlock()
 	})
 	return p.stopErr
@@ -598,7 +629,13 @@ func (p *Profiler) resolveOne(q queued, free *recordPool, sample *profile.Sample
 		if b.Len() == n {
 			p.intervalFull++
 		}
+		p.pending += b.Len() - n
+		p.trimBacklog()
+		tell := p.backlogUntold
 		p.mu.Unlock()
+		if tell {
+			p.logBacklog(false)
+		}
 	case tracer.RecordOffCPUStart:
 		if p.excludedSample(q.proc) {
 			p.filtered.Add(1)
@@ -649,8 +686,16 @@ func (p *Profiler) excludedSample(proc *process.Process) bool {
 // addOffCPU adds a joined off-CPU wait to the current interval.
 func (p *Profiler) addOffCPU(s profile.Sample) {
 	p.mu.Lock()
-	p.intervalFor(s.Time).Add(s)
+	b := p.intervalFor(s.Time)
+	n := b.Len()
+	b.Add(s)
+	p.pending += b.Len() - n
+	p.trimBacklog()
+	tell := p.backlogUntold
 	p.mu.Unlock()
+	if tell {
+		p.logBacklog(false)
+	}
 }
 
 // interval is one open reporting interval: [start, end) of capture time.
@@ -667,6 +712,11 @@ const (
 	// holds the reporter; past the bound a sample goes to the newest open
 	// interval, whose window Flush widens, and counts as late.
 	maxOpenIntervals = 64
+	// maxWaitingIntervals bounds the intervals open while the next
+	// consumer is behind (consumerBehind): past it, as past
+	// Options.MaxPendingSamples, the oldest is dropped and counted
+	// (trimBacklog).
+	maxWaitingIntervals = 8
 	// maxFreeBuilders bounds the builders kept for reuse.
 	maxFreeBuilders = 2
 )
@@ -689,6 +739,10 @@ func (p *Profiler) intervalFor(t time.Time) *profile.Builder {
 		} else if iv.start.After(start) {
 			break
 		}
+	}
+	for len(p.open) >= maxWaitingIntervals && i > 0 && p.consumerBehind() {
+		p.dropOldest()
+		i--
 	}
 	if len(p.open) >= maxOpenIntervals {
 		p.late++
@@ -761,6 +815,7 @@ func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
 			// Once per interval of wall-clock time: what was lost,
 			// and the resolver may log its first problem again.
 			p.reportLost()
+			p.logBacklog(true)
 			p.resolver.endInterval()
 			for !now.Before(nextLog) {
 				nextLog = nextLog.Add(every)
@@ -768,6 +823,67 @@ func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
 		}
 		timer.Reset(time.Until(p.nextCheck(now, nextLog)))
 	}
+}
+
+// backlogCount counts what trimBacklog dropped.
+type backlogCount struct{ intervals, samples uint64 }
+
+// trimBacklog drops the oldest open intervals while their samples pass
+// Options.MaxPendingSamples, never the newest: a next consumer that blocks
+// or fails slowly holds the reporter, and without a bound the intervals
+// that wait for it would grow for as long. What is dropped is counted now,
+// and logged once per interval (logBacklog). Called with p.mu held.
+func (p *Profiler) trimBacklog() {
+	for p.pending > p.opts.MaxPendingSamples && len(p.open) > 1 && p.consumerBehind() {
+		p.dropOldest()
+	}
+}
+
+// consumerBehind reports whether the next consumer has held the reporter
+// for a reporting interval or more: the intervals open then wait for it.
+// A resolver catching up on a backlog with a consumer that keeps up opens
+// many intervals too, which the reporter closes as soon as it runs; those
+// are not dropped. Called with p.mu held.
+func (p *Profiler) consumerBehind() bool {
+	return !p.emitStart.IsZero() && time.Since(p.emitStart) >= p.opts.ReporterInterval
+}
+
+// dropOldest drops the oldest open interval and counts its samples. Called
+// with p.mu held.
+func (p *Profiler) dropOldest() {
+	iv := p.open[0]
+	p.open = p.open[1:]
+	p.closedEnd = iv.end
+	n := iv.b.Len()
+	p.pending -= n
+	p.backlog.intervals++
+	p.backlog.samples += uint64(n)
+	p.backlogUntold = true
+	iv.b.Discard()
+	if len(p.free) < maxFreeBuilders {
+		p.free = append(p.free, iv.b)
+	}
+}
+
+// logBacklog logs what trimBacklog dropped since the last line, at most
+// once per interval. The resolver calls it after a drop, since the
+// reporter may be held by the consumer then; the reporter calls it with
+// force once per interval, so the last drops are told too.
+func (p *Profiler) logBacklog(force bool) {
+	now := time.Now()
+	p.mu.Lock()
+	d, total := p.backlog, p.backlog
+	d.intervals -= p.backlogLogged.intervals
+	d.samples -= p.backlogLogged.samples
+	if d.intervals == 0 || (!force && now.Sub(p.backlogLogAt) < p.opts.ReporterInterval) {
+		p.mu.Unlock()
+		return
+	}
+	p.backlogLogged, p.backlogLogAt, p.backlogUntold = total, now, false
+	p.mu.Unlock()
+	p.log.Warn("next consumer is behind: the oldest waiting intervals were dropped unsent; make it faster (an exporter's sending_queue) or raise limits::max_pending_samples",
+		zap.Uint64("intervals", d.intervals), zap.Uint64("samples", d.samples),
+		zap.Uint64("samples_total", total.samples), zap.Int("max_pending_samples", p.opts.MaxPendingSamples))
 }
 
 // kick asks the reader to read the ring buffer now and say when it found
@@ -823,6 +939,7 @@ func (p *Profiler) emitReady(ctx context.Context, emit EmitFunc, all bool) {
 		}
 		p.open = p.open[1:]
 		p.closedEnd = iv.end
+		p.pending -= iv.b.Len()
 		p.mu.Unlock()
 		p.flush(ctx, emit, iv)
 	}
@@ -845,7 +962,14 @@ func (p *Profiler) flush(ctx context.Context, emit EmitFunc, iv *interval) {
 		p.lag.Store(int64(time.Since(last)))
 	}
 	profiles := pd.ProfileCount() // pd belongs to emit once called
-	if err := emit(ctx, pd); err != nil {
+	p.mu.Lock()
+	p.emitStart = time.Now()
+	p.mu.Unlock()
+	err := emit(ctx, pd)
+	p.mu.Lock()
+	p.emitStart = time.Time{}
+	p.mu.Unlock()
+	if err != nil {
 		p.emitErrors.Add(1)
 		p.emitDropped.Add(uint64(n))
 		if ctx.Err() == nil {

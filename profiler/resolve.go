@@ -57,6 +57,13 @@ type resolver struct {
 	// samples taken while the kernel finished the exit, which come after
 	// the exit record.
 	gone map[int]goneProc
+	// exited keeps, for exitTail, the entries of processes whose exit was
+	// resolved, with their mappings and open files: the samples the
+	// kernel takes while it finishes the exit (exit_mmap) come after the
+	// exit record, when procfs no longer has the process. exitedOrder is
+	// their pids by exit, oldest first.
+	exited      map[int]exitedEntry
+	exitedOrder []int
 
 	// Stack snapshots (snapshot.go): a Finder per file, by file id, under
 	// finderMu (endInterval drops their pages from another goroutine);
@@ -182,6 +189,7 @@ func newResolver(log *zap.Logger, procs *process.Table, syms *symbolize.Symboliz
 		kernelPCs:  make(map[uint64]kernelEntry),
 		kernelMaps: make(map[string]*profile.Mapping),
 		gone:       make(map[int]goneProc),
+		exited:     make(map[int]exitedEntry),
 		finders:    make(map[elfx.FileID]*finderEntry),
 		vdso:       readVDSO(log),
 	}
@@ -236,6 +244,16 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 	}
 
 	pid := int(rec.PID)
+	x, exited := r.exited[pid]
+	if exited {
+		d := rec.Time.Sub(x.exit)
+		exited = d >= -exitTail && d <= exitTail && (err != nil || p == x.e.proc)
+	}
+	if exited {
+		// Taken while the process finished its exit: its last mappings
+		// and files still name the frames.
+		p, err = x.e.proc, nil
+	}
 	if err != nil {
 		r.stats.processGone.Add(1)
 		// A process that exited before we read it still has its samples,
@@ -267,7 +285,12 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		s.Frames = r.frames
 		return
 	}
-	entry := r.entry(pid, p)
+	var entry *procEntry
+	if exited {
+		entry = x.e
+	} else {
+		entry = r.entry(pid, p)
+	}
 	s.Resource = &entry.resource
 
 	refreshed := false
@@ -305,7 +328,7 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		suspect := ok && m.FileBacked() && r.unwinder != nil && r.unwinder.Prepared(pid)
 		if (!ok || suspect) && !refreshed {
 			refreshed = true
-			if e, err := r.refresh(pid); err == nil {
+			if e, err := r.refresh(pid, rec.Time); err == nil {
 				entry = e
 				s.Resource = &entry.resource
 				m, ok = entry.proc.FindMapping(addr)
@@ -610,8 +633,8 @@ func (r *resolver) keepGone(pid int, g goneProc) {
 	r.gone[pid] = g
 }
 
-func (r *resolver) refresh(pid int) (*procEntry, error) {
-	p, err := r.procs.Refresh(pid)
+func (r *resolver) refresh(pid int, captured time.Time) (*procEntry, error) {
+	p, err := r.procs.RefreshSince(pid, captured)
 	if err != nil {
 		return nil, err
 	}
@@ -680,16 +703,76 @@ func (r *resolver) exit(pid int, t time.Time) {
 			rt.forget(pid)
 		}
 	}
+	e := r.procsByPID[pid]
+	delete(r.procsByPID, pid)
 	r.forget(pid)
 	r.holds.release(pid)
 	if res != nil {
 		r.keepGone(pid, goneProc{res: res, exit: t})
+	}
+	r.expireExited(t)
+	if e != nil {
+		r.keepExited(pid, e, t)
+	}
+}
+
+// maxExited bounds the exited processes' entries kept (exited).
+const maxExited = 256
+
+// exitedEntry is the entry of a process whose exit was resolved at exit.
+type exitedEntry struct {
+	e    *procEntry
+	exit time.Time
+}
+
+// keepExited keeps e, of pid that exited at t, for exitTail; past
+// maxExited the oldest goes.
+func (r *resolver) keepExited(pid int, e *procEntry, t time.Time) {
+	r.dropExited(pid)
+	if len(r.exited) >= maxExited {
+		r.expireExited(time.Time{})
+	}
+	r.exited[pid] = exitedEntry{e: e, exit: t}
+	r.exitedOrder = append(r.exitedOrder, pid)
+}
+
+// expireExited closes the kept entries of processes that exited more than
+// exitTail before t; with t zero, the oldest one at least.
+func (r *resolver) expireExited(t time.Time) {
+	n := 0
+	for ; n < len(r.exitedOrder); n++ {
+		pid := r.exitedOrder[n]
+		x, ok := r.exited[pid]
+		if ok && !t.IsZero() && t.Sub(x.exit) <= exitTail {
+			break
+		}
+		if ok {
+			delete(r.exited, pid)
+			x.e.close()
+		}
+		if t.IsZero() && ok {
+			n++
+			break
+		}
+	}
+	r.exitedOrder = r.exitedOrder[n:]
+	if len(r.exitedOrder) == 0 {
+		r.exitedOrder = nil // let the array go
+	}
+}
+
+// dropExited closes the kept entry of pid, if any: its pid is used again.
+func (r *resolver) dropExited(pid int) {
+	if x, ok := r.exited[pid]; ok {
+		delete(r.exited, pid)
+		x.e.close()
 	}
 }
 
 // forget drops what the resolver derived from pid and releases its files.
 func (r *resolver) forget(pid int) {
 	delete(r.gone, pid)
+	r.dropExited(pid)
 	if e, ok := r.procsByPID[pid]; ok {
 		delete(r.procsByPID, pid)
 		e.close()
@@ -701,6 +784,10 @@ func (r *resolver) close() {
 	for pid := range r.procsByPID {
 		r.forget(pid)
 	}
+	for pid := range r.exited {
+		r.dropExited(pid)
+	}
+	r.exitedOrder = nil
 	r.closeFinders()
 	r.holds.close()
 }

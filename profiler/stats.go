@@ -27,8 +27,19 @@ type Stats struct {
 	// IntervalFull is how many samples an interval refused: it held its
 	// maximum of sample events.
 	IntervalFull uint64
-	// Pending (gauge) is how many samples the open intervals hold.
+	// Pending (gauge) is how many samples the open intervals hold: those
+	// waiting for the next consumer, at most Options.MaxPendingSamples
+	// (but for the newest interval's) once the consumer has held the
+	// reporter for a reporting interval.
 	Pending int
+	// Backlog counts the intervals, and the samples they held, dropped
+	// unsent because the next consumer fell behind: it held the reporter
+	// for a reporting interval or more while more than
+	// Options.MaxPendingSamples samples, or maxWaitingIntervals intervals,
+	// waited.
+	// They are counted as they are dropped, while the consumer still
+	// blocks.
+	Backlog struct{ Intervals, Samples uint64 }
 	// Queued (gauge) is how many records were read and wait for the
 	// resolver.
 	Queued int
@@ -222,9 +233,8 @@ func (p *Profiler) Stats() Stats {
 	s.Stacks = p.stacks
 	s.IntervalFull = p.intervalFull
 	s.Late = p.late
-	for _, iv := range p.open {
-		s.Pending += iv.b.Len()
-	}
+	s.Pending = p.pending
+	s.Backlog.Intervals, s.Backlog.Samples = p.backlog.intervals, p.backlog.samples
 	p.mu.Unlock()
 	s.Queued = int(max(p.inflight.Load(), 0))
 	s.Lag = time.Duration(p.lag.Load())

@@ -3,6 +3,9 @@ package profiler
 import (
 	"testing"
 
+	"go.uber.org/zap"
+
+	"github.com/sonde-dev/sonde/internal/symbolize"
 	"github.com/sonde-dev/sonde/tracer"
 )
 
@@ -29,6 +32,29 @@ func TestClassifyStack(t *testing.T) {
 			c, fp := classifyStack(tc.flags, tc.frames)
 			if c != tc.want || fp != tc.fp {
 				t.Errorf("classifyStack(%#x, %d) = %d, %v; want %d, %v", tc.flags, tc.frames, c, fp, tc.want, tc.fp)
+			}
+		})
+	}
+}
+
+// The per-file inflation cap is what README.md and the collector's README
+// say: a quarter of the native symbols' three quarters of
+// symbol_cache_bytes, 12 MiB (12,582,912 bytes) at the default, at most
+// 32 MiB, at least 1 MiB.
+func TestInflateCapAsDocumented(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cache int64
+		want  int64
+	}{
+		{"default", DefaultOptions().SymbolCacheBytes, 12 << 20},
+		{"large", 1 << 30, 32 << 20},
+		{"small", 1 << 20, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := symbolize.New(zap.NewNop(), symbolize.Options{MaxSymbolBytes: nativeSymbolBytes(tc.cache)})
+			if got := s.InflateCap(); got != tc.want {
+				t.Errorf("symbol_cache_bytes %d: inflation cap %d bytes, want %d", tc.cache, got, tc.want)
 			}
 		})
 	}

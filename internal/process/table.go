@@ -85,6 +85,9 @@ type entry struct {
 	loaded time.Time
 	// stale is set by Exec: the next Get reloads.
 	stale bool
+	// refreshed: a Refresh re-read proc's mappings since it was loaded
+	// (RefreshSince's one read past the rate limit is spent).
+	refreshed bool
 	// used is set by Get and cleared by the eviction scan (second chance).
 	used atomic.Bool
 }
@@ -181,11 +184,21 @@ func (t *Table) Get(pid int) (*Process, error) {
 // Options.RefreshInterval of the last read or attempt return the cached
 // process. A pid now used by another process (its start time differs) is read
 // from scratch and replaces the cached one; an uncached pid is loaded.
-func (t *Table) Refresh(pid int) (*Process, error) {
+func (t *Table) Refresh(pid int) (*Process, error) { return t.RefreshSince(pid, time.Time{}) }
+
+// RefreshSince is Refresh for a sample captured at captured. When the cached
+// mappings were read before it, and were not refreshed since they were
+// loaded, they are read again whatever the rate limit: a process read while
+// its dynamic loader was still mapping its libraries (at its first sample,
+// just after its exec) lacks libc, which each later sample's caller of main
+// is in, and a short process may be gone before the rate limit lets a
+// refresh through. That costs at most one more read per image.
+func (t *Table) RefreshSince(pid int, captured time.Time) (*Process, error) {
 	now := t.now()
 	t.mu.RLock()
 	e := t.entries[pid]
-	if e != nil && !e.stale && now.Sub(e.loaded) < t.refresh {
+	first := e != nil && !e.refreshed && !captured.IsZero() && e.loaded.Before(captured)
+	if e != nil && !e.stale && !first && now.Sub(e.loaded) < t.refresh {
 		p := e.proc
 		t.mu.RUnlock()
 		t.refreshLimited.Add(1)
@@ -389,7 +402,7 @@ func (t *Table) load(pid int, mode loadMode, cacheKernel bool) (*Process, error)
 		old = e.proc
 		if refresh {
 			// Rate-limit attempts, not only successes.
-			e.loaded = t.now()
+			e.loaded, e.refreshed = t.now(), true
 		}
 	}
 	stale := e != nil && e.stale
@@ -463,6 +476,9 @@ func (t *Table) load(pid int, mode loadMode, cacheKernel bool) (*Process, error)
 // t.mu must be held for writing.
 func (t *Table) storeLocked(pid int, p *Process) {
 	if e := t.entries[pid]; e != nil {
+		if e.stale {
+			e.refreshed = false // a new image
+		}
 		e.proc, e.loaded, e.stale = p, t.now(), false
 		return
 	}

@@ -282,6 +282,58 @@ func TestTableRefreshRateLimit(t *testing.T) {
 	}
 }
 
+// A process read while its dynamic loader had not mapped libc yet: a
+// sample captured after that read, in libc, refreshes it at once, past the
+// rate limit, once per image; a sample captured before the read does not.
+func TestTableRefreshSinceFirstRead(t *testing.T) {
+	fs := newFakeProcfs(t)
+	p := standardProcs()[1]
+	p.maps = mapsText(textApp, heap) // ld.so still mapping the libraries
+	fs.add(p)
+	tab, clock := newTestTable(t, fs, Options{RefreshInterval: 100 * time.Millisecond})
+	loaded := clock.Now()
+	orig, err := tab.Get(100)
+	if err != nil {
+		t.Fatalf("Get(100) = %v", err)
+	}
+	p.maps = mapsText(textApp, heap, textLibc)
+	fs.add(p)
+	clock.Advance(5 * time.Millisecond)
+
+	if got, _ := tab.RefreshSince(100, loaded.Add(-time.Millisecond)); got != orig {
+		t.Errorf("RefreshSince a capture before the read = %p, want the cached %p", got, orig)
+	}
+	got, err := tab.RefreshSince(100, loaded.Add(2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *orig
+	want.Mappings = []Mapping{textApp, textLibc}
+	if diff := cmp.Diff(&want, got, cmpProcess); diff != "" {
+		t.Errorf("RefreshSince a capture after the read, within the rate limit (-want +got):\n%s", diff)
+	}
+	// Spent: the next one within the interval is rate-limited.
+	clock.Advance(time.Millisecond)
+	if again, _ := tab.RefreshSince(100, clock.Now()); again != got {
+		t.Errorf("a second RefreshSince within the interval was not rate-limited")
+	}
+	if s := tab.Stats(); s.Refreshes != 1 || s.RefreshLimited != 2 {
+		t.Errorf("Stats() = %+v, want 1 refresh and 2 rate-limited", s)
+	}
+	// A new image has its own.
+	tab.Exec(100)
+	if _, err := tab.Get(100); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Millisecond)
+	if _, err := tab.RefreshSince(100, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if s := tab.Stats(); s.Refreshes != 2 {
+		t.Errorf("Stats().Refreshes = %d after the new image's first RefreshSince, want 2", s.Refreshes)
+	}
+}
+
 func TestTablePIDReuse(t *testing.T) {
 	old := standardProcs()[1]
 	reused := fakeProc{pid: 100, ppid: 1, comm: "python3", start: 7000, exe: "/usr/bin/python3", maps: mapsText(textNew)}

@@ -426,6 +426,11 @@ func resetSlice[T any](s []T) []T {
 	return s[:0]
 }
 
+// Discard drops what was added since the last Flush, as Flush does, without
+// building profiles of it: the interval is thrown away, the builder is
+// ready for the next one.
+func (b *Builder) Discard() { b.reset() }
+
 // reset empties every table and seeds index 0 with the empty value.
 func (b *Builder) reset() {
 	b.strings = append(resetSlice(b.strings), "")

@@ -574,3 +574,28 @@ func TestNegativeLineIsUnknown(t *testing.T) {
 		t.Errorf("line %d, want 0", got)
 	}
 }
+
+// Discard throws the interval away: the next interval holds only its own
+// samples, as after a Flush.
+func TestDiscardResets(t *testing.T) {
+	b := NewBuilder(Options{SamplesPerSecond: 19})
+	for _, s := range randomSamples(rand.New(rand.NewPCG(9, 10)), 300) {
+		b.Add(s)
+	}
+	b.Discard()
+	if b.Len() != 0 {
+		t.Fatalf("Len after Discard = %d, want 0", b.Len())
+	}
+	second := handMadeSamples()
+	for _, s := range second {
+		b.Add(s)
+	}
+	p := b.Flush(testStart, testEnd)
+	if err := validate(p); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	want := expect(Options{SamplesPerSecond: 19}, second, testStart, testEnd)
+	if diff := diffDecoded(want, decode(p)); diff != "" {
+		t.Errorf("decoded after Discard (-want +got):\n%s", diff)
+	}
+}

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"bytes"
 	"cmp"
 	"debug/elf"
 	"errors"
@@ -103,7 +104,8 @@ func symbolSection(f *elf.File, img []byte, typ elf.SectionType) (*nativeTable, 
 type symCandidate struct {
 	addr, size, sectEnd uint64
 	name, nameLen       uint32
-	rank                int // lower wins among aliases
+	rank                int  // lower wins among aliases
+	label               bool // an untyped label in code (isCodeLabel)
 }
 
 // readSymbols parses a SHT_SYMTAB or SHT_DYNSYM section of f, whose bytes
@@ -163,7 +165,7 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 			info, shndx = e[12], bo.Uint16(e[14:16])
 		}
 		typ := elf.ST_TYPE(info)
-		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
+		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC && typ != elf.STT_NOTYPE {
 			continue
 		}
 		if shndx == uint16(elf.SHN_UNDEF) || shndx >= uint16(elf.SHN_LORESERVE) || value == 0 {
@@ -171,6 +173,10 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 		}
 		name := cString(strData, nameOff)
 		if len(name) == 0 {
+			continue
+		}
+		label := typ == elf.STT_NOTYPE
+		if label && !isCodeLabel(f, shndx, name) {
 			continue
 		}
 		var sectEnd uint64
@@ -187,10 +193,14 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 			names.Write(name)
 			names.WriteByte(0)
 		}
+		rank := aliasRank(elf.ST_BIND(info), size, name)
+		if label {
+			rank += 4 << 20 // a function at the same address wins
+		}
 		cands = append(cands, symCandidate{
 			addr: value, size: size, sectEnd: sectEnd,
 			name: at, nameLen: uint32(len(name)),
-			rank: aliasRank(elf.ST_BIND(info), size, name),
+			rank: rank, label: label,
 		})
 	}
 	t := &nativeTable{source: s.Name}
@@ -206,10 +216,41 @@ func readSymbols(f *elf.File, img []byte, s *elf.Section, mapped bool) (*nativeT
 	return t, nil
 }
 
+// isCodeLabel reports whether an untyped (STT_NOTYPE) symbol names code:
+// hand-written assembly leaves its entry points untyped (ld.so's _start
+// and _dl_start_user), and perf names them too. It must be in an
+// executable section and not be a mapping symbol ("$x", "$d" on arm64) or
+// an assembler-local label (".L").
+func isCodeLabel(f *elf.File, shndx uint16, name []byte) bool {
+	if int(shndx) >= len(f.Sections) || f.Sections[shndx].Flags&elf.SHF_EXECINSTR == 0 {
+		return false
+	}
+	return name[0] != '$' && !bytes.HasPrefix(name, []byte(".L"))
+}
+
+// dropInnerLabels removes, from candidates sorted by address, the labels
+// inside a sized function after its start: there the function names the
+// code, not a label of its body. It returns what is kept.
+func dropInnerLabels(cands []symCandidate) []symCandidate {
+	kept := cands[:0]
+	var start, end uint64 // the sized function that reaches furthest so far
+	for _, c := range cands {
+		if c.label && c.addr > start && c.addr < end {
+			continue
+		}
+		if !c.label && c.size > 0 && satAdd(c.addr, c.size) > end {
+			start, end = c.addr, satAdd(c.addr, c.size)
+		}
+		kept = append(kept, c)
+	}
+	return kept
+}
+
 // setSyms sorts cands and keeps one symbol per address (mergeAliases) as
 // t's symbols, in anonymous memory that t owns.
 func (t *nativeTable) setSyms(cands []symCandidate) error {
 	sortCandidates(cands)
+	cands = dropInnerLabels(cands)
 	n := mergeAliases(cands, func(nativeSym) {})
 	return t.fill(n, func(out []nativeSym) { mergeAliases(cands, func(s nativeSym) { out = append(out, s) }) })
 }

@@ -18,16 +18,21 @@ type candidate struct {
 	name            string
 	addr, size, end uint64 // end: the end of the symbol's section
 	bind            elf.SymBind
+	label           bool // untyped (STT_NOTYPE) in an executable section
 }
 
 func buildTable(cands []candidate) *nativeTable {
 	var names strings.Builder
 	var cs []symCandidate
 	for _, c := range cands {
+		rank := aliasRank(c.bind, c.size, []byte(c.name))
+		if c.label {
+			rank += 4 << 20 // as readSymbols ranks them
+		}
 		cs = append(cs, symCandidate{
 			addr: c.addr, size: c.size, sectEnd: c.end,
 			name: uint32(names.Len()), nameLen: uint32(len(c.name)),
-			rank: aliasRank(c.bind, c.size, []byte(c.name)),
+			rank: rank, label: c.label,
 		})
 		names.WriteString(c.name)
 		names.WriteByte(0)
@@ -213,5 +218,38 @@ func TestReadSymbolsIndexesOutsideTheHeap(t *testing.T) {
 	}
 	if checked < n/2 {
 		t.Errorf("checked %d functions of %d", checked, n)
+	}
+}
+
+// Untyped labels in code name what no function covers (ld.so's _start and
+// _dl_start_user); inside a sized function, or at its address, the
+// function wins.
+func TestNativeLabels(t *testing.T) {
+	table := buildTable([]candidate{
+		{name: "_start", addr: 0x1000, bind: elf.STB_LOCAL, label: true},
+		{name: "_dl_start_user", addr: 0x1008, bind: elf.STB_LOCAL, label: true},
+		{name: "func", addr: 0x1100, size: 0x40, bind: elf.STB_GLOBAL},
+		{name: "inner_label", addr: 0x1120, bind: elf.STB_LOCAL, label: true},
+		{name: "same_address_label", addr: 0x1200, bind: elf.STB_GLOBAL, label: true},
+		{name: "other", addr: 0x1200, size: 0x10, bind: elf.STB_LOCAL},
+		{name: "after", addr: 0x1300, end: 0x1310, bind: elf.STB_LOCAL, label: true},
+	})
+	for _, tt := range []struct {
+		addr uint64
+		want string
+	}{
+		{0x1000, "_start"},
+		{0x1007, "_start"}, // a label ends at the next symbol
+		{0x1009, "_dl_start_user"},
+		{0x10ff, "_dl_start_user"},
+		{0x1130, "func"}, // the label inside func is not kept
+		{0x1205, "other"},
+		{0x130f, "after"},
+		{0x1310, ""},
+	} {
+		got, ok := table.lookup(tt.addr)
+		if ok != (tt.want != "") || got != tt.want {
+			t.Errorf("lookup(%#x) = %q, %v; want %q", tt.addr, got, ok, tt.want)
+		}
 	}
 }

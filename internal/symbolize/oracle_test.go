@@ -281,3 +281,68 @@ func TestLibcDebugFile(t *testing.T) {
 		t.Errorf("only %d of %d libc addresses agree with addr2line:\n%s", cleanAgree, len(addrs), strings.Join(diffs, "\n"))
 	}
 }
+
+const ldsoPath = "/lib64/ld-linux-x86-64.so.2"
+
+// ld.so's entry code is hand-written assembly whose labels are untyped
+// (STT_NOTYPE) in its debug file: _start, which calls _dl_start, and
+// _dl_start_user, which calls _dl_init (the libraries' constructors) and
+// jumps to the program. A stack through either is named from libc6-dbg's
+// debug file like any other frame, as perf names it; so is a local
+// function of ld.so that only the debug file has (_dl_start). The oracle
+// is the debug file's own symbol table, read with debug/elf.
+func TestLdSoEntryNamed(t *testing.T) {
+	if _, err := os.Stat(ldsoPath); err != nil {
+		t.Skipf("no %s: %v", ldsoPath, err)
+	}
+	s := New(zaptest.NewLogger(t), Options{})
+	info, err := s.Open(ldsoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	debugPath := filepath.Join(elfx.DefaultDebugDir, ".build-id", info.GNUBuildID[:2], info.GNUBuildID[2:]+".debug")
+	df, err := elf.Open(debugPath)
+	if err != nil {
+		t.Skipf("libc6-dbg is not installed (%v)", err)
+	}
+	syms, err := df.Symbols()
+	df.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]elf.Symbol{}
+	for _, sym := range syms {
+		at[sym.Name] = sym
+	}
+	for _, name := range []string{"_start", "_dl_start_user", "_dl_start"} {
+		if _, ok := at[name]; !ok {
+			t.Fatalf("oracle: %s has no symbol %s", debugPath, name)
+		}
+	}
+	if typ := elf.ST_TYPE(at["_start"].Info); typ != elf.STT_NOTYPE {
+		t.Logf("_start is %v here, not STT_NOTYPE: the untyped case is not exercised", typ)
+	}
+	for _, tc := range []struct {
+		what string
+		pc   uint64
+		want string
+	}{
+		// The return address of _start's call to _dl_start, minus one:
+		// the last byte before _dl_start_user.
+		{"caller _start", at["_dl_start_user"].Value - 1, "_start"},
+		{"entry _start", at["_start"].Value, "_start"},
+		// The return address of _dl_start_user's call to _dl_init, minus
+		// one, is a few bytes in.
+		{"caller _dl_start_user", at["_dl_start_user"].Value + 1, "_dl_start_user"},
+		{"local function _dl_start", at["_dl_start"].Value + at["_dl_start"].Size/2, "_dl_start"},
+	} {
+		got, err := s.Symbolize(info.ID, vaddrToOffset(t, ldsoPath, tc.pc))
+		if err != nil {
+			t.Errorf("%s (%#x): %v", tc.what, tc.pc, err)
+			continue
+		}
+		if len(got) == 0 || got[len(got)-1].Function != tc.want {
+			t.Errorf("%s (%#x): %+v, want %s", tc.what, tc.pc, got, tc.want)
+		}
+	}
+}

@@ -357,6 +357,10 @@ func (s *Symbolizer) DropPages() {
 	}
 }
 
+// InflateCap is what one file may inflate (Options.MaxInflateBytes after
+// its defaults and bounds): the cap_bytes of the refusal's log line.
+func (s *Symbolizer) InflateCap() int64 { return s.opts.MaxInflateBytes }
+
 // Stats returns a snapshot of the counters.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()

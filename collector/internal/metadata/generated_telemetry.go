@@ -1038,7 +1038,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.SamplesPending, err = builder.meter.Int64ObservableGauge(
 		"sonde.samples.pending",
-		metric.WithDescription("Samples in the interval being built, not yet handed to the next consumer. [Development]"),
+		metric.WithDescription("Samples in the intervals being built, not yet handed to the next consumer. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

@@ -430,7 +430,7 @@ func AssertEqualSamplesLost(t *testing.T, tt *componenttest.Telemetry, dps []met
 func AssertEqualSamplesPending(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.samples.pending",
-		Description: "Samples in the interval being built, not yet handed to the next consumer. [Development]",
+		Description: "Samples in the intervals being built, not yet handed to the next consumer. [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
