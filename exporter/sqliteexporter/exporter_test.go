@@ -226,6 +226,9 @@ func TestQueriesMatchPprof(t *testing.T) {
 	if diff := cmp.Diff(wantTotals, gotTotals); diff != "" {
 		t.Errorf("totals per interval and executable (-pprof +sqlite3):\n%s", diff)
 	}
+	if st, err := os.Stat(cfg.Path); err != nil || st.Mode().Perm()&0o077 != 0 {
+		t.Errorf("database mode: %v %v, want the owner's only", st.Mode(), err)
+	}
 	if got := sqlite3(t, cfg.Path, "SELECT count(*) FROM intervals"); !slices.Equal(got, []string{"6"}) {
 		t.Errorf("intervals: %v, want 6", got)
 	}
