@@ -686,7 +686,7 @@ func TestRenderOptions(t *testing.T) {
 			name: "profile metrics with both monitors",
 			vals: map[string]any{"otlp": endpoint(),
 				"profileMetrics": map[string]any{"enabled": true, "maxSeries": 500, "topFunctions": 10},
-				"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true}}},
+				"metrics":        map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true}}},
 			check: func(t *testing.T, o objects) {
 				if !slices.ContainsFunc(container(t, o).Ports, func(p corev1.ContainerPort) bool { return p.Name == "profile-metrics" && p.ContainerPort == 9464 }) {
 					t.Errorf("ports %v lack profile-metrics 9464", container(t, o).Ports)
