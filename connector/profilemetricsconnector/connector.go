@@ -63,8 +63,8 @@ type table struct {
 	warned   bool
 }
 
-func newTable(keys []string, max int) *table {
-	return &table{keys: keys, max: max, byKey: map[string]*series{}}
+func newTable(keys []string, bound int) *table {
+	return &table{keys: keys, max: bound, byKey: map[string]*series{}}
 }
 
 // get returns the series of labels, creating it, or the overflow series when

@@ -288,7 +288,9 @@ func TestSchemaVersionRefused(t *testing.T) {
 	if _, err := db.Exec("CREATE TABLE t (x); PRAGMA user_version = 7"); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	cfg := createDefaultConfig()
 	cfg.Path = path
 	e := newExporter(cfg, nil, nil, time.Now)
