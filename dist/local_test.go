@@ -30,8 +30,11 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
 
 // startProcess starts cmd with its output in dir/name.log and kills it at
@@ -70,7 +73,8 @@ func startProcess(t *testing.T, cmd *exec.Cmd, dir, name string) (logText func()
 	t.Cleanup(func() {
 		if !stopped {
 			_ = cmd.Process.Kill()
-			<-done
+			err := <-done
+			_ = err // killed: an error by construction
 		}
 	})
 	return logText, stop
@@ -84,8 +88,13 @@ func promQuery(t *testing.T, base, query string) []promResult {
 	if err != nil {
 		t.Fatalf("query %q: %v", query, err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
 	var r struct {
 		Status string
 		Error  string
@@ -264,7 +273,7 @@ scrape_configs:
 		if err != nil || resp.StatusCode != http.StatusOK {
 			continue
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close() // nothing read
 		seen := byLabel(promQuery(t, base, `sum by (process_executable_name) (sonde_profile_samples_total{process_executable_name=~"`+exeRe+`"})`), "process_executable_name")
 		if len(seen) < len(workloads) {
 			continue
