@@ -52,11 +52,11 @@ help: ## List the targets
 
 .PHONY: generate
 generate: ## Regenerate eBPF objects and Go bindings (clang-19, llvm-strip-19) and collector metadata
-	$(GO) generate ./support/... ./collector/... ./exporter/...
+	$(GO) generate ./support/... ./collector/... ./exporter/... ./connector/...
 
 .PHONY: check-generated
 check-generated: generate ## Fail if committed generated files differ from their sources
-	@git diff --exit-code --stat -- support collector exporter tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o || \
+	@git diff --exit-code --stat -- support collector exporter connector tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o || \
 	  { echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
 
 .PHONY: build
