@@ -67,7 +67,7 @@ func TestSamples(t *testing.T) {
 			Attrs: []Attr{{"thread.id", "8"}, {"thread.name", "w"}, {"cpu.logical_number", "1"}}},
 		{Type: "off_cpu", Unit: "nanoseconds", Value: 500, Events: 1, Exe: "app",
 			Frames: []Frame{kernelFrame}, Names: []string{"do_syscall_64"},
-			Attrs:  []Attr{{"thread.id", "8"}, {"cpu.logical_number", "0"}}},
+			Attrs: []Attr{{"thread.id", "8"}, {"cpu.logical_number", "0"}}},
 	}
 	// SystemName falls back to the name where the producer wrote none.
 	for i := range all {
@@ -97,7 +97,7 @@ func TestOutOfRange(t *testing.T) {
 	p.SampleType().SetTypeStrindex(9) // no such string
 	s := p.Samples().AppendEmpty()
 	s.SetStackIndex(1)
-	s.AttributeIndices().Append(3) // no such attribute
+	s.AttributeIndices().Append(3)              // no such attribute
 	p.Samples().AppendEmpty().SetStackIndex(42) // no such stack
 
 	r := NewReader(pd)
