@@ -36,11 +36,13 @@ GOLANGCI_LINT ?= $(GO) tool -modfile=tools/go.mod golangci-lint
 # Debian 12 packages the tests and `make generate` use, in one place: clang and
 # llvm-strip for the eBPF objects, the C/C++ toolchains and binutils the test
 # workloads are built and checked with, perf and addr2line as oracles, the
-# kernel check's QEMU, linkers and BOLT for the workloads that need them.
+# kernel check's QEMU, linkers and BOLT for the workloads that need them,
+# Prometheus and sqlite3 for the tests of the profile metrics and the SQLite
+# exporter.
 # `make deps` installs the missing ones (as root) or names them.
 DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
                 xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
-                mold clang-format-19 rustc
+                mold clang-format-19 rustc prometheus sqlite3
 
 .DEFAULT_GOAL := help
 
@@ -50,11 +52,11 @@ help: ## List the targets
 
 .PHONY: generate
 generate: ## Regenerate eBPF objects and Go bindings (clang-19, llvm-strip-19) and collector metadata
-	$(GO) generate ./support/... ./collector/... ./exporter/...
+	$(GO) generate ./support/... ./collector/... ./exporter/... ./connector/...
 
 .PHONY: check-generated
 check-generated: generate ## Fail if committed generated files differ from their sources
-	@git diff --exit-code --stat -- support collector exporter tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o || \
+	@git diff --exit-code --stat -- support collector exporter connector tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o || \
 	  { echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
 
 .PHONY: build

@@ -683,6 +683,53 @@ func TestRenderOptions(t *testing.T) {
 			},
 		},
 		{
+			name: "profile metrics with both monitors",
+			vals: map[string]any{"otlp": endpoint(),
+				"profileMetrics": map[string]any{"enabled": true, "maxSeries": 500, "topFunctions": 10},
+				"metrics":        map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true}}},
+			check: func(t *testing.T, o objects) {
+				if !slices.ContainsFunc(container(t, o).Ports, func(p corev1.ContainerPort) bool { return p.Name == "profile-metrics" && p.ContainerPort == 9464 }) {
+					t.Errorf("ports %v lack profile-metrics 9464", container(t, o).Ports)
+				}
+				if got := lookup(t, o.collector, "exporters", "prometheus", "endpoint"); got != "0.0.0.0:9464" {
+					t.Errorf("prometheus exporter endpoint = %v", got)
+				}
+				want := map[string]any{"resource_attributes": []any{"process.executable.name", "service.name", "container.id"},
+					"max_series": 500, "top_functions": 10, "max_functions": 1000, "expire_after": "10m"}
+				if diff := cmp.Diff(want, lookup(t, o.collector, "connectors", "profilemetrics")); diff != "" {
+					t.Errorf("profilemetrics connector (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff([]any{"otlp_grpc", "profilemetrics"}, lookup(t, o.collector, "service", "pipelines", "profiles", "exporters")); diff != "" {
+					t.Errorf("profiles exporters (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(map[string]any{"receivers": []any{"profilemetrics"}, "exporters": []any{"prometheus"}},
+					lookup(t, o.collector, "service", "pipelines", "metrics/profiles")); diff != "" {
+					t.Errorf("metrics/profiles pipeline (-want +got):\n%s", diff)
+				}
+				if o.service == nil || len(o.service.Spec.Ports) != 2 || o.service.Spec.Ports[1].Name != "profile-metrics" ||
+					o.service.Spec.Ports[1].Port != 9464 || o.service.Spec.Ports[1].TargetPort.String() != "profile-metrics" {
+					t.Errorf("service = %+v, want a second port profile-metrics 9464", o.service)
+				}
+				for name, m := range map[string]map[string]any{"ServiceMonitor": o.serviceMonitor, "PodMonitor": o.podMonitor} {
+					if m == nil {
+						t.Fatalf("no %s", name)
+					}
+					key := "endpoints"
+					if name == "PodMonitor" {
+						key = "podMetricsEndpoints"
+					}
+					eps, _ := lookup(t, m, "spec", key).([]any)
+					var ports []any
+					for _, e := range eps {
+						ports = append(ports, e.(map[string]any)["port"])
+					}
+					if diff := cmp.Diff([]any{"metrics", "profile-metrics"}, ports); diff != "" {
+						t.Errorf("%s endpoints' ports (-want +got):\n%s", name, diff)
+					}
+				}
+			},
+		},
+		{
 			name: "ServiceMonitor on another port",
 			vals: map[string]any{"otlp": endpoint(), "metrics": map[string]any{"port": 9464, "level": "detailed",
 				"serviceMonitor": map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "prom"},

@@ -46,6 +46,7 @@ type manifest struct {
 	Processors []component `yaml:"processors"`
 	Exporters  []component `yaml:"exporters"`
 	Extensions []component `yaml:"extensions"`
+	Connectors []component `yaml:"connectors"`
 	Providers  []component `yaml:"providers"`
 	Replaces   []string    `yaml:"replaces"`
 }
@@ -151,7 +152,7 @@ func TestManifest(t *testing.T) {
 	}
 	stable := fmt.Sprintf("v1.%d.%s", minor-94, strings.Split(beta, ".")[2])
 
-	all := slices.Concat(m.Receivers, m.Processors, m.Exporters, m.Extensions, m.Providers)
+	all := slices.Concat(m.Receivers, m.Processors, m.Exporters, m.Extensions, m.Connectors, m.Providers)
 	for _, c := range all {
 		path, version, _ := strings.Cut(c.GoMod, " ")
 		switch {
@@ -262,6 +263,7 @@ func TestDistribution(t *testing.T) {
 			Processors []struct{ Module string }       `yaml:"processors"`
 			Exporters  []struct{ Module string }       `yaml:"exporters"`
 			Extensions []struct{ Module string }       `yaml:"extensions"`
+			Connectors []struct{ Module string }       `yaml:"connectors"`
 			Providers  []struct{ Module string }       `yaml:"providers"`
 		}
 		if err := yaml.Unmarshal([]byte(out), &got); err != nil {
@@ -269,7 +271,7 @@ func TestDistribution(t *testing.T) {
 		}
 		m, _ := readManifest(t)
 		var want, have []string
-		for _, c := range slices.Concat(m.Receivers, m.Processors, m.Exporters, m.Extensions, m.Providers) {
+		for _, c := range slices.Concat(m.Receivers, m.Processors, m.Exporters, m.Extensions, m.Connectors, m.Providers) {
 			want = append(want, c.GoMod)
 		}
 		sonde := false
@@ -277,7 +279,7 @@ func TestDistribution(t *testing.T) {
 			have = append(have, r.Module)
 			sonde = sonde || (r.Name == "sonde" && strings.HasPrefix(r.Module, sondeModule+" "))
 		}
-		for _, list := range [][]struct{ Module string }{got.Processors, got.Exporters, got.Extensions, got.Providers} {
+		for _, list := range [][]struct{ Module string }{got.Processors, got.Exporters, got.Extensions, got.Connectors, got.Providers} {
 			for _, c := range list {
 				have = append(have, c.Module)
 			}

@@ -36,6 +36,8 @@ const (
 	maxMaxFiles = 1_000_000
 	// maxLogTop bounds log_top so the summary stays a readable block.
 	maxLogTop = 1000
+	// maxLogStacks bounds log_stacks for the same reason.
+	maxLogStacks = 1000
 )
 
 // Config is the configuration of the pprof exporter.
@@ -56,6 +58,11 @@ type Config struct {
 	// LogTop logs, after each export, the top LogTop functions by flat and by
 	// cumulative samples. 0 turns the summary off.
 	LogTop int `mapstructure:"log_top"`
+	// LogStacks logs, after each export, its LogStacks heaviest stacks per
+	// sample type, leaf first: the resource (service, executable, PID,
+	// container), the sample's attributes (thread, CPU) and each frame's
+	// type, function, file and line. 0 turns it off.
+	LogStacks int `mapstructure:"log_stacks"`
 	// FileMode is the permission of the files written, before the process's
 	// umask takes its bits away, as the kernel does for any new file.
 	FileMode FileMode `mapstructure:"file_mode"`
@@ -93,6 +100,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogTop < 0 || c.LogTop > maxLogTop {
 		errs = append(errs, fmt.Errorf("log_top: must be between 0 and %d, got %d", maxLogTop, c.LogTop))
+	}
+	if c.LogStacks < 0 || c.LogStacks > maxLogStacks {
+		errs = append(errs, fmt.Errorf("log_stacks: must be between 0 and %d, got %d", maxLogStacks, c.LogStacks))
 	}
 	if c.FileMode&^0o777 != 0 {
 		errs = append(errs, fmt.Errorf("file_mode: must be permission bits within 0777, got %#o (write it in octal, e.g. \"0640\")", uint32(c.FileMode)))

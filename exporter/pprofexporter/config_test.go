@@ -40,6 +40,7 @@ func TestLoadConfig(t *testing.T) {
 				c.MaxAge = time.Hour
 				c.Folded = true
 				c.LogTop = 5
+				c.LogStacks = 3
 				c.FileMode = 0o640
 			}),
 		},
@@ -63,6 +64,7 @@ func TestLoadConfig(t *testing.T) {
 				c.MaxFiles = -1
 				c.MaxAge = -time.Second
 				c.LogTop = 5000
+				c.LogStacks = -1
 				c.FileMode = 600
 			}),
 			wantInvalid: []string{
@@ -71,6 +73,7 @@ func TestLoadConfig(t *testing.T) {
 				"max_files: must be between 0 and 1000000, got -1",
 				"max_age: must not be negative, got -1s",
 				"log_top: must be between 0 and 1000, got 5000",
+				"log_stacks: must be between 0 and 1000, got -1",
 				`file_mode: must be permission bits within 0777, got 01130 (write it in octal, e.g. "0640")`,
 				"file_mode: the owner must be able to read and write, got 01130",
 			},

@@ -60,6 +60,11 @@ func (e *pprofExporter) start(context.Context, component.Host) error {
 // write error is returned, after the other groups were tried, so the
 // pipeline counts the export as failed.
 func (e *pprofExporter) consumeProfiles(_ context.Context, pd pprofile.Profiles) error {
+	if e.cfg.LogStacks > 0 {
+		if tables := heaviestStacks(pd); len(tables) > 0 {
+			e.logger.Info("heaviest stacks, leaf first\n" + formatStacks(tables, e.cfg.LogStacks))
+		}
+	}
 	groups, invalid := convert(pd, e.cfg.SplitBy)
 	if invalid > 0 {
 		e.logger.Warn("pprof exporter skipped references out of range of the profiles dictionary", zap.Int("count", invalid))

@@ -10,7 +10,7 @@ import (
 
 // FuzzConvert feeds OTLP profiles from hostile bytes (what a pipeline fed by
 // an OTLP receiver may carry) through the conversion, the pprof encoder, the
-// folded writer and the summary: none may panic, and every profile written
+// folded writer, the summary and the readable stacks: none may panic, and every profile written
 // must parse back.
 func FuzzConvert(f *testing.F) {
 	var m pprofile.ProtoMarshaler
@@ -42,5 +42,6 @@ func FuzzConvert(f *testing.F) {
 			}
 			_ = formatTop(topFunctions(groups), 5)
 		}
+		_ = formatStacks(heaviestStacks(pd), 5)
 	})
 }

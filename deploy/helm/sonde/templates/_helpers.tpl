@@ -164,7 +164,21 @@ processors:
   {{ .name }}:
     {{- toYaml (default dict .config) | nindent 4 }}
   {{- end }}
+{{- if .Values.profileMetrics.enabled }}
+connectors:
+  profilemetrics:
+    resource_attributes: {{ toJson .Values.profileMetrics.resourceAttributes }}
+    max_series: {{ .Values.profileMetrics.maxSeries }}
+    top_functions: {{ .Values.profileMetrics.topFunctions }}
+    max_functions: {{ .Values.profileMetrics.maxFunctions }}
+    expire_after: {{ .Values.profileMetrics.expireAfter }}
+{{- end }}
 exporters:
+  {{- if .Values.profileMetrics.enabled }}
+  prometheus:
+    # The pod's own network: Prometheus scrapes the pod IP.
+    endpoint: 0.0.0.0:{{ .Values.profileMetrics.port }}
+  {{- end }}
   otlp_grpc:
     endpoint: {{ required "otlp.endpoint is required: set it to the host:port of an OTLP/gRPC receiver, e.g. --set otlp.endpoint=collector.observability:4317" .Values.otlp.endpoint | quote }}
     compression: {{ .Values.otlp.compression }}
@@ -223,7 +237,12 @@ service:
     profiles:
       receivers: [sonde]
       processors: {{ include "sonde.processors" . }}
-      exporters: [otlp_grpc]
+      exporters: {{ if .Values.profileMetrics.enabled }}[otlp_grpc, profilemetrics]{{ else }}[otlp_grpc]{{ end }}
+    {{- if .Values.profileMetrics.enabled }}
+    metrics/profiles:
+      receivers: [profilemetrics]
+      exporters: [prometheus]
+    {{- end }}
 {{- end }}
 
 {{/* The pre-1.30 AppArmor annotation value of an appArmorProfile. */}}
