@@ -420,7 +420,7 @@ func cutLast(s, sep string) (before, after string, found bool) {
 // jdkClass reports whether a Function is the JDK's (java., jdk., sun.,
 // com.sun.).
 func jdkClass(function string) bool {
-	for _, p := range []string{"java.", "jdk.", "sun.", "com.sun."} {
+	for _, p := range []string{"java.", "javax.", "jdk.", "sun.", "com.sun."} {
 		if strings.HasPrefix(function, p) {
 			return true
 		}

@@ -88,6 +88,10 @@ type pendingExec struct {
 // is decided at once: its samples must not cost anything.
 const execGrace = 50 * time.Millisecond
 
+// reprepareAfterExec is when a new image is prepared once more after its
+// exec was handled.
+const reprepareAfterExec = 200 * time.Millisecond
+
 // maxMisses bounds the processes a missLog remembers; beyond it a miss is
 // not recorded, and its tables count as loaded in time.
 const maxMisses = 1 << 16
@@ -387,6 +391,12 @@ func (p *preparer) handle(w prepareWork) {
 		p.warm.forget(w.pid)
 		p.filter.forget(w.pid)
 		p.forgetImage(w.pid)
+		// A new image read this early may not have its libraries mapped
+		// yet (the dynamic loader maps them next), and the kernel asks
+		// about a process at most once a second: its mappings are read
+		// once more shortly, so its first second is not cut above main.
+		pid := w.pid
+		time.AfterFunc(reprepareAfterExec, func() { p.enqueue(pid, prepareUnknown) })
 	}
 	proc, err := p.procs.Get(w.pid)
 	if err == nil && w.kind == prepareUnknown && p.loader.Prepared(w.pid) {
