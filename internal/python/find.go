@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/process"
 )
 
@@ -147,36 +148,10 @@ func findIn(p *process.Process, m process.Mapping, minor int, mem Memory, layout
 // loadBase is what the file's virtual addresses are moved by in the
 // process: found from the executable segment m maps.
 func loadBase(f *elf.File, m process.Mapping) (uint64, error) {
-	for _, ph := range f.Progs {
-		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_X == 0 {
-			continue
-		}
-		if m.Offset >= ph.Off && m.Offset < ph.Off+ph.Filesz {
-			return m.Start - (ph.Vaddr + (m.Offset - ph.Off)), nil
-		}
-	}
-	return 0, fmt.Errorf("no executable segment at offset %#x", m.Offset)
+	return elfx.LoadBias(f, m.Start, m.Offset)
 }
 
 // symbols returns the named symbols found in .dynsym, then .symtab.
 func symbols(f *elf.File, names ...string) map[string]elf.Symbol {
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	out := map[string]elf.Symbol{}
-	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
-		syms, err := read()
-		if err != nil {
-			continue
-		}
-		for _, s := range syms {
-			if want[s.Name] && s.Value != 0 {
-				if _, ok := out[s.Name]; !ok {
-					out[s.Name] = s
-				}
-			}
-		}
-	}
-	return out
+	return elfx.FindSymbols(f, names...)
 }
