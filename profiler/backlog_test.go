@@ -34,21 +34,23 @@ func TestBlockedConsumerBacklogBounded(t *testing.T) {
 		// failAfter: each interval is refused after this long; 0 blocks
 		// until released.
 		failAfter time.Duration
+		// blockFor is how long the consumer holds the reporter: a
+		// minute for one that blocks, as a stuck exporter would.
+		blockFor time.Duration
 	}{
-		{"blocks", 0},
-		{"fails slowly", 2 * time.Second},
+		{"blocks", 0, time.Minute},
+		{"fails slowly", 2 * time.Second, 15 * time.Second},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testConsumerBacklog(t, tc.failAfter) })
+		t.Run(tc.name, func(t *testing.T) { testConsumerBacklog(t, tc.failAfter, tc.blockFor) })
 	}
 }
 
-func testConsumerBacklog(t *testing.T, failAfter time.Duration) {
+func testConsumerBacklog(t *testing.T, failAfter, blockFor time.Duration) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	const (
-		sps      = 997
-		every    = 500 * time.Millisecond
-		maxWait  = 1 << 10
-		blockFor = 15 * time.Second
+		sps     = 997
+		every   = 500 * time.Millisecond
+		maxWait = 1 << 10
 	)
 	core, logs := observer.New(zapcore.WarnLevel)
 	opts := DefaultOptions()
