@@ -215,18 +215,26 @@ func TestTelemetry(t *testing.T) {
 	// The reporter is held inside ConsumeProfiles. The reader and the
 	// preparer run on: the samples received, their stacks and the open
 	// interval's samples come from one snapshot, which agrees with itself;
-	// take a collection the loader's stats did not change across.
+	// take a collection the loader's stats did not change across, with no
+	// table being built or loaded: a load in flight has its bytes counted
+	// (reserved) before its rows.
 	var (
 		m  collected
 		ls profiler.UnwindStats
 	)
-	for range 100 {
+	for deadline := time.Now().Add(10 * time.Second); ; {
 		before := r.prof.Stats().Unwind
 		m = collect(t, tt)
 		ls = r.prof.Stats().Unwind
-		if ls == before {
+		if ls == before && ls.Pending == 0 || time.Now().After(deadline) {
 			break
 		}
+		if ls.Pending > 0 {
+			time.Sleep(10 * time.Millisecond) // polling the loader until its builds are done, with a deadline
+		}
+	}
+	if ls.Pending != 0 {
+		t.Errorf("the loader still builds or loads %d tables after 10 s: %+v", ls.Pending, ls)
 	}
 	pending := m.sum("sonde.samples.pending")
 	// The export counters cannot move until the consumer is released.
