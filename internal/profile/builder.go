@@ -474,7 +474,8 @@ func (b *Builder) reset() {
 func (b *Builder) location0Key() []byte {
 	key := append(b.key[:0], byte(FrameUnknown), 0)
 	key = binary.LittleEndian.AppendUint64(key, 0)
-	key = binary.AppendUvarint(key, 0)
+	key = binary.AppendUvarint(key, 0) // mapping
+	key = binary.AppendUvarint(key, 0) // tier: none
 	b.key = key
 	return key
 }
