@@ -62,6 +62,10 @@ const (
 	// offset too: while the stub lives those bytes stay, and a block
 	// reused for an nmethod holds its compile id there instead.
 	stubEntry
+	// blobEntry is the blob a PC was found in (blob), keyed by the PC and
+	// the compile id bits the sample read: the segment map is walked once
+	// per such PC, not at every sample.
+	blobEntry
 )
 
 type entry struct {
@@ -70,6 +74,7 @@ type entry struct {
 	m    *method
 	nm   *nmethodInfo
 	stub *stubInfo
+	blob uint64 // blobEntry's
 }
 
 // stubInfo is a code blob that is no Java method.
@@ -254,7 +259,14 @@ func (n *Namer) CompiledFrame(pid int, pc uint64, compileID uint16, method uint6
 	if returnAddr {
 		lookup-- // a call at the blob's very end returns past it
 	}
-	blob, err := p.vm.Kernel.BlobAt(p.mem, lookup)
+	bk := entryKey{pid: pid, kind: blobEntry, addr: lookup, compileID: int32(compileID)}
+	var blob uint64
+	var err error
+	if e := n.get(bk); e != nil {
+		blob = e.blob
+	} else if blob, err = p.vm.Kernel.BlobAt(p.mem, lookup); err == nil {
+		n.put(&entry{key: bk, cost: 64, blob: blob})
+	}
 	var f Frame
 	if err == nil {
 		f, err = n.compiledHint(pid, p, blob, int32(compileID), 0xffff, uint32(pc-blob), method, returnAddr)
