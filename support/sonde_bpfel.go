@@ -126,7 +126,8 @@ type SondeJvmProc struct {
 	InterpMethod       int16
 	InterpBcp          int16
 	InterpSenderSp     int16
-	_                  [6]byte
+	_                  [2]byte
+	Gen                uint32
 }
 
 type SondeLimits uint32
@@ -322,40 +323,61 @@ type SondeUnwindRow struct {
 }
 
 type SondeUstackState struct {
-	_          structs.HostLayout
-	Pc         uint64
-	Sp         uint64
-	Fp         uint64
-	Runs       uint32
-	Adjust     uint32
-	HaveMi     uint32
-	Trust      uint32
-	FramesCfi  uint32
-	FramesFp   uint32
-	Unplaced   uint32
-	SnapSet    uint32
-	SnapFrame  uint32
-	SnapPad    uint32
-	SnapPc     uint64
-	SnapSp     uint64
-	SnapFp     uint64
-	Snap2Sp    uint64
-	Snap2Set   uint32
-	Snap2Pad   uint32
-	Mi         SondeMappingInfo
-	LastTable  uint32
-	LastPad    uint32
-	LastNext   uint64
-	LastRow    SondeUnwindRow
-	PyFrame    uint64
-	PyActive   uint32
-	PyWalking  uint32
-	PyRun      uint32
-	PyPad      uint32
-	Py         SondePythonProc
-	JvmActive  uint32
-	JvmPad     uint32
-	Jvm        SondeJvmProc
+	_         structs.HostLayout
+	Pc        uint64
+	Sp        uint64
+	Fp        uint64
+	Runs      uint32
+	Adjust    uint32
+	HaveMi    uint32
+	Trust     uint32
+	FramesCfi uint32
+	FramesFp  uint32
+	Unplaced  uint32
+	SnapSet   uint32
+	SnapFrame uint32
+	SnapPad   uint32
+	SnapPc    uint64
+	SnapSp    uint64
+	SnapFp    uint64
+	Snap2Sp   uint64
+	Snap2Set  uint32
+	Snap2Pad  uint32
+	Mi        SondeMappingInfo
+	LastTable uint32
+	LastPad   uint32
+	LastNext  uint64
+	LastRow   SondeUnwindRow
+	Rows      [256]struct {
+		_       structs.HostLayout
+		File    uint32
+		TableId uint32
+		Rel     uint32
+		Pad     uint32
+		Next    uint64
+		Row     SondeUnwindRow
+	}
+	PyFrame   uint64
+	PyActive  uint32
+	PyWalking uint32
+	PyRun     uint32
+	PyPad     uint32
+	Py        SondePythonProc
+	JvmActive uint32
+	JvmPad    uint32
+	Jvm       SondeJvmProc
+	JvmSlots  [16]uint64
+	JvmBlobs  [128]struct {
+		_          structs.HostLayout
+		Pc         uint64
+		Blob       uint64
+		Method     uint64
+		Gen        uint32
+		CompileId  int32
+		FrameWords int32
+		Leaf       uint8
+		Pad        [3]uint8
+	}
 	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32

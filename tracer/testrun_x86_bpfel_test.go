@@ -55,7 +55,8 @@ type testrunJvmProc struct {
 	InterpMethod       int16
 	InterpBcp          int16
 	InterpSenderSp     int16
-	_                  [6]byte
+	_                  [2]byte
+	Gen                uint32
 }
 
 type testrunMappingInfo struct {
@@ -218,15 +219,42 @@ type testrunUstackState struct {
 		FpOffset8 int8
 		Rule      uint8
 	}
-	PyFrame    uint64
-	PyActive   uint32
-	PyWalking  uint32
-	PyRun      uint32
-	PyPad      uint32
-	Py         testrunPythonProc
-	JvmActive  uint32
-	JvmPad     uint32
-	Jvm        testrunJvmProc
+	Rows [256]struct {
+		_       structs.HostLayout
+		File    uint32
+		TableId uint32
+		Rel     uint32
+		Pad     uint32
+		Next    uint64
+		Row     struct {
+			_         structs.HostLayout
+			Pc        uint32
+			CfaOffset uint16
+			FpOffset8 int8
+			Rule      uint8
+		}
+	}
+	PyFrame   uint64
+	PyActive  uint32
+	PyWalking uint32
+	PyRun     uint32
+	PyPad     uint32
+	Py        testrunPythonProc
+	JvmActive uint32
+	JvmPad    uint32
+	Jvm       testrunJvmProc
+	JvmSlots  [16]uint64
+	JvmBlobs  [128]struct {
+		_          structs.HostLayout
+		Pc         uint64
+		Blob       uint64
+		Method     uint64
+		Gen        uint32
+		CompileId  int32
+		FrameWords int32
+		Leaf       uint8
+		Pad        [3]uint8
+	}
 	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32

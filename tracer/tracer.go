@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -154,6 +155,8 @@ type Tracer struct {
 	notices   *ring // requests for unwind information (ReadNotice)
 	clock     clock
 	poll      time.Duration
+	// jvmGen numbers the JVM entries set (SetJVM), from 1.
+	jvmGen atomic.Uint32
 
 	closeOnce sync.Once
 	closeErr  error

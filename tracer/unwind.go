@@ -526,8 +526,11 @@ type JVMHeap = support.SondeJvmHeap
 const MaxJVMHeaps = len(JVMProc{}.Heaps)
 
 // SetJVM makes the unwinder report pid's code cache frames as Java frames
-// and step over them by the JVM's own frame layout.
+// and step over them by the JVM's own frame layout. It numbers the entry
+// (p.Gen): what the CPUs cached of code blobs under an earlier entry, of
+// this pid or another, is not used under this one.
 func (t *Tracer) SetJVM(pid uint32, p JVMProc) error {
+	p.Gen = t.jvmGen.Add(1)
 	if err := t.objs.JvmProcs.Put(pid, p); err != nil {
 		return fmt.Errorf("pid %d: set jvm: %w", pid, err)
 	}

@@ -108,29 +108,129 @@ static __always_inline bool jvm_read(struct sample_record *s, __u64 *dst, __u64 
 	return true;
 }
 
+// jvm_slot returns the interpreter frame slot off bytes from the frame
+// pointer, from st->jvm_slots, or 0 for one outside it.
+static __always_inline __u64 jvm_slot(struct ustack_state *st, __s16 off)
+{
+	__s32 at = (__s32)off + JVM_INTERP_BELOW;
+	if (at < 0)
+		return 0;
+	__u32 i = (__u32)at >> 3;
+	if (i >= JVM_INTERP_WORDS)
+		return 0;
+	return st->jvm_slots[i];
+}
+
 // jvm_interpreted reports the interpreted frame at st->fp and steps to its
 // caller: return address above the saved frame pointer, SP from the
-// sender SP slot.
+// sender SP slot. The slots are read in one go.
 static __always_inline bool jvm_interpreted(struct ustack_state *st, struct sample_record *s,
                                             __u32 idx)
 {
 	__u64 fp = st->fp;
-	__u64 link[2], method = 0, bcp = 0, sender_sp = 0;
-	if (fp == 0 || fp < st->sp)
+	if (fp < JVM_INTERP_BELOW || fp < st->sp)
 		return false;
-	if (!jvm_read(s, &link[0], fp) || !jvm_read(s, &link[1], fp + 8) ||
-	    !jvm_read(s, &method, fp + st->jvm.interp_method) ||
-	    !jvm_read(s, &bcp, fp + st->jvm.interp_bcp) ||
-	    !jvm_read(s, &sender_sp, fp + st->jvm.interp_sender_sp))
+	if (bpf_probe_read_user(st->jvm_slots, sizeof(st->jvm_slots),
+	                        (void *)(fp - JVM_INTERP_BELOW))) {
+		s->flags |= SAMPLE_USER_READ_ERR;
+		count(COUNTER_JVM_READ_ERR);
 		return false;
-	jvm_emit(st, s, idx, JVM_FRAME_INTERPRETED, method, bcp);
-	if (link[1] >= USER_ADDR_END || sender_sp <= fp)
+	}
+	__u64 caller_fp = jvm_slot(st, 0), ra = jvm_slot(st, 8);
+	__u64 sender_sp = jvm_slot(st, st->jvm.interp_sender_sp);
+	jvm_emit(st, s, idx, JVM_FRAME_INTERPRETED, jvm_slot(st, st->jvm.interp_method),
+	         jvm_slot(st, st->jvm.interp_bcp));
+	if (ra >= USER_ADDR_END || sender_sp <= fp)
 		return false;
-	st->pc = link[1];
+	st->pc = ra;
 	st->sp = sender_sp;
-	st->fp = link[0];
+	st->fp = caller_fp;
 	st->adjust = 1;
 	return true;
+}
+
+// jvm_cached returns the CPU's cache entry for lookup, filled: the one
+// found before if the blob still holds its compile id, else one found now
+// through the segment map. NULL: no blob holds lookup.
+static __always_inline struct jvm_blob_entry *jvm_cached(struct ustack_state *st, __u64 lookup)
+{
+	__u32 i = ((lookup >> 2) ^ (lookup >> 11) ^ st->jvm.gen) & (JVM_BLOB_CACHE - 1);
+	struct jvm_blob_entry *e = &st->jvm_blobs[i];
+	__s32 compile_id = 0;
+	// A blob may be freed and its space given to another since: the
+	// compile id read now (the only read of a hit) tells.
+	if (e->pc == lookup && e->gen == st->jvm.gen &&
+	    !bpf_probe_read_user(&compile_id, sizeof(compile_id),
+	                         (void *)(e->blob + st->jvm.nmethod_compile_id)) &&
+	    compile_id == e->compile_id)
+		return e;
+	e->pc = 0;
+	__u64 blob = jvm_blob(st, lookup);
+	if (blob == 0) {
+		count(COUNTER_JVM_NO_BLOB);
+		return NULL;
+	}
+	__s32 frame_words = 0;
+	__u64 method = 0;
+	if (bpf_probe_read_user(&frame_words, sizeof(frame_words),
+	                        (void *)(blob + st->jvm.blob_frame_size))) {
+		count(COUNTER_JVM_READ_ERR);
+		return NULL;
+	}
+	// Failed reads leave 0s, which no nmethod has: user space then takes
+	// the frame for a stub, or for one it cannot name. The method names
+	// the frame even when its code is freed before user space reads it.
+	compile_id = 0;
+	bpf_probe_read_user(&compile_id, sizeof(compile_id),
+	                    (void *)(blob + st->jvm.nmethod_compile_id));
+	bpf_probe_read_user(&method, sizeof(method), (void *)(blob + st->jvm.nmethod_method));
+	e->blob = blob;
+	e->method = method;
+	e->gen = st->jvm.gen;
+	e->compile_id = compile_id;
+	e->frame_words = frame_words;
+	e->leaf = JVM_LEAF_UNKNOWN;
+	e->pc = lookup;
+	return e;
+}
+
+// jvm_leaf finds how the leaf's frame at pc, in blob, is stepped: it may be
+// in its prologue, before the frame is built, or in its epilogue, once the
+// frame is gone (at the pop of the frame pointer, at the return, or at
+// the return's safepoint poll before it: cmp 0x..(%r15),%rsp; ja; ret).
+static __always_inline __u8 jvm_leaf(struct ustack_state *st, __u64 blob, __u64 pc)
+{
+	__s32 complete = 0;
+	__u64 begin = 0;
+	if (st->jvm.code_begin_is_offset) {
+		__s32 off = 0;
+		bpf_probe_read_user(&off, sizeof(off), (void *)(blob + st->jvm.blob_code_begin));
+		begin = blob + off;
+	} else {
+		bpf_probe_read_user(&begin, sizeof(begin),
+		                    (void *)(blob + st->jvm.blob_code_begin));
+	}
+	if (st->jvm.frame_complete_short) {
+		__s16 c16 = 0;
+		bpf_probe_read_user(&c16, sizeof(c16),
+		                    (void *)(blob + st->jvm.blob_frame_complete));
+		complete = c16;
+	} else {
+		bpf_probe_read_user(&complete, sizeof(complete),
+		                    (void *)(blob + st->jvm.blob_frame_complete));
+	}
+	if (complete > 0 && pc < begin + complete)
+		return JVM_LEAF_TOP;
+	__u8 op[16] = {};
+	bpf_probe_read_user(op, sizeof(op), (void *)pc);
+	if (op[0] == 0xc3 ||                                     // ret
+	    (op[0] == 0x0f && op[1] == 0x87 && op[6] == 0xc3) || // ja; ret
+	    (op[0] == 0x49 && op[1] == 0x3b && op[2] == 0xa7 && op[7] == 0x0f && op[8] == 0x87 &&
+	     op[13] == 0xc3)) // cmp; ja; ret
+		return JVM_LEAF_TOP;
+	if (op[0] == 0x5d) // pop %rbp
+		return JVM_LEAF_POP;
+	return JVM_LEAF_BUILT;
 }
 
 // jvm_frame reports the frame at pc, which is in the code cache (lookup is
@@ -142,27 +242,13 @@ static __always_inline bool jvm_frame(struct ustack_state *st, struct sample_rec
 	st->have_mi = 0;
 	if (lookup >= st->jvm.interp_start && lookup < st->jvm.interp_end)
 		return jvm_interpreted(st, s, idx);
-	__u64 blob = jvm_blob(st, lookup);
-	if (blob == 0) {
-		count(COUNTER_JVM_NO_BLOB);
+	struct jvm_blob_entry *e = jvm_cached(st, lookup);
+	if (!e)
 		return false;
-	}
-	__s32 frame_words = 0, compile_id = 0;
-	__u64 method = 0;
-	if (bpf_probe_read_user(&frame_words, sizeof(frame_words),
-	                        (void *)(blob + st->jvm.blob_frame_size))) {
-		count(COUNTER_JVM_READ_ERR);
-		return false;
-	}
-	// Failed reads leave 0s, which no nmethod has: user space then takes
-	// the frame for a stub, or for one it cannot name. The method names
-	// the frame even when its code is freed before user space reads it.
-	bpf_probe_read_user(&compile_id, sizeof(compile_id),
-	                    (void *)(blob + st->jvm.nmethod_compile_id));
-	bpf_probe_read_user(&method, sizeof(method), (void *)(blob + st->jvm.nmethod_method));
 	jvm_emit(st, s, idx, JVM_FRAME_COMPILED, pc,
-	         (method & PC_RUNTIME_ADDR_MASK) | ((__u64)(__u16)compile_id << 48));
+	         (e->method & PC_RUNTIME_ADDR_MASK) | ((__u64)(__u16)e->compile_id << 48));
 
+	__s32 frame_words = e->frame_words;
 	__u64 ra = 0;
 	if (frame_words <= 0 || frame_words > JVM_MAX_FRAME_WORDS) {
 		if (st->adjust) {
@@ -184,60 +270,35 @@ static __always_inline bool jvm_frame(struct ustack_state *st, struct sample_rec
 			st->sp += 8;
 		}
 	} else {
-		bool built = true;
+		__u8 leaf = JVM_LEAF_BUILT;
 		if (!st->adjust) {
-			// The leaf may be in its prologue, before the frame is built:
-			// then the return address is still on top of the stack.
-			__s32 complete = 0;
-			__u64 begin = 0;
-			if (st->jvm.code_begin_is_offset) {
-				__s32 off = 0;
-				bpf_probe_read_user(&off, sizeof(off),
-				                    (void *)(blob + st->jvm.blob_code_begin));
-				begin = blob + off;
-			} else {
-				bpf_probe_read_user(&begin, sizeof(begin),
-				                    (void *)(blob + st->jvm.blob_code_begin));
-			}
-			if (st->jvm.frame_complete_short) {
-				__s16 c16 = 0;
-				bpf_probe_read_user(&c16, sizeof(c16),
-				                    (void *)(blob + st->jvm.blob_frame_complete));
-				complete = c16;
-			} else {
-				bpf_probe_read_user(&complete, sizeof(complete),
-				                    (void *)(blob + st->jvm.blob_frame_complete));
-			}
-			if (complete > 0 && pc < begin + complete)
-				built = false;
-			// Or in its epilogue, once the frame is gone: at the pop of
-			// the frame pointer, at the return, or at the return's
-			// safepoint poll before it (cmp 0x..(%r15),%rsp; ja; ret).
-			__u8 op[16] = {};
-			bpf_probe_read_user(op, sizeof(op), (void *)pc);
-			if (op[0] == 0xc3 ||                                     // ret
-			    (op[0] == 0x0f && op[1] == 0x87 && op[6] == 0xc3) || // ja; ret
-			    (op[0] == 0x49 && op[1] == 0x3b && op[2] == 0xa7 && op[7] == 0x0f &&
-			     op[8] == 0x87 && op[13] == 0xc3)) { // cmp; ja; ret
-				built = false;
-			} else if (op[0] == 0x5d) { // pop %rbp
-				if (!jvm_read(s, &st->fp, st->sp))
-					return false;
-				st->sp += 8;
-				built = false;
-			}
+			if (e->leaf == JVM_LEAF_UNKNOWN)
+				e->leaf = jvm_leaf(st, e->blob, pc);
+			leaf = e->leaf;
 		}
-		if (built) {
-			__u64 caller_sp = st->sp + (__u64)frame_words * 8;
-			__u64 fp = 0;
-			if (!jvm_read(s, &ra, caller_sp - 8) || !jvm_read(s, &fp, caller_sp - 16))
+		if (leaf == JVM_LEAF_POP) {
+			if (!jvm_read(s, &st->fp, st->sp))
 				return false;
-			st->sp = caller_sp;
-			st->fp = fp;
-		} else {
+			st->sp += 8;
+			leaf = JVM_LEAF_TOP;
+		}
+		if (leaf == JVM_LEAF_TOP) {
 			if (!jvm_read(s, &ra, st->sp))
 				return false;
 			st->sp += 8;
+		} else {
+			// The return address and the caller's frame pointer sit at
+			// the top of the frame.
+			__u64 caller_sp = st->sp + (__u64)frame_words * 8;
+			__u64 link[2]; // saved rbp, return address
+			if (bpf_probe_read_user(link, sizeof(link), (void *)(caller_sp - 16))) {
+				s->flags |= SAMPLE_USER_READ_ERR;
+				count(COUNTER_JVM_READ_ERR);
+				return false;
+			}
+			st->sp = caller_sp;
+			st->fp = link[0];
+			ra = link[1];
 		}
 	}
 	if (ra == 0 || ra >= USER_ADDR_END)

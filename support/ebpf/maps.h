@@ -113,6 +113,9 @@ struct ustack_state {
 	__u32 last_pad;
 	__u64 last_next;
 	struct unwind_row last_row;
+	// The CPU's row cache (kept across stacks), direct-mapped by file and
+	// offset: a return address seen before costs no search.
+	struct row_cache_entry rows[ROW_CACHE];
 	// The Python walker's state (python.h).
 	__u64 py_frame;   // the next Python frame to report; 0: none
 	__u32 py_active;  // the process runs CPython: eval-loop frames are replaced
@@ -124,6 +127,9 @@ struct ustack_state {
 	__u32 jvm_active; // the process runs a JVM: code cache PCs are Java frames
 	__u32 jvm_pad;
 	struct jvm_proc jvm;
+	__u64 jvm_slots[JVM_INTERP_WORDS]; // an interpreter frame's slots, as read
+	// The CPU's code blob cache (kept across stacks), direct-mapped by PC.
+	struct jvm_blob_entry jvm_blobs[JVM_BLOB_CACHE];
 	// The mapping cache (kept across stacks): entry i is mapping
 	// cache_mi[i] of process cache_pid[i] (0: empty) in [cache_start[i],
 	// cache_end[i]), valid while cache_epoch is mapping_epoch.

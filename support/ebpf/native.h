@@ -181,6 +181,34 @@ static __always_inline struct unwind_row *table_row(struct mapping_info *mi, __u
 	return find_row(rows, mi->rows, (__u32)rel, next);
 }
 
+// cached_row returns the row of mapping mi's table covering lookup, from
+// the CPU's row cache or else found by table_row and cached, and makes it
+// the stack's last row. NULL: none.
+static __always_inline struct unwind_row *cached_row(struct ustack_state *st,
+                                                     struct mapping_info *mi, __u64 lookup)
+{
+	__u64 rel = lookup - mi->bias;
+	__u32 i = ((__u32)rel ^ ((__u32)rel >> 9) ^ (mi->file * 0x9e3779b1)) & (ROW_CACHE - 1);
+	struct row_cache_entry *c = &st->rows[i];
+	if (c->file != mi->file || c->table_id != mi->table_id || c->rel != rel || mi->file == 0 ||
+	    rel > 0xffffffffULL) {
+		__u64 next;
+		struct unwind_row *row = table_row(mi, lookup, &next);
+		if (!row)
+			return NULL;
+		c->file = 0;
+		c->table_id = mi->table_id;
+		c->rel = rel;
+		c->next = next;
+		c->row = *row;
+		c->file = mi->file;
+	}
+	st->last_table = c->table_id;
+	st->last_row = c->row;
+	st->last_next = c->next;
+	return &st->last_row;
+}
+
 // fp_step walks one frame-pointer link.
 static __always_inline enum step_result fp_step(struct ustack_state *st, struct sample_record *s)
 {
@@ -431,13 +459,9 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	__u64 rel = lookup - mi->bias;
 	struct unwind_row *row = &st->last_row;
 	if (mi->table_id != st->last_table || rel < st->last_row.pc || rel >= st->last_next) {
-		__u64 next;
-		row = table_row(mi, lookup, &next);
+		row = cached_row(st, mi, lookup);
 		if (!row)
 			return fp_step(st, s);
-		st->last_table = mi->table_id;
-		st->last_row = *row;
-		st->last_next = next;
 	}
 
 	__u8 rule = row->rule;

@@ -352,6 +352,53 @@ struct jvm_proc {
 	__s16 interp_method;       // interpreter frame slots, from its frame pointer
 	__s16 interp_bcp;
 	__s16 interp_sender_sp;
+	// gen is unique to each setting of the entry (the tracer numbers
+	// them): what a CPU cached of one JVM is never taken for another's.
+	__u32 gen;
+};
+
+// The interpreter frame's slots are read in one go, from this far below
+// its frame pointer up to its return address.
+#define JVM_INTERP_BELOW 112
+#define JVM_INTERP_WORDS ((JVM_INTERP_BELOW + 16) / 8)
+
+// Entries of a CPU's row cache (native.h); a power of two.
+#define ROW_CACHE 256
+
+// row_cache_entry is the row one CPU found for offset rel of the table
+// table_id of file (a handle user space never reuses): it covers [row.pc,
+// next) of the table. file 0: empty.
+struct row_cache_entry {
+	__u32 file;
+	__u32 table_id;
+	__u32 rel;
+	__u32 pad;
+	__u64 next;
+	struct unwind_row row;
+};
+
+// Entries of a CPU's code blob cache (jvm.h); a power of two.
+#define JVM_BLOB_CACHE 128
+
+// How the leaf's frame in a code blob is stepped, found once per PC.
+enum jvm_leaf {
+	JVM_LEAF_UNKNOWN = 0,
+	JVM_LEAF_BUILT = 1, // the frame is built: step by the blob's frame size
+	JVM_LEAF_TOP = 2,   // in a prologue or at a return: the return address is on top
+	JVM_LEAF_POP = 3, // at pop %rbp: the saved frame pointer is on top, then the return address
+};
+
+// jvm_blob_entry is what one CPU found of the code blob holding a lookup
+// PC of JVM gen: it is used again while the blob still holds compile_id.
+struct jvm_blob_entry {
+	__u64 pc; // the lookup PC; 0: empty
+	__u64 blob;
+	__u64 method;
+	__u32 gen;
+	__s32 compile_id;
+	__s32 frame_words;
+	__u8 leaf; // enum jvm_leaf: for the PC as a leaf
+	__u8 pad[3];
 };
 
 // A python_proc field a version does not have.
