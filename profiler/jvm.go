@@ -203,6 +203,9 @@ func (jp *jvmProcs) stats(s *Stats) {
 		CacheEvictions: ns.Evictions, CacheBytes: ns.Bytes}
 }
 
+// jvmInterpBelow is JVM_INTERP_BELOW (support/ebpf/sonde.h).
+const jvmInterpBelow = 112
+
 // kernelJVM is the walker's view of vm.
 func kernelJVM(vm *jvm.VM) (tracer.JVMProc, error) {
 	k := vm.Kernel
@@ -225,6 +228,13 @@ func kernelJVM(vm *jvm.VM) (tracer.JVMProc, error) {
 	}
 	if k.BlobFrameCompleteWidth == 2 {
 		p.FrameCompleteShort = 1
+	}
+	// The walker reads an interpreter frame's slots in one block below its
+	// frame pointer (JVM_INTERP_BELOW).
+	for _, off := range []int16{k.InterpMethod, k.InterpBCP, k.InterpSenderSP} {
+		if off < -jvmInterpBelow || off > -8 || off%8 != 0 {
+			return p, fmt.Errorf("jvm %s: interpreter frame slot %d outside the walker's %d bytes", vm.Release, off, jvmInterpBelow)
+		}
 	}
 	if len(k.Heaps) == 0 || len(k.Heaps) > len(p.Heaps) {
 		return p, fmt.Errorf("jvm %s: %d code heaps", vm.Release, len(k.Heaps))
