@@ -188,7 +188,7 @@ func New(opts Options) (*Profiler, error) {
 
 	version := opts.ScopeVersion
 	if version == "" {
-		version = sondeversion.Version
+		version = sondeversion.Get()
 	}
 	p.popts = profile.Options{SamplesPerSecond: opts.SamplesPerSecond, ScopeVersion: version}
 	p.procs = process.NewTable(opts.ProcFS, log, process.Options{
