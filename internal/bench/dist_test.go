@@ -23,14 +23,18 @@ import (
 )
 
 // BenchmarkDist is `make bench`: the built distribution, as users run it,
-// profiling this host in four scenarios (idle; four CPU burners; a
-// node-like host; busy Python processes), each with its workloads built
-// from source, started before the agent and killed after it. The agent's
-// own figures come from its Collector telemetry, scraped from a Prometheus
+// profiling this host in six scenarios (idle; four CPU burners; a
+// node-like host; the burners at a high rate, 16 CPUs' worth of 99 Hz;
+// busy Python processes; busy JVMs), each with its workloads built from
+// source, started before the agent and killed after it. The agent's own
+// figures come from its Collector telemetry, scraped from a Prometheus
 // reader; the process's from /proc. Each scenario prints a table and
-// writes a JSON file. With REF_BIN set, ../shared/reference/sidebyside
-// also runs the burners and the node-like host with the reference profiler
-// beside the distribution and its ratio line is printed.
+// writes a JSON file. With REF_BIN set, the idle binaries of both agents
+// are measured at the same time, ../shared/reference/sidebyside also runs
+// the idle host, the burners, the node-like host and the JVMs with the
+// reference profiler beside the distribution, the high rate runs both
+// side by side with their telemetry (pair), and each ratio line is
+// printed.
 //
 // It runs once whatever b.N is. Figures are never judged here: a failure
 // to start the agent, to read its metrics or to stop it is the only error.

@@ -37,6 +37,7 @@ type pairFigure struct {
 	EndAnonMiB      float64  `json:"end_anon_mib"`
 	EBPFUsPerRun    *float64 `json:"ebpf_us_per_run"`
 	Lost            *float64 `json:"samples_lost"`
+	LostSteady      *float64 `json:"samples_lost_steady"`
 	LostMetric      string   `json:"samples_lost_metric"`
 }
 
@@ -113,8 +114,12 @@ func (e *distEnv) pair(b *testing.B, sc scenario) *pairResult {
 		warmAt = later(warmAt, a.start.Add(ready+5*time.Second))
 	}
 	time.Sleep(time.Until(warmAt)) // the measuring clock
+	var lost0 [2]*float64
 	for i := range agents {
 		cpu0[i], fd0[i] = sample(i)
+		if s, err := scrape(urls[i]); err == nil {
+			lost0[i] = lostOf(i, s)
+		}
 	}
 	time.Sleep(time.Until(warmAt.Add(sc.window - e.warm)))
 	steady := time.Since(warmAt)
@@ -140,18 +145,13 @@ func (e *distEnv) pair(b *testing.B, sc scenario) *pairResult {
 			b.Errorf("%s: read the metrics of %s at %s: %v", sc.name, a.cmd.Path, urls[i], err)
 			continue
 		}
-		if i == 0 {
-			f.LostMetric = "sonde.samples.lost"
-			if v, ok := s.sum(f.LostMetric); ok {
-				f.Lost = ptr(v)
-			}
-			continue
-		}
-		f.LostMetric = refLostMetric
-		if v, ok := s.sum(refLostMetric); ok {
-			f.Lost = ptr(v)
-		} else if anyPrefix(s, "agent_", "bpf_") {
-			f.Lost = ptr(0)
+		f.LostMetric = lostMetrics[i]
+		f.Lost = lostOf(i, s)
+		switch {
+		case f.Lost != nil && lost0[i] != nil:
+			f.LostSteady = ptr(*f.Lost - *lost0[i])
+		case f.Lost != nil && *f.Lost == 0:
+			f.LostSteady = ptr(0) // a counter at 0 at the end was 0 throughout
 		}
 	}
 	for _, a := range agents {
@@ -160,8 +160,8 @@ func (e *distEnv) pair(b *testing.B, sc scenario) *pairResult {
 		}
 	}
 	row := func(name string, f pairFigure) {
-		fmt.Printf("   %-6s ready %5.1f s  idle_rss %6.1f MiB  startup %5.2f CPU-s  steady %6.3f CPU-s/min  peak_rss %6.1f MiB (added %6.1f)  end_anon %6.1f MiB  ebpf %s  lost %s\n",
-			name, f.ReadyS, f.IdleRSSMiB, f.StartupCPUS, f.SteadyCPUPerMin, f.PeakRSSMiB, f.AddedRSSMiB, f.EndAnonMiB, fmtUs(f.EBPFUsPerRun), fmtN(f.Lost))
+		fmt.Printf("   %-6s ready %5.1f s  idle_rss %6.1f MiB  startup %5.2f CPU-s  steady %6.3f CPU-s/min  peak_rss %6.1f MiB (added %6.1f)  end_anon %6.1f MiB  ebpf %s  lost %s (steady %s)\n",
+			name, f.ReadyS, f.IdleRSSMiB, f.StartupCPUS, f.SteadyCPUPerMin, f.PeakRSSMiB, f.AddedRSSMiB, f.EndAnonMiB, fmtUs(f.EBPFUsPerRun), fmtN(f.Lost), fmtN(f.LostSteady))
 	}
 	fmt.Printf("   start-up: the first %.0f s; steady: the %.0f s after\n", p.StartupS, p.SteadyS)
 	row("sonde", p.Sonde)
@@ -176,12 +176,28 @@ func (e *distEnv) pair(b *testing.B, sc scenario) *pairResult {
 	if p.Sonde.EBPFUsPerRun != nil && p.Ref.EBPFUsPerRun != nil {
 		ebpfRatio = ratio(*p.Sonde.EBPFUsPerRun, *p.Ref.EBPFUsPerRun)
 	}
-	p.Ratio = fmt.Sprintf("sonde/ref  startup %s  steady %s  peak_rss %s  added_rss %s  ebpf/run %s  lost %s / %s",
+	p.Ratio = fmt.Sprintf("sonde/ref  startup %s  steady %s  peak_rss %s  added_rss %s  ebpf/run %s  lost_steady %s / %s",
 		ratio(p.Sonde.StartupCPUS, p.Ref.StartupCPUS), ratio(p.Sonde.SteadyCPUPerMin, p.Ref.SteadyCPUPerMin),
 		ratio(p.Sonde.PeakRSSMiB, p.Ref.PeakRSSMiB), ratio(p.Sonde.AddedRSSMiB, p.Ref.AddedRSSMiB), ebpfRatio,
-		fmtN(p.Sonde.Lost), fmtN(p.Ref.Lost))
+		fmtN(p.Sonde.LostSteady), fmtN(p.Ref.LostSteady))
 	fmt.Println("   " + p.Ratio)
 	return p
+}
+
+// lostMetrics are the metrics of the samples each agent lost, Sonde's
+// first.
+var lostMetrics = [2]string{"sonde.samples.lost", refLostMetric}
+
+// lostOf is the samples agent i (0 Sonde, 1 the reference) lost so far,
+// nil if its scrape does not tell.
+func lostOf(i int, s promScrape) *float64 {
+	if v, ok := s.sum(lostMetrics[i]); ok {
+		return ptr(v)
+	}
+	if i == 0 && hasSonde(s) || i == 1 && anyPrefix(s, "agent_", "bpf_") {
+		return ptr(0) // the agent's metrics are there, and none lost
+	}
+	return nil
 }
 
 func anyPrefix(s promScrape, prefixes ...string) bool {
