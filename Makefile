@@ -158,11 +158,12 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 	$(MAKE) fuzz-short FUZZTIME=$(CI_FUZZTIME)
 
 # make bench runs these scenarios of BenchmarkDist (a regular expression:
-# BENCH_SCENARIOS='burners|node'); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
+# BENCH_SCENARIOS='burners|node'; the scenarios are idle, burners, node,
+# highrate, python and java); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
 BENCH_SCENARIOS ?= .*
 
 .PHONY: bench
-bench: dist ## The distribution profiling this host: idle, four burners, node-like host, Python, Java; tables + JSON in _build/bench/ (root; ~14 min, +4 with REF_BIN)
+bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java; tables + JSON in _build/bench/ (root; ~16 min, +6 with REF_BIN)
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -run '^$$' -bench '^BenchmarkDist$$/^($(BENCH_SCENARIOS))$$' -benchtime 1x -timeout 40m ./internal/bench
 
 .PHONY: bench-micro

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,14 +23,18 @@ import (
 )
 
 // BenchmarkDist is `make bench`: the built distribution, as users run it,
-// profiling this host in four scenarios (idle; four CPU burners; a
-// node-like host; busy Python processes), each with its workloads built
-// from source, started before the agent and killed after it. The agent's
-// own figures come from its Collector telemetry, scraped from a Prometheus
+// profiling this host in six scenarios (idle; four CPU burners; a
+// node-like host; the burners at a high rate, 16 CPUs' worth of 99 Hz;
+// busy Python processes; busy JVMs), each with its workloads built from
+// source, started before the agent and killed after it. The agent's own
+// figures come from its Collector telemetry, scraped from a Prometheus
 // reader; the process's from /proc. Each scenario prints a table and
-// writes a JSON file. With REF_BIN set, ../shared/reference/sidebyside
-// also runs the burners and the node-like host with the reference profiler
-// beside the distribution and its ratio line is printed.
+// writes a JSON file. With REF_BIN set, the idle binaries of both agents
+// are measured at the same time, ../shared/reference/sidebyside also runs
+// the idle host, the burners, the node-like host and the JVMs with the
+// reference profiler beside the distribution, the high rate runs both
+// side by side with their telemetry (pair), and each ratio line is
+// printed.
 //
 // It runs once whatever b.N is. Figures are never judged here: a failure
 // to start the agent, to read its metrics or to stop it is the only error.
@@ -46,7 +51,10 @@ func BenchmarkDist(b *testing.B) {
 	}
 
 	b.Run("idle", func(b *testing.B) {
-		keep(env.run(b, scenario{name: "idle", title: "idle host", window: env.window}))
+		sc := scenario{name: "idle", title: "idle host", window: env.window}
+		r := env.run(b, sc)
+		r.SideBySide = env.sideBySide(b, sc)
+		keep(r)
 	})
 
 	b.Run("burners", func(b *testing.B) {
@@ -63,6 +71,16 @@ func BenchmarkDist(b *testing.B) {
 		r.Extra["compile_cpu_s"] = compile.Seconds()
 		fmt.Printf("   (one g++ -O2 -c of the compile loop's file took %.2f CPU-s before the agent started)\n", compile.Seconds())
 		r.SideBySide = env.sideBySide(b, sc)
+		keep(r)
+	})
+
+	b.Run("highrate", func(b *testing.B) {
+		sc := scenario{name: "highrate", title: fmt.Sprintf("four CPU burners at %d Hz (%d CPUs at 99 Hz)", env.highHz, highRateCPUs),
+			window: env.window, hz: env.highHz, workloads: burners(b)}
+		r := env.run(b, sc)
+		if p := env.pair(b, sc); p != nil {
+			r.Pair = p
+		}
 		keep(r)
 	})
 
@@ -109,6 +127,7 @@ func BenchmarkDist(b *testing.B) {
 const (
 	distBinEnv      = "SONDE_OTELCOL"             // the distribution (make bench sets it)
 	hzEnv           = "SONDE_BENCH_HZ"            // samples per second (19)
+	highHzEnv       = "SONDE_BENCH_HIGH_HZ"       // the high-rate scenario's (16 CPUs at 99 Hz over this host's CPUs)
 	windowEnv       = "SONDE_BENCH_WINDOW"        // idle and burners run length (75s)
 	nodeWindowEnv   = "SONDE_BENCH_NODE_WINDOW"   // node-like host run length (120s; 10m for issue 12's targets)
 	pythonWindowEnv = "SONDE_BENCH_PYTHON_WINDOW" // each Python run's length (45s)
@@ -124,11 +143,23 @@ const (
 type distEnv struct {
 	dist                     string
 	results                  string
-	hz                       int
+	hz, highHz               int
 	warm, window             time.Duration
 	nodeWindow, pythonWindow time.Duration
 	idleConfig               string
 	floorKiB                 float64 // peak RSS of the distribution running no profiler
+	floor                    floor
+}
+
+// highRateCPUs at 99 Hz is the rate the high-rate scenario samples at:
+// the same samples a second on this host's CPUs (792 Hz on 2 CPUs).
+const highRateCPUs = 16
+
+// floor is the idle binaries' memory: each distribution running no
+// profiler, the reference's (when REF_BIN is set) at the same time.
+type floor struct {
+	Sonde procStatus  `json:"sonde_kib"`
+	Ref   *procStatus `json:"reference_kib,omitempty"`
 }
 
 func newDistEnv(b *testing.B) *distEnv {
@@ -157,6 +188,12 @@ func newDistEnv(b *testing.B) *distEnv {
 			b.Fatalf("%s: want a positive number of samples per second, got %q", hzEnv, v)
 		}
 	}
+	e.highHz = min((highRateCPUs*99+runtime.NumCPU()-1)/runtime.NumCPU(), 1000)
+	if v := os.Getenv(highHzEnv); v != "" {
+		if e.highHz, err = strconv.Atoi(v); err != nil || e.highHz <= 0 || e.highHz > 1000 {
+			b.Fatalf("%s: want samples per second from 1 to 1000, got %q", highHzEnv, v)
+		}
+	}
 	for _, w := range []time.Duration{e.window, e.nodeWindow, e.pythonWindow} {
 		if w <= e.warm {
 			b.Fatalf("every window must be longer than %s (%v)", warmEnv, e.warm)
@@ -171,7 +208,9 @@ func newDistEnv(b *testing.B) *distEnv {
 	}
 	e.idleConfig = filepath.Join(e.results, "idle-binary.yaml")
 	writeFile(b, e.idleConfig, idleConfig)
-	e.floorKiB = e.measureFloor(b)
+	e.floor = e.measureFloor(b)
+	e.floorKiB = e.floor.Sonde.HWM
+	e.write(b, "floor.json", e.floor)
 	return e
 }
 
@@ -212,25 +251,52 @@ service:
 `, hz, port)
 }
 
-// measureFloor is the peak RSS of the distribution running no profiler,
-// measured as sidebyside does (6 s after start): what the agent adds is
-// measured over it.
-func (e *distEnv) measureFloor(b *testing.B) float64 {
+// measureFloor is the memory of the distribution running no profiler,
+// measured as sidebyside does (peak RSS 6 s after start): what the agent
+// adds is measured over it. With REF_BIN set the reference's binary runs
+// the same configuration at the same time, and the ratio is printed.
+func (e *distEnv) measureFloor(b *testing.B) floor {
 	b.Helper()
 	c := startCollector(b, e.dist, e.idleConfig, filepath.Join(e.results, "idle-binary.log"))
+	var ref *distProcess
+	if bin := os.Getenv(refBinEnv); bin != "" {
+		ref = startCollector(b, bin, e.idleConfig, filepath.Join(e.results, "idle-binary-reference.log"))
+	}
 	c.awaitReady(b, time.Minute)
+	if ref != nil {
+		ref.awaitReady(b, time.Minute)
+	}
 	if rest := 6*time.Second - time.Since(c.start); rest > 0 {
 		time.Sleep(rest) // the floor's measuring window
 	}
-	st, err := readStatus(c.pid())
-	if err != nil {
+	var f floor
+	var err error
+	if f.Sonde, err = readStatus(c.pid()); err != nil {
 		b.Fatal(err)
+	}
+	if ref != nil {
+		st, err := readStatus(ref.pid())
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Ref = &st
+		if _, err := ref.stop(time.Minute); err != nil {
+			b.Fatalf("the reference's idle binary: %v", err)
+		}
 	}
 	if _, err := c.stop(time.Minute); err != nil {
 		b.Fatalf("the idle binary: %v", err)
 	}
-	fmt.Printf("bench: the distribution running no profiler peaks at %.1f MiB RSS\n", st.HWM/1024)
-	return st.HWM
+	line := func(who string, st procStatus) string {
+		return fmt.Sprintf("%s peaks at %.1f MiB RSS (anonymous %.1f, file %.1f)", who, st.HWM/1024, st.Anon/1024, st.File/1024)
+	}
+	fmt.Printf("bench: %s\n", line("the distribution running no profiler", f.Sonde))
+	if f.Ref != nil {
+		fmt.Printf("bench: %s\n", line("the reference running no profiler, at the same time,", *f.Ref))
+		fmt.Printf("sonde/ref  idle_rss %.2f  idle_anon %.2f  idle_file %.2f\n",
+			f.Sonde.HWM/f.Ref.HWM, f.Sonde.Anon/f.Ref.Anon, f.Sonde.File/f.Ref.File)
+	}
+	return f
 }
 
 func (e *distEnv) write(b *testing.B, name string, v any) {
@@ -277,7 +343,15 @@ func (w workload) shell() string {
 type scenario struct {
 	name, title string
 	window      time.Duration
+	hz          int // samples per second; 0 is the bench's
 	workloads   []workload
+}
+
+func (e *distEnv) rate(sc scenario) int {
+	if sc.hz > 0 {
+		return sc.hz
+	}
+	return e.hz
 }
 
 // burners are scenario (a): C -O2 -fomit-frame-pointer, C++ (throw and
@@ -576,6 +650,7 @@ type scenarioResult struct {
 	Metrics    map[string]float64 `json:"metrics"`
 	Series     []point            `json:"series"`
 	SideBySide *sideBySide        `json:"sidebyside,omitempty"`
+	Pair       *pairResult        `json:"pair,omitempty"`
 }
 
 // point is one second of the run: the process, and every fifth second the
@@ -596,7 +671,7 @@ func ptr(v float64) *float64 { return &v }
 // run measures the agent on one scenario.
 func (e *distEnv) run(b *testing.B, sc scenario) *scenarioResult {
 	b.Helper()
-	r := &scenarioResult{Scenario: sc.name, Title: sc.title, Date: time.Now().UTC(), Dist: e.dist, Hz: e.hz,
+	r := &scenarioResult{Scenario: sc.name, Title: sc.title, Date: time.Now().UTC(), Dist: e.dist, Hz: e.rate(sc),
 		WindowS: sc.window.Seconds(), WarmS: e.warm.Seconds(), IdleRSSMiB: e.floorKiB / 1024, Extra: map[string]float64{}}
 	for _, w := range sc.workloads {
 		r.Workloads = append(r.Workloads, w.name)
@@ -613,7 +688,7 @@ func (e *distEnv) run(b *testing.B, sc scenario) *scenarioResult {
 	port := freePort(b)
 	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	cfg := filepath.Join(e.results, sc.name+".yaml")
-	writeFile(b, cfg, agentConfig(e.hz, port))
+	writeFile(b, cfg, agentConfig(e.rate(sc), port))
 	agent := startCollector(b, e.dist, cfg, filepath.Join(e.results, sc.name+"-agent.log"))
 	pid := agent.pid()
 	fail := func(format string, args ...any) {
@@ -998,7 +1073,7 @@ func (e *distEnv) sideBySide(b *testing.B, sc scenario) *sideBySide {
 		return nil
 	}
 	script := sideBySideScript(b)
-	args := []string{"-hz", strconv.Itoa(e.hz), "-secs", strconv.Itoa(int(sc.window.Seconds())), "-warm", strconv.Itoa(int(e.warm.Seconds())), e.dist, "--"}
+	args := []string{"-hz", strconv.Itoa(e.rate(sc)), "-secs", strconv.Itoa(int(sc.window.Seconds())), "-warm", strconv.Itoa(int(e.warm.Seconds())), e.dist, "--"}
 	for _, w := range sc.workloads {
 		args = append(args, w.shell())
 	}

@@ -182,6 +182,13 @@ const (
 // at the end of the benchmark if still running.
 func startCollector(b *testing.B, bin, cfg, logPath string) *distProcess {
 	b.Helper()
+	return startProcess(b, []string{bin, "--config", cfg, featureGateFlag}, logPath)
+}
+
+// startProcess starts a collector from its command line (the reference's
+// goes through run-reference), its output in logPath, as startCollector.
+func startProcess(b *testing.B, argv []string, logPath string) *distProcess {
+	b.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		b.Fatal(err)
@@ -191,12 +198,12 @@ func startCollector(b *testing.B, bin, cfg, logPath string) *distProcess {
 		b.Fatal(err)
 	}
 	c := &distProcess{log: logPath, done: make(chan struct{})}
-	c.cmd = exec.Command(bin, "--config", cfg, "--feature-gates=+service.profilesSupport")
+	c.cmd = exec.Command(argv[0], argv[1:]...)
 	c.cmd.Stdout, c.cmd.Stderr = pw, pw
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.start = time.Now()
 	if err := c.cmd.Start(); err != nil {
-		b.Fatalf("start %s: %v", bin, err)
+		b.Fatalf("start %s: %v", argv[0], err)
 	}
 	pw.Close()
 	go func() {

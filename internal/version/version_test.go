@@ -52,7 +52,7 @@ import (
 	"github.com/sonde-dev/sonde/internal/version"
 )
 
-func main() { fmt.Print(version.Version) }
+func main() { fmt.Print(version.Get()) }
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
