@@ -141,7 +141,7 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.PythonProcesses, tb.PythonVersionsUnknown, tb.PythonWalks, tb.PythonFrames, tb.PythonFramesUnnamed,
 		tb.PythonErrors, tb.PythonCodeCacheSize, tb.PythonCodeCacheResets,
 		tb.JvmProcesses, tb.JvmVersionsUnknown, tb.JvmWalks, tb.JvmFrames, tb.JvmErrors,
-		tb.JvmCodeCacheSize, tb.JvmCodeCacheEvictions,
+		tb.JvmCodeCacheSize, tb.JvmCodeCacheEvictions, tb.JvmCodeCacheLoads,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
@@ -237,6 +237,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.JvmFrames, i64(js.Unnamed-min(js.Unnamed, js.Stale)), jvmFrameUnreadable)
 	o.ObserveInt64(tb.JvmCodeCacheSize, js.CacheBytes)
 	o.ObserveInt64(tb.JvmCodeCacheEvictions, i64(js.CacheEvictions))
+	o.ObserveInt64(tb.JvmCodeCacheLoads, i64(js.CacheLoads))
 
 	c := s.Kernel
 	o.ObserveInt64(tb.JvmWalks, i64(c.JVMSamples))

@@ -200,7 +200,7 @@ func (jp *jvmProcs) stats(s *Stats) {
 	s.JVM = JVMStats{Processes: jp.found.Load(), Unsupported: jp.unsupported.Load(),
 		UnknownVersions: jp.unknownVersions.Load(), Failed: jp.failed.Load(),
 		Unnamed: jp.unnamed.Load(), Named: ns.Named + ns.MethodOnly, MethodOnly: ns.MethodOnly, Stale: ns.Stale,
-		CacheEvictions: ns.Evictions, CacheBytes: ns.Bytes}
+		CacheEvictions: ns.Evictions, CacheLoads: ns.Loads, CacheBytes: ns.Bytes}
 }
 
 // jvmInterpBelow is JVM_INTERP_BELOW (support/ebpf/sonde.h).

@@ -53,6 +53,10 @@ const (
 	jvmCodeShare = 8
 )
 
+// JVMCacheBytes is the part of o.SymbolCacheBytes the JVM namer may hold
+// (sonde.jvm.code_cache.size stays within it).
+func (o Options) JVMCacheBytes() int64 { return o.SymbolCacheBytes / jvmCodeShare }
+
 // Bounds checked by Validate.
 const (
 	minSamplesPerSecond    = 1

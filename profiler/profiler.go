@@ -209,7 +209,7 @@ func New(opts Options) (*Profiler, error) {
 	p.resolver.debugDirs = opts.DebugDirs
 	p.resolver.checkSnapshots = opts.checkSnapshots
 	p.resolver.holds = p.preparer.holds
-	jvms := newJVMProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/jvmCodeShare)
+	jvms := newJVMProcs(log, tr, opts.ProcFS, opts.JVMCacheBytes())
 	jvms.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
 	p.preparer.runtimes = newRuntimeSet(
 		newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),

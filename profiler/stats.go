@@ -173,7 +173,10 @@ type JVMStats struct {
 	MethodOnly     uint64
 	Stale          uint64 // Java frames whose code or method changed between the sample and its naming
 	CacheEvictions uint64 // method and compiled-code entries dropped to stay within the bound
-	CacheBytes     int64  // (gauge) bytes of Java names and line tables cached
+	// CacheLoads counts the cache's misses: methods, compiled methods and
+	// the code blobs of PCs read from the JVMs' memory to name frames.
+	CacheLoads uint64
+	CacheBytes int64 // (gauge) bytes of Java names and line tables cached
 }
 
 // OffCPUStats count what became of traced off-CPU waits in user space.

@@ -3,7 +3,9 @@ package jvm
 import (
 	"debug/elf"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sonde-dev/sonde/internal/elfx"
@@ -59,6 +61,16 @@ func findIn(p *process.Process, m process.Mapping, mem Memory) (*VM, error) {
 	for n, v := range syms {
 		syms[n] = base + v
 	}
+	// While ld.so maps libjvm.so, its code can be mapped before its data:
+	// the data's addresses then still show the file's first bytes, read
+	// only, and would read as garbage (a layout not supported, for good).
+	maps, err := readMaps(p)
+	if err != nil {
+		return nil, fmt.Errorf("jvm file %s: %w", m.Path, err)
+	}
+	if n, ok := unwritable(maps, syms); ok {
+		return nil, fmt.Errorf("jvm file %s: %s at %#x not in writable memory yet: %w", m.Path, n, syms[n], ErrNotReady)
+	}
 	t, err := readTables(mem, syms)
 	if err != nil {
 		return nil, fmt.Errorf("jvm file %s: %w", m.Path, err)
@@ -69,6 +81,40 @@ func findIn(p *process.Process, m process.Mapping, mem Memory) (*VM, error) {
 	}
 	vm.File = path
 	return vm, nil
+}
+
+// readMaps reads all of p's mappings now (p.Mappings holds the executable
+// ones only).
+func readMaps(p *process.Process) ([]process.Mapping, error) {
+	f, err := os.Open(p.MapsPath())
+	if err != nil {
+		return nil, fmt.Errorf("maps: %w", err)
+	}
+	defer f.Close()
+	maps, err := process.ParseMaps(f)
+	if err != nil {
+		return nil, fmt.Errorf("maps: %w", err)
+	}
+	return maps, nil
+}
+
+// unwritable returns a symbol of syms whose address no writable mapping
+// holds: the gHotSpot* variables are libjvm.so's data (.data, .bss), which
+// is writable once mapped.
+func unwritable(maps []process.Mapping, syms symAddrs) (string, bool) {
+	names := make([]string, 0, len(syms))
+	for n := range syms {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		a := syms[n]
+		i := slices.IndexFunc(maps, func(m process.Mapping) bool { return m.Start <= a && a < m.End })
+		if i < 0 || len(maps[i].Perms) < 2 || maps[i].Perms[1] != 'w' {
+			return n, true
+		}
+	}
+	return "", false
 }
 
 // loadBase is what the file's virtual addresses are moved by in the

@@ -1,10 +1,14 @@
 package jvm
 
 import (
+	"cmp"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -183,4 +187,103 @@ func TestUnknownLayout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFindWhileMapping checks that the tables of a libjvm.so that ld.so
+// has not finished mapping are not read: in its window the code is
+// mapped, and the data's addresses still show the first segment's
+// reservation of the whole span, read only. Once every segment is
+// mapped, the gHotSpot* variables are in writable memory. The mappings
+// are laid out from each installed JDK's program headers as ld.so does.
+func TestFindWhileMapping(t *testing.T) {
+	for _, j := range installedJDKs(t) {
+		t.Run(j.name, func(t *testing.T) {
+			f, err := elf.Open(filepath.Join(j.home, "lib", "server", "libjvm.so"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			const base = 0x7f0000000000
+			syms := symbols(f, tableSymbols...)
+			if len(syms) != len(tableSymbols) {
+				t.Fatalf("%d of %d table symbols", len(syms), len(tableSymbols))
+			}
+			for n, v := range syms {
+				syms[n] = base + v
+			}
+			var loads []*elf.Prog
+			for _, p := range f.Progs {
+				if p.Type == elf.PT_LOAD {
+					loads = append(loads, p)
+				}
+			}
+			page := func(v uint64) uint64 { return v &^ 0xfff }
+			pageUp := func(v uint64) uint64 { return (v + 0xfff) &^ 0xfff }
+			last := loads[len(loads)-1]
+			span := pageUp(last.Vaddr + last.Memsz)
+			perms := func(p *elf.Prog) string {
+				b := []byte("---p")
+				if p.Flags&elf.PF_R != 0 {
+					b[0] = 'r'
+				}
+				if p.Flags&elf.PF_W != 0 {
+					b[1] = 'w'
+				}
+				if p.Flags&elf.PF_X != 0 {
+					b[2] = 'x'
+				}
+				return string(b)
+			}
+			// The window: the reservation, then the code over it.
+			window := []process.Mapping{{Start: base, End: base + span, Perms: perms(loads[0]), Path: "/libjvm.so"}}
+			for _, p := range loads[1:] {
+				if p.Flags&elf.PF_X != 0 {
+					window = splitMap(window, process.Mapping{Start: base + page(p.Vaddr), End: base + pageUp(p.Vaddr+p.Filesz),
+						Offset: page(p.Off), Perms: perms(p), Path: "/libjvm.so"})
+				}
+			}
+			if n, ok := unwritable(window, syms); !ok {
+				t.Errorf("in ld.so's window every table symbol reads as writable")
+			} else {
+				t.Logf("in ld.so's window: %s is not writable yet", n)
+			}
+			// Done: every segment, the bss past the file anonymous.
+			done := window
+			for _, p := range loads[1:] {
+				done = splitMap(done, process.Mapping{Start: base + page(p.Vaddr), End: base + pageUp(p.Vaddr+p.Filesz),
+					Offset: page(p.Off), Perms: perms(p), Path: "/libjvm.so"})
+				if end := base + pageUp(p.Vaddr+p.Memsz); end > base+pageUp(p.Vaddr+p.Filesz) {
+					done = splitMap(done, process.Mapping{Start: base + pageUp(p.Vaddr+p.Filesz), End: end, Perms: perms(p)})
+				}
+			}
+			if n, ok := unwritable(done, syms); ok {
+				t.Errorf("mapped: %s at %#x is not writable: %+v", n, syms[n], done)
+			}
+		})
+	}
+}
+
+// splitMap maps m over maps, as mmap with MAP_FIXED does.
+func splitMap(maps []process.Mapping, m process.Mapping) []process.Mapping {
+	var out []process.Mapping
+	for _, o := range maps {
+		if o.End <= m.Start || o.Start >= m.End {
+			out = append(out, o)
+			continue
+		}
+		if o.Start < m.Start {
+			l := o
+			l.End = m.Start
+			out = append(out, l)
+		}
+		if o.End > m.End {
+			r := o
+			r.Offset += m.End - o.Start
+			r.Start = m.End
+			out = append(out, r)
+		}
+	}
+	out = append(out, m)
+	slices.SortFunc(out, func(a, b process.Mapping) int { return cmp.Compare(a.Start, b.Start) })
+	return out
 }

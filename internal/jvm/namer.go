@@ -20,8 +20,11 @@ type NamerStats struct {
 	// since the sample, named by the method the sample read (TierCompiled).
 	MethodOnly uint64
 	Evictions  uint64 // cache entries dropped to stay within the bound
-	Bytes      int64  // bytes the cache holds now
-	Entries    int    // entries it holds now
+	// Loads counts the cache's misses: the entries (a method, a compiled
+	// method or stub, the blob of a PC) read from a process's memory.
+	Loads   uint64
+	Bytes   int64 // bytes the cache holds now
+	Entries int   // entries it holds now
 }
 
 // Namer names the JVM frames of the processes added to it. Its cache of
@@ -264,8 +267,11 @@ func (n *Namer) CompiledFrame(pid int, pc uint64, compileID uint16, method uint6
 	var err error
 	if e := n.get(bk); e != nil {
 		blob = e.blob
-	} else if blob, err = p.vm.Kernel.BlobAt(p.mem, lookup); err == nil {
-		n.put(&entry{key: bk, cost: 64, blob: blob})
+	} else {
+		n.stats.Loads++
+		if blob, err = p.vm.Kernel.BlobAt(p.mem, lookup); err == nil {
+			n.put(&entry{key: bk, cost: 64, blob: blob})
+		}
 	}
 	var f Frame
 	if err == nil {
@@ -336,6 +342,7 @@ func (n *Namer) method(pid int, p *namerProc, addr uint64, fresh bool) (*method,
 			return e.m, nil
 		}
 	}
+	n.stats.Loads++
 	m, err := readMethod(p.mem, p.vm.l, addr)
 	if err != nil {
 		return nil, err
@@ -373,6 +380,7 @@ func (n *Namer) compiled(pid int, p *namerProc, blob uint64, compileID int32, id
 		}
 		return Frame{Tier: TierStub, Lines: []symbolize.Line{{Function: e.stub.name}}}, nil
 	} else {
+		n.stats.Loads++
 		hdr, err := readBlobHeader(p.mem, l, blob)
 		if err != nil {
 			return Frame{}, err

@@ -339,6 +339,8 @@ func TestNamerEveryNmethod(t *testing.T) {
 			tiers := map[string]int{}
 			lambdas := 0
 			frames, stale := 0, 0
+			type named struct{ addr, word uint64 }
+			var again []named // frames to name again: cache hits
 			for _, b := range blobs {
 				if b.nm == nil {
 					if b.hdr.nmethod {
@@ -373,6 +375,9 @@ func TestNamerEveryNmethod(t *testing.T) {
 					}
 					frames++
 					tiers[f.Tier]++
+					if len(again) < 200 {
+						again = append(again, named{b.addr, word | uint64(pc)})
+					}
 					outer := f.Lines[len(f.Lines)-1]
 					if outer.Function != b.method {
 						t.Errorf("nmethod of %s named %s", b.method, outer.Function)
@@ -403,6 +408,16 @@ func TestNamerEveryNmethod(t *testing.T) {
 			}
 			if s.Bytes > 4<<20 {
 				t.Errorf("cache %d bytes over its bound", s.Bytes)
+			}
+			if s.Loads == 0 {
+				t.Errorf("no load counted: %+v", s)
+			}
+			// Named again without an eviction since, a frame is a cache hit.
+			for _, a := range again {
+				_, _ = n.Frame(pid, FrameCompiled, a.addr, a.word, true)
+			}
+			if s2 := n.Stats(); s2.Evictions == s.Evictions && s2.Loads != s.Loads {
+				t.Errorf("%d frames named again: %d loads, want none", len(again), s2.Loads-s.Loads)
 			}
 		})
 	}

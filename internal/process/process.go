@@ -91,6 +91,11 @@ func (p *Process) Root() string {
 	return filepath.Join(p.procfs, strconv.Itoa(p.PID), "root")
 }
 
+// MapsPath returns the path of the process's maps file (<procfs>/PID/maps).
+func (p *Process) MapsPath() string {
+	return filepath.Join(p.procfs, strconv.Itoa(p.PID), "maps")
+}
+
 // FilePath returns a path through which the agent can open the file behind
 // m: /proc/PID/map_files/<start>-<end> when that works (it pins the very
 // inode mapped, even if the file was deleted or replaced; opening it needs

@@ -33,6 +33,7 @@ type TelemetryBuilder struct {
 	ExportProfiles          metric.Int64ObservableCounter
 	ExportSamples           metric.Int64ObservableCounter
 	JvmCodeCacheEvictions   metric.Int64ObservableCounter
+	JvmCodeCacheLoads       metric.Int64ObservableCounter
 	JvmCodeCacheSize        metric.Int64ObservableGauge
 	JvmErrors               metric.Int64ObservableCounter
 	JvmFrames               metric.Int64ObservableCounter
@@ -158,6 +159,21 @@ func (builder *TelemetryBuilder) RegisterJvmCodeCacheEvictionsCallback(cb metric
 		cb(ctx, &observerInt64{inst: builder.JvmCodeCacheEvictions, obs: o})
 		return nil
 	}, builder.JvmCodeCacheEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterJvmCodeCacheLoadsCallback sets callback for observable JvmCodeCacheLoads metric.
+func (builder *TelemetryBuilder) RegisterJvmCodeCacheLoadsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.JvmCodeCacheLoads, obs: o})
+		return nil
+	}, builder.JvmCodeCacheLoads)
 	if err != nil {
 		return err
 	}
@@ -907,6 +923,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.JvmCodeCacheEvictions, err = builder.meter.Int64ObservableCounter(
 		"sonde.jvm.code_cache.evictions",
 		metric.WithDescription("Java methods and compiled methods dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.JvmCodeCacheLoads, err = builder.meter.Int64ObservableCounter(
+		"sonde.jvm.code_cache.loads",
+		metric.WithDescription("Cache misses naming Java frames - Java methods, compiled methods and the code blobs of PCs read from the JVMs' memory. [Development]"),
 		metric.WithUnit("{entry}"),
 	)
 	errs = errors.Join(errs, err)
