@@ -197,7 +197,7 @@ func (n *Namer) readCode(p *namerProc, at uint64, hdr []byte) (*codeInfo, error)
 	}
 	if pt, err := h.field(ci.code, l.codePositions); err == nil && h.isTagged(pt) {
 		if b, err := h.byteArray(pt, maxByteArray); err == nil && len(b) > 0 {
-			if es, err := decodePositions(b); err == nil {
+			if es, err := decodePositions(b, l.flaggedPositions); err == nil {
 				ci.positions, ci.posOK = es, true
 			}
 		}
@@ -316,7 +316,7 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 		sp := splitPosition(raw)
 		if sp.inliningID < 0 {
 			if sc != nil && sp.scriptOffset >= 0 && !sp.external {
-				top.Line, _ = lineOf(sc.ends, sp.scriptOffset)
+				top.Line = sc.line(sp.scriptOffset)
 			}
 			return Frame{Tier: ci.tier, Lines: append(lines, top)}, nil
 		}
@@ -340,7 +340,7 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 			}
 			il.File = isc.name
 			if sp.scriptOffset >= 0 && !sp.external {
-				il.Line, _ = lineOf(isc.ends, sp.scriptOffset)
+				il.Line = isc.line(sp.scriptOffset)
 			}
 		}
 		lines = append(lines, il)

@@ -20,10 +20,17 @@ type posEntry struct {
 // maxPositions bounds the entries decoded from one table.
 const maxPositions = 1 << 20
 
-// readVLQ reads one variable-length quantity at b[*i]: seven bits a byte,
-// least significant first, the high bit set on every byte but the last,
-// then zig-zag decoded (the low bit is the sign).
+// readVLQ reads one variable-length quantity at b[*i] (see readUVLQ),
+// zig-zag decoded (the low bit is the sign).
 func readVLQ(b []byte, i *int) (int64, error) {
+	u, err := readUVLQ(b, i)
+	return int64(u>>1) ^ -int64(u&1), err
+}
+
+// readUVLQ reads one variable-length quantity at b[*i]: seven bits a
+// byte, least significant first, the high bit set on every byte but the
+// last.
+func readUVLQ(b []byte, i *int) (uint64, error) {
 	var u uint64
 	for shift := uint(0); ; shift += 7 {
 		if *i >= len(b) {
@@ -39,36 +46,49 @@ func readVLQ(b []byte, i *int) (int64, error) {
 			break
 		}
 	}
-	return int64(u>>1) ^ -int64(u&1), nil
+	return u, nil
 }
 
 // decodePositions decodes a source position table: a sequence of (code
-// offset delta, position delta) pairs, each a zig-zag VLQ. A negative
-// code offset value v stands for an expression position at delta -v-1,
-// a non-negative one for a statement position at delta v. Offsets start
-// at -1 (the function's entry) and positions at 0.
-func decodePositions(b []byte) ([]posEntry, error) {
+// offset delta, position delta) pairs, each a VLQ, the position delta
+// zig-zag decoded. Up to V8 13 the code offset is zig-zag decoded too: a
+// negative value v stands for an expression position at delta -v-1, a
+// non-negative one for a statement position at delta v. From V8 14
+// (flagged) it is unsigned: the delta shifted left by two, the low bit
+// set for a statement. Offsets start at -1 (the function's entry) and
+// positions at 0.
+func decodePositions(b []byte, flagged bool) ([]posEntry, error) {
 	var out []posEntry
 	code, pos := int64(-1), int64(0)
 	for i := 0; i < len(b); {
 		if len(out) >= maxPositions {
 			return nil, fmt.Errorf("more than %d source positions", maxPositions)
 		}
-		c, err := readVLQ(b, &i)
-		if err != nil {
-			return nil, fmt.Errorf("code offset: %w", err)
+		var c int64
+		var stmt bool
+		if flagged {
+			u, err := readUVLQ(b, &i)
+			if err != nil {
+				return nil, fmt.Errorf("code offset: %w", err)
+			}
+			c, stmt = int64(u>>2), u&1 != 0
+		} else {
+			v, err := readVLQ(b, &i)
+			if err != nil {
+				return nil, fmt.Errorf("code offset: %w", err)
+			}
+			c, stmt = v, v >= 0
+			if !stmt {
+				c = -v - 1
+			}
 		}
 		d, err := readVLQ(b, &i)
 		if err != nil {
 			return nil, fmt.Errorf("source position: %w", err)
 		}
-		stmt := c >= 0
-		if !stmt {
-			c = -c - 1
-		}
 		code += c
 		pos += d
-		if code > 1<<31-1 || code < -1 {
+		if c < 0 || code > 1<<31-1 || code < -1 {
 			return nil, fmt.Errorf("code offset %d out of range", code)
 		}
 		out = append(out, posEntry{codeOffset: int32(code), pos: pos, statement: stmt})

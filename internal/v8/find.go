@@ -131,7 +131,12 @@ func loadImage(path string) (*image, error) {
 	return img, nil
 }
 
-var nodeVersionRe = regexp.MustCompile(`\x00(v[1-9][0-9]?\.[0-9]{1,3}\.[0-9]{1,3})\x00`)
+// nodeVersionRes find Node's version in its .rodata: in its release URL
+// (official builds), else alone between NULs (process.version).
+var nodeVersionRes = []*regexp.Regexp{
+	regexp.MustCompile(`release/(v[1-9][0-9]?\.[0-9]{1,3}\.[0-9]{1,3})/`),
+	regexp.MustCompile(`\x00(v[1-9][0-9]?\.[0-9]{1,3}\.[0-9]{1,3})\x00`),
+}
 
 // readImage reads the metadata of the ELF file at path.
 func readImage(path string) (*image, error) {
@@ -200,13 +205,7 @@ func readImage(path string) (*image, error) {
 	img.builtins.fileOffset = off
 	if s := f.Section(".rodata"); s != nil {
 		if data, err := s.Data(); err == nil {
-			want := nodeOfV8[img.major]
-			for _, m := range nodeVersionRe.FindAllSubmatch(data, -1) {
-				if maj, _ := strconv.Atoi(strings.SplitN(string(m[1][1:]), ".", 2)[0]); maj == want {
-					img.node = string(m[1])
-					break
-				}
-			}
+			img.node = nodeVersion(data, nodeOfV8[img.major])
 		}
 	}
 	img.l, img.err = newLayout(md, img.major)
@@ -308,4 +307,16 @@ func (t *builtinTable) at(off uint64) (string, bool) {
 		return "", false
 	}
 	return t.fns[i].name, true
+}
+
+// nodeVersion finds the version ("v20.20.2") of Node major want in data.
+func nodeVersion(data []byte, want int) string {
+	for _, re := range nodeVersionRes {
+		for _, m := range re.FindAllSubmatch(data, 64) {
+			if maj, _ := strconv.Atoi(strings.SplitN(string(m[1][1:]), ".", 2)[0]); maj == want {
+				return string(m[1])
+			}
+		}
+	}
+	return ""
 }

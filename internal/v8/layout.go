@@ -97,11 +97,17 @@ type layout struct {
 	typeDebugInfo, typeMapV                                  int64
 
 	frameTypes map[int64]string // frame type by number
+	// flaggedPositions: source position tables encode code offsets as
+	// V8 14 does (see decodePositions).
+	flaggedPositions bool
 }
 
 // perVersion is what the metadata of one V8 major.minor lacks, from that
 // V8's sources, and checked at Find against what the metadata does say.
 type perVersion struct {
+	// DeoptimizationData indexes, where the metadata lacks them (V8 10).
+	deoptSFI, deoptInliningPositions, deoptLiteralArray int64
+
 	sfiFunctionData      int64 // SharedFunctionInfo's function data (trusted, where split)
 	bytecodePositions    int64 // BytecodeArray::source_position_table
 	codeDeoptData        int64 // Code's deoptimization data (or interpreter data)
@@ -118,15 +124,15 @@ type perVersion struct {
 // versions are the V8s of the Node majors tested here (18: 10.2, 20:
 // 11.3, 22: 12.4, 24: 13.6, 26: 14.6), by V8 major.
 var versions = map[int]perVersion{
-	10: {sfiFunctionData: 8, bytecodePositions: 32, codeDeoptData: 16, codePositions: 24,
+	10: {deoptSFI: 6, deoptInliningPositions: 7, deoptLiteralArray: 2, sfiFunctionData: 8, bytecodePositions: 32, codeDeoptData: 16, codePositions: 24,
 		codeInstructionStart: 128, codeInstructionSize: 40, codeFlags: 48, interpreterDataBC: 8},
 	11: {sfiFunctionData: 8, bytecodePositions: 32, codeDeoptData: 16, codePositions: 24,
 		codeInstructionStart: 40, codeInstructionSize: 56, codeFlags: 48, istreamCode: 8, interpreterDataBC: 8},
-	12: {sfiFunctionData: 8, bytecodePositions: 40, codeDeoptData: 8, codePositions: 16,
+	12: {sfiFunctionData: 8, bytecodePositions: 24, codeDeoptData: 8, codePositions: 16,
 		istreamCode: 8, interpreterDataBC: 8},
-	13: {sfiFunctionData: 8, bytecodePositions: 40, codeDeoptData: 8, codePositions: 16,
+	13: {sfiFunctionData: 8, bytecodePositions: 24, codeDeoptData: 8, codePositions: 16,
 		istreamCode: 8, interpreterDataBC: 8},
-	14: {sfiFunctionData: 8, bytecodePositions: 40, codeDeoptData: 8, codePositions: 16,
+	14: {sfiFunctionData: 8, bytecodePositions: 24, codeDeoptData: 8, codePositions: 16,
 		istreamCode: 8, interpreterDataBC: 8},
 }
 
@@ -200,8 +206,6 @@ func newLayout(md metadata, major int) (*layout, error) {
 		codeKindMask:           need("CodeKindFieldMask"),
 		codeKindShift:          need("CodeKindFieldShift"),
 		kindBaseline:           int64(need("CodeKindBaseline")),
-		deoptInliningPositions: int64(need("DeoptimizationDataInliningPositionsIndex")),
-		deoptLiteralArray:      int64(need("DeoptimizationDataLiteralArrayIndex")),
 		scopeInfoFirstVars:     need("scopeinfo_idx_first_vars"),
 		scopeInfoContextLocals: need("scopeinfo_idx_ncontextlocals"),
 		typeSFI:                typ("SHARED_FUNCTION_INFO_TYPE"),
@@ -221,7 +225,20 @@ func newLayout(md metadata, major int) (*layout, error) {
 	}
 	// V8 10 and 11 had no DeoptimizationData index names in every build:
 	// 10.2's are V8 11's.
-	if v, ok := md.get("DeoptimizationDataSharedFunctionInfoIndex"); ok {
+	deopt := func(name string, def int64) int64 {
+		if v, ok := md.get(name); ok {
+			return v
+		}
+		if def == 0 {
+			missing = append(missing, name)
+		}
+		return def
+	}
+	l.deoptInliningPositions = deopt("DeoptimizationDataInliningPositionsIndex", pv.deoptInliningPositions)
+	l.deoptLiteralArray = deopt("DeoptimizationDataLiteralArrayIndex", pv.deoptLiteralArray)
+	if pv.deoptSFI != 0 {
+		l.deoptSFI = pv.deoptSFI
+	} else if v, ok := md.get("DeoptimizationDataSharedFunctionInfoIndex"); ok {
 		l.deoptSFI = v
 	} else if v, ok := md.get("DeoptimizationDataWrappedSharedFunctionInfoIndex"); ok {
 		l.deoptSFI, l.deoptSFIWrapped, l.sfiWrapperSFI = v, true, 8
@@ -245,6 +262,7 @@ func newLayout(md metadata, major int) (*layout, error) {
 	l.byteArrayData = l.fixedArrayData // map, length (a Smi), then the bytes
 	l.interpreterDataBytecode = uint64(pv.interpreterDataBC)
 	l.kindMaglev, l.kindTurbofan = l.kindBaseline+1, l.kindBaseline+2
+	l.flaggedPositions = major >= 14
 	l.uncompiledInferredName, _ = fieldOr(md, "UncompiledData", "inferred_name", 8)
 
 	if v, ok := md.field("InstructionStream", "instruction_start"); ok {

@@ -88,9 +88,10 @@ type funcInfo struct {
 
 // scriptInfo is what naming needs of one Script.
 type scriptInfo struct {
-	hdr  []byte
-	name string
-	ends []int32
+	hdr     []byte
+	name    string
+	ends    []int32
+	noLines bool // its source could not be read
 }
 
 // codeInfo is what naming needs of one code object in the code space.
@@ -336,7 +337,7 @@ func (n *Namer) interpreted(pid int, p *namerProc, sfi uint64, rawOffset, bcLow 
 			if raw, ok := positionAt(fn.bcPos, int32(off)); ok {
 				sp := splitPosition(raw)
 				if sp.scriptOffset >= 0 && !sp.external {
-					l.Line, _ = lineOf(sc.ends, sp.scriptOffset)
+					l.Line = sc.line(sp.scriptOffset)
 				}
 			}
 		}
@@ -386,7 +387,7 @@ func (n *Namer) function(pid int, p *namerProc, sfi uint64) (*funcInfo, error) {
 		fn.bytecode = bc
 		if pt, err := h.field(bc, l.bytecodePositions); err == nil {
 			if b, err := h.byteArray(pt, maxByteArray); err == nil {
-				if es, err := decodePositions(b); err == nil && len(es) > 0 {
+				if es, err := decodePositions(b, l.flaggedPositions); err == nil && len(es) > 0 {
 					fn.bcPos, fn.bcPosOK = es, true
 				}
 			}
@@ -519,12 +520,23 @@ func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 	if sc.ends == nil {
 		// V8 computes line ends when it first needs them: read the
 		// source instead.
-		src, err := h.str16(word(l.scriptSource), maxSourceLen)
-		if err != nil {
-			return nil, fmt.Errorf("script source: %w", err)
+		// Sources behind a C++ resource (Node's own modules) are not
+		// read: their lines stay unknown.
+		if src, err := h.str16(word(l.scriptSource), maxSourceLen); err == nil {
+			sc.ends = lineEnds(src)
+		} else {
+			sc.noLines = true
 		}
-		sc.ends = lineEnds(src)
 	}
 	n.put(&entry{key: k, cost: int64(96 + len(hdr) + len(sc.name) + 4*len(sc.ends)), sc: sc})
 	return sc, nil
+}
+
+// line is the 1-based line of a script offset, 0 if unknown.
+func (sc *scriptInfo) line(off int32) int64 {
+	if sc.noLines || off < 0 {
+		return 0
+	}
+	l, _ := lineOf(sc.ends, off)
+	return l
 }
