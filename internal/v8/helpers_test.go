@@ -26,8 +26,8 @@ type nodeBin struct {
 }
 
 // nodes returns the Node binaries to test: Debian's /usr/bin/node (20)
-// and npm's official 22 (more with SONDE_TEST_NODE_ALL=1: 18, 24, 26).
-// A missing one skips, or fails under CI=true.
+// and npm's official 18, 20, 22, 24 and 26 (testutil.NodeBinary installs
+// them once). A missing one skips, or fails under CI=true.
 func nodes(t *testing.T) []nodeBin {
 	t.Helper()
 	var out []nodeBin
@@ -36,11 +36,7 @@ func nodes(t *testing.T) []nodeBin {
 	} else if testutil.InCI() {
 		t.Errorf("/usr/bin/node is missing: %v", err)
 	}
-	majors := []int{22}
-	if os.Getenv("SONDE_TEST_NODE_ALL") == "1" {
-		majors = []int{18, 22, 24, 26}
-	}
-	for _, m := range majors {
+	for _, m := range testutil.NodeMajors {
 		out = append(out, nodeBin{fmt.Sprintf("npm-%d", m), testutil.NodeBinary(t, m)})
 	}
 	return out

@@ -137,7 +137,7 @@ var versions = map[int]perVersion{
 }
 
 // testedV8 are the V8 majors the live tests run.
-var testedV8 = map[int]bool{11: true, 12: true}
+var testedV8 = map[int]bool{10: true, 11: true, 12: true, 13: true, 14: true}
 
 // newLayout reads a layout from md for V8 major.
 func newLayout(md metadata, major int) (*layout, error) {
