@@ -69,8 +69,6 @@ type image struct {
 	blobStart, blobEnd uint64 // the embedded builtins, file virtual addresses
 	blobOffset         uint64 // their file offset
 	builtins           *builtinTable
-	textVaddr, textOff uint64
-	textSize           uint64
 }
 
 // imageKey identifies a file's contents well enough to reuse what was

@@ -25,7 +25,9 @@ func FuzzDecodePositions(f *testing.F) {
 		}
 		positionAt(es, 7)
 		for _, e := range es {
-			splitPosition(e.pos)
+			if sp := splitPosition(e.pos); sp.scriptOffset < -1 || sp.inliningID < -1 {
+				t.Fatalf("position %+v", sp)
+			}
 		}
 	})
 }

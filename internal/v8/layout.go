@@ -87,8 +87,6 @@ type layout struct {
 	deoptSFI, deoptInliningPositions, deoptLiteralArray int64
 	deoptSFIWrapped                                     bool // the SFI behind a SharedFunctionInfoWrapper (V8 13+)
 	sfiWrapperSFI                                       uint64
-	inliningPositionSize                                uint64 // bytes of one InliningPosition
-	inliningPositionSFIIndex                            uint64 // not used: the literal array holds the SFIs
 
 	// Instance types.
 	typeSFI, typeScript, typeBytecode, typeCode, typeIStream int64
@@ -115,10 +113,8 @@ type perVersion struct {
 	codeInstructionStart int64 // V8 10: instructions in the Code at this offset; else Code's instruction_start
 	codeInstructionSize  int64
 	codeFlags            int64
-	jsFunctionCode       int64 // not used by the walker; checked
 	istreamCode          int64 // InstructionStream's Code (V8 11+)
 	interpreterDataBC    int64 // InterpreterData::bytecode_array
-	scopeInfoNameAfter   int64 // not used
 }
 
 // versions are the V8s of the Node majors tested here (18: 10.2, 20:

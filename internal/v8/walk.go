@@ -22,6 +22,7 @@ type WalkedFrame struct {
 // WalkStop says why a walk ended.
 type WalkStop uint8
 
+// Why a walk ended.
 const (
 	StopEnd       WalkStop = iota // fp 0, or not above the previous one
 	StopEntry                     // an entry frame: native code called JavaScript
