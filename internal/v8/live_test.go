@@ -68,6 +68,16 @@ func (s liveSample) String() string {
 // sampleLive takes n snapshots of pid's main thread, walks and names them.
 func sampleLive(t *testing.T, pid int, vm *VM, mem Memory, nm *Namer, n int) []liveSample {
 	t.Helper()
+	out := snapshots(t, pid, vm, mem, n)
+	for i := range out {
+		nameSample(t, pid, nm, &out[i])
+	}
+	return out
+}
+
+// snapshots takes n snapshots of pid's main thread and walks them.
+func snapshots(t *testing.T, pid int, vm *VM, mem Memory, n int) []liveSample {
+	t.Helper()
 	var out []liveSample
 	tick := time.NewTicker(3 * time.Millisecond)
 	defer tick.Stop()
@@ -77,8 +87,16 @@ func sampleLive(t *testing.T, pid int, vm *VM, mem Memory, nm *Namer, n int) []l
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := liveSample{pc: pc, stop: stop, frames: frames}
-		for _, f := range frames {
+		out = append(out, liveSample{pc: pc, stop: stop, frames: frames})
+	}
+	return out
+}
+
+// nameSample names s's frames.
+func nameSample(t *testing.T, pid int, nm *Namer, s *liveSample) {
+	t.Helper()
+	{
+		for _, f := range s.frames {
 			nf, err := nm.Frame(pid, f.Kind, f.Addr, f.Word, f.ReturnAddr)
 			if err != nil && !errors.Is(err, ErrStale) && !errors.Is(err, ErrUnreadable) {
 				t.Errorf("naming error matches neither ErrStale nor ErrUnreadable: %v", err)
@@ -86,9 +104,7 @@ func sampleLive(t *testing.T, pid int, vm *VM, mem Memory, nm *Namer, n int) []l
 			s.named = append(s.named, nf)
 			s.errs = append(s.errs, err)
 		}
-		out = append(out, s)
 	}
-	return out
 }
 
 // wantLine is a function of a call chain: its name, the line it calls
@@ -318,4 +334,79 @@ func inlinedChainOK(lines []symbolize.Line, file string, chain []wantLine) bool 
 		return true
 	}
 	return false
+}
+
+// TestLiveChurn samples a process whose heap churns (run-time compiled
+// functions, garbage collection, optimization and deoptimization): every
+// frame named in the script names one of its functions on a line of its
+// body, and what cannot be named is counted, never named wrongly.
+func TestLiveChurn(t *testing.T) {
+	testutil.RequireRoot(t, "ptrace of a node process")
+	script, err := filepath.Abs("testdata/churn.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string][2]int64{}
+	for _, fn := range []string{"churnMake", "churnAlloc", "churnEval", "churnLoop"} {
+		lo, hi := funcLines(t, script, fn)
+		bodies[fn] = [2]int64{lo, hi}
+	}
+	evalLine := lineOfText(t, script, "function churnEvaled")
+	for _, node := range nodes(t) {
+		t.Run(node.name, func(t *testing.T) {
+			cmd := startNode(t, node.path, "churn.js")
+			pid := cmd.Process.Pid
+			vm, mem := findVM(t, pid)
+			nm := NewNamer("/proc", 16<<20)
+			if err := nm.Add(pid, vm); err != nil {
+				t.Fatal(err)
+			}
+			defer nm.Forget(pid)
+			// Named after all were taken, as the profiler names a batch
+			// after its samples: the heap has moved on meanwhile.
+			samples := snapshots(t, pid, vm, mem, 600)
+			for i := range samples {
+				nameSample(t, pid, nm, &samples[i])
+			}
+			ours, generated, failed := 0, 0, 0
+			for _, s := range samples {
+				for i, f := range s.named {
+					if s.errs[i] != nil {
+						failed++
+						continue
+					}
+					for _, l := range f.Lines {
+						switch {
+						case l.File == script && l.Function == "<anonymous@1:1>":
+							// The module's top level.
+						case l.File == script:
+							ours++
+							b, ok := bodies[l.Function]
+							if !ok {
+								t.Errorf("frame named %s in %s: no such function", l.Function, script)
+							} else if l.Line != 0 && (l.Line < b[0] || l.Line > b[1]) {
+								t.Errorf("%s on line %d, outside its body %v (tier %s)", l.Function, l.Line, b, f.Tier)
+							}
+						case l.Function == "churnEvaled":
+							// eval's script is named after no file; its
+							// code is one line (0: unknown, as baseline
+							// code's lines are).
+							generated++
+							if l.Line > 1 {
+								t.Errorf("churnEvaled on line %d of its eval source", l.Line)
+							}
+						case l.Function == "anonymous" && l.File == "":
+							generated++ // new Function's
+						}
+					}
+				}
+			}
+			st := nm.Stats()
+			t.Logf("script lines %d, run-time compiled %d, frames not named %d; namer %+v (eval line %d)",
+				ours, generated, failed, st, evalLine)
+			if ours == 0 || generated == 0 {
+				t.Errorf("script lines %d, run-time compiled functions %d: want both", ours, generated)
+			}
+		})
+	}
 }

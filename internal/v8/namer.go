@@ -84,6 +84,7 @@ type funcInfo struct {
 	bytecode uint64 // its BytecodeArray (tagged), 0 if none
 	bcPos    []posEntry
 	bcPosOK  bool
+	anon     string // displayName of an anonymous function
 }
 
 // scriptInfo is what naming needs of one Script.
@@ -294,7 +295,7 @@ func (n *Namer) builtinJS(pid int, p *namerProc, sfi, pc uint64) (Frame, error) 
 			l.File = sc.name
 		}
 	}
-	if l.Function == "<anonymous>" {
+	if fn.name == "" {
 		if name, ok := p.vm.builtinAt(pc); ok {
 			l.Function = name
 		}
@@ -302,9 +303,12 @@ func (n *Namer) builtinJS(pid int, p *namerProc, sfi, pc uint64) (Frame, error) 
 	return Frame{Tier: TierBuiltin, Lines: []symbolize.Line{l}}, nil
 }
 
+// displayName is the function's name, or for an anonymous function
+// "<anonymous>" with the line and column it starts at where known
+// ("<anonymous@12:5>").
 func (fn *funcInfo) displayName() string {
 	if fn.name == "" {
-		return "<anonymous>"
+		return fn.anon
 	}
 	return fn.name
 }
@@ -393,7 +397,17 @@ func (n *Namer) function(pid int, p *namerProc, sfi uint64) (*funcInfo, error) {
 			}
 		}
 	}
-	n.put(&entry{key: k, cost: int64(128 + len(hdr) + len(fn.name) + 16*len(fn.bcPos)), fn: fn})
+	fn.anon = "<anonymous>"
+	if fn.name == "" && fn.bcPosOK && fn.script != 0 && fn.bcPos[0].codeOffset == -1 {
+		// The function's entry position (its first entry, at code
+		// offset -1) is where its source starts.
+		sp := splitPosition(fn.bcPos[0].pos)
+		if sc, err := n.script(pid, p, fn.script); err == nil && !sc.noLines && sp.scriptOffset >= 0 && !sp.external {
+			line, col := lineOf(sc.ends, sp.scriptOffset)
+			fn.anon = fmt.Sprintf("<anonymous@%d:%d>", line, col)
+		}
+	}
+	n.put(&entry{key: k, cost: int64(128 + len(hdr) + len(fn.name) + len(fn.anon) + 16*len(fn.bcPos)), fn: fn})
 	return fn, nil
 }
 
