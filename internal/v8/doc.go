@@ -20,8 +20,9 @@
 //
 // What differs between V8s and is handled here:
 //   - The embedded builtins run from the binary's text and, where V8
-//     remaps them next to its code space for short calls (Node 20 and
-//     later here), from a second mapping of the same file pages.
+//     remaps them next to its code space for short calls (seen on Node 20
+//     to 26, depending on where the code range lands), from a second
+//     mapping of the same file pages.
 //   - Code: V8 10 keeps instructions inside the Code object; V8 11 and
 //     later in an InstructionStream that points back to its Code.
 //   - SharedFunctionInfo, BytecodeArray, Code and DeoptimizationData

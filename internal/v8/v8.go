@@ -57,8 +57,8 @@ type VM struct {
 //
 // # Which code is V8's
 //
-// A PC is V8 code when it lies in one of Builtins (the
-// embedded builtins, part of the binary's text) or in executable memory
+// A PC is V8 code when it lies in one of Builtins (the embedded builtins,
+// in the binary's text or its second mapping) or in executable memory
 // that no file backs (V8's code space: anonymous r-x or rwx mappings; Node
 // runs no other JIT). Everything else is native code for the native
 // unwinder.
@@ -105,9 +105,20 @@ type VM struct {
 //     User space finds the code holding pc and checks that it belongs to
 //     sfi; the tier comes from the code.
 //  5. pc = slot(8), fp = slot(0); the frame is a caller now (user space is
-//     told its pc is a return address).
+//     told its pc is a return address). A caller pc that is not V8 code
+//     (see above) ends the V8 walk: hand back to the native unwinder with
+//     that pc, sp = the old fp+16 and rbp = slot(0) (count it; V8 enters
+//     and leaves C++ through entry and exit frames, so this is a walk that
+//     went wrong).
 //
-// That is two reads per JavaScript frame and one per typed frame. Every
+// That is two reads per JavaScript frame and one per typed frame; reasons
+// to stop early (a failed read, a slot that is not what it must be,
+// MaxFrames) are counted each. At the leaf, a pc in a builtin that builds
+// no frame (most bytecode handlers, some stubs) leaves rbp at its
+// caller's frame: the walk reports that frame with the leaf pc, which is
+// right for interpreted frames (the handler runs the frame's bytecode)
+// and gives FrameBuiltin (function known, line unknown) for a compiled
+// caller. Every
 // frame the walker reports as JavaScript names a function that ran at the
 // sample: the SharedFunctionInfo is read at the sample from the frame's
 // own JSFunction. User space checks what it reads later against the
@@ -115,10 +126,13 @@ type VM struct {
 // owner) and reports ErrStale rather than a wrong name.
 type Kernel struct {
 	// Builtins are where the embedded builtins (the Builtins_* functions
-	// of the binary's text) run: the binary's own mapping and, from Node
-	// 22, the copy V8 maps of the same file pages next to its code space
-	// (at most MaxBuiltinRanges). Find sees the copy once it is mapped: the
-	// caller looks again when a process's file mappings change.
+	// of the binary's text) run: the binary's own mapping and, where V8
+	// maps the same file pages again next to its code space for short
+	// builtin calls (seen on Node 20 to 26, depending on where the code
+	// range lands), that mapping too (at most MaxBuiltinRanges). Find sees
+	// the second mapping once it exists (V8 makes it when it sets up its
+	// first isolate): the caller looks again when a process's file
+	// mappings change.
 	Builtins []Range
 	// FrameReadStart and FrameReadSize are the block read per frame:
 	// [fp+FrameReadStart, fp+FrameReadStart+FrameReadSize), covering every
