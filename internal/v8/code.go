@@ -17,6 +17,7 @@ const (
 	scanChunk     = 4096
 	maxScan       = 2 << 20 // bytes scanned back from a pc
 	maxNotMaps    = 4096    // words remembered per process as not the code map
+	maxCodeMaps   = 16      // code maps per process: one per isolate at most
 	codeHdrBytes  = 64      // bytes of an InstructionStream compared at each use
 	maxInlined    = 1 << 12 // inlined functions of one code object
 	maxInlineHops = 64      // inlining depth followed
@@ -47,17 +48,14 @@ func (p *namerProc) codeAt(pc uint64) (uint64, error) {
 			if a+l.istreamInstructions > pc || !h.isTagged(w) {
 				continue
 			}
-			if p.istreamMap != 0 {
-				if w == p.istreamMap {
-					return a, nil
-				}
-				continue
+			if p.codeMaps[w] {
+				return a, nil
 			}
 			if p.notMaps[w] {
 				continue
 			}
-			if p.isCodeMap(w) {
-				p.istreamMap = w
+			if len(p.codeMaps) < maxCodeMaps && p.isCodeMap(w) {
+				p.codeMaps[w] = true
 				return a, nil
 			}
 			if len(p.notMaps) < maxNotMaps {
@@ -123,7 +121,7 @@ func (n *Namer) readCode(p *namerProc, at uint64, hdr []byte) (*codeInfo, error)
 	h := p.h
 	l := h.l
 	ci := &codeInfo{hdr: hdr}
-	if binary.LittleEndian.Uint64(hdr) != p.istreamMap {
+	if !p.codeMaps[binary.LittleEndian.Uint64(hdr)] {
 		return nil, fmt.Errorf("code at %#x: not a code object: %w", at, ErrStale)
 	}
 	if l.codeInline {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -406,6 +407,68 @@ func TestLiveChurn(t *testing.T) {
 				ours, generated, failed, st, evalLine)
 			if ours == 0 || generated == 0 {
 				t.Errorf("script lines %d, run-time compiled functions %d: want both", ours, generated)
+			}
+		})
+	}
+}
+
+// TestLiveWorker walks a worker thread, whose isolate has a heap and a
+// code space of its own: its chain is named like the main thread's.
+func TestLiveWorker(t *testing.T) {
+	testutil.RequireRoot(t, "ptrace of a node process")
+	script, err := filepath.Abs("testdata/worker.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wantChain(t, script, []string{"wGammaBurn", "wBeta", "wAlpha", "wMain"},
+		[]string{"", "return wGammaBurn(n) + 1;", "return wBeta(n) + 1;", "sum = (sum + wAlpha("})
+	for _, node := range nodes(t) {
+		t.Run(node.name, func(t *testing.T) {
+			cmd := startNode(t, node.path, "worker.js")
+			pid := cmd.Process.Pid
+			vm, mem := findVM(t, pid)
+			nm := NewNamer("/proc", 16<<20)
+			if err := nm.Add(pid, vm); err != nil {
+				t.Fatal(err)
+			}
+			defer nm.Forget(pid)
+			// The worker is the thread that burns CPU: snapshot every
+			// thread and keep those in the leaf.
+			tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaf, whole := 0, 0
+			var bad []liveSample
+			for _, e := range tids {
+				tid, err := strconv.Atoi(e.Name())
+				if err != nil {
+					continue
+				}
+				for range 40 {
+					frames, stop, pc, err := snapshot(tid, &vm.Kernel, mem)
+					if err != nil {
+						break // the thread exited
+					}
+					s := liveSample{pc: pc, stop: stop, frames: frames}
+					nameSample(t, pid, nm, &s)
+					if ls, _ := s.lines(); len(ls) == 0 || ls[0].Function != "wGammaBurn" {
+						continue
+					}
+					leaf++
+					if chainOK(s, script, want) {
+						whole++
+					} else if len(bad) < 3 {
+						bad = append(bad, s)
+					}
+				}
+			}
+			t.Logf("%d snapshots in the worker's leaf, %d name the whole chain; namer %+v", leaf, whole, nm.Stats())
+			for _, s := range bad {
+				t.Logf("not whole: %s", s)
+			}
+			if leaf < 20 || float64(whole) < 0.95*float64(leaf) {
+				t.Errorf("%d of %d snapshots in the worker's leaf name the whole chain, want ≥ 95 %%", whole, leaf)
 			}
 		})
 	}

@@ -47,8 +47,10 @@ type namerProc struct {
 	vm    *VM
 	h     heap
 	close func() error
-	// istreamMap is the map of the code space's code objects, once found.
-	istreamMap uint64
+	// codeMaps are the maps of the code space's code objects found so
+	// far: one per isolate (Node's workers each have one) unless they
+	// share a read-only heap.
+	codeMaps map[uint64]bool
 	// notMaps are words found not to be that map (bounded).
 	notMaps map[uint64]bool
 }
@@ -137,7 +139,8 @@ func (n *Namer) Add(pid int, vm *VM) error {
 func (n *Namer) addMem(pid int, vm *VM, mem Memory, closer func() error) {
 	n.mu.Lock()
 	old := n.procs[pid]
-	n.procs[pid] = &namerProc{vm: vm, h: heap{mem: mem, l: vm.l}, close: closer, notMaps: map[uint64]bool{}}
+	n.procs[pid] = &namerProc{vm: vm, h: heap{mem: mem, l: vm.l}, close: closer, notMaps: map[uint64]bool{},
+		codeMaps: map[uint64]bool{}}
 	n.dropPID(pid)
 	n.mu.Unlock()
 	if old != nil && old.close != nil {
