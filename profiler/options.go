@@ -51,6 +51,10 @@ const (
 	// (1/8: 8 MiB of the default): Java method names and line tables, and
 	// the debug information of compiled methods, about 1 KiB a hot method.
 	jvmCodeShare = 8
+	// v8CodeShare is the part of SymbolCacheBytes the V8 namer may hold
+	// (1/16: 4 MiB of the default): function names, scripts' line ends
+	// and code's position tables.
+	v8CodeShare = 16
 )
 
 // JVMCacheBytes is the part of o.SymbolCacheBytes the JVM namer may hold

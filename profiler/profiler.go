@@ -214,6 +214,7 @@ func New(opts Options) (*Profiler, error) {
 	p.preparer.runtimes = newRuntimeSet(
 		newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
 		jvms,
+		newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
 	)
 	p.resolver.runtimes = p.preparer.runtimes
 	p.preparer.holds.procfs = opts.ProcFS
@@ -244,11 +245,11 @@ func checkProcFS(root string) error {
 }
 
 // nativeSymbolBytes is the part of SymbolCacheBytes the native symbolizer
-// holds: all but the CPython code objects' and the JVM namer's shares. A
-// quarter of it is the per-file inflation cap (at most 32 MiB) that
-// README.md documents.
+// holds: all but the CPython code objects', the JVM namer's and the V8
+// namer's shares. A quarter of it is the per-file inflation cap (at most
+// 32 MiB) that README.md documents.
 func nativeSymbolBytes(symbolCacheBytes int64) int64 {
-	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare
+	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare - symbolCacheBytes/v8CodeShare
 }
 
 // CPUs is how many CPUs are sampled.

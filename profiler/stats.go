@@ -86,6 +86,8 @@ type Stats struct {
 	Python PythonStats
 	// JVM is the finding of HotSpot JVMs and the naming of their frames.
 	JVM JVMStats
+	// V8 is the finding of V8 (Node.js) and the naming of its frames.
+	V8 V8Stats
 	// OffCPU is the off-CPU join; OffCPUEnabled says whether waits are
 	// traced at all.
 	OffCPU        OffCPUStats
@@ -290,4 +292,20 @@ func (p *Profiler) Stats() Stats {
 	s.Kernel = p.kernel
 	p.tracerMu.Unlock()
 	return s
+}
+
+// V8Stats count V8 (Node.js) processes and their frames.
+type V8Stats struct {
+	Processes   uint64 // settings of processes for the eBPF V8 walker (again when its builtins change)
+	Unsupported uint64 // V8s whose layout is not supported (or a kernel without the walker): native stacks only
+	// UnknownVersions is how many layouts without support were found
+	// (each logged once).
+	UnknownVersions uint64
+	Failed          uint64 // V8s that could not be set up: native stacks only
+	Unnamed         uint64 // V8 frames that could not be named (stale or unreadable)
+	Named           uint64 // V8 frames named
+	NoLine          uint64 // frames among Named without a line (no position table collected)
+	Stale           uint64 // frames whose function or code changed between the sample and its naming
+	CacheEvictions  uint64 // entries dropped to stay within the bound
+	CacheBytes      int64  // (gauge) bytes of JavaScript names and line tables cached
 }

@@ -62,9 +62,13 @@ const (
 	SondeCounterCOUNTER_JVM_FRAMES           SondeCounter = 32
 	SondeCounterCOUNTER_JVM_NO_BLOB          SondeCounter = 33
 	SondeCounterCOUNTER_JVM_READ_ERR         SondeCounter = 34
-	SondeCounterCOUNTER_SNAPSHOTS            SondeCounter = 35
-	SondeCounterCOUNTER_SNAPSHOTS_SKIPPED    SondeCounter = 36
-	SondeCounterCOUNTER_MAX                  SondeCounter = 37
+	SondeCounterCOUNTER_V8SAMPLES            SondeCounter = 35
+	SondeCounterCOUNTER_V8FRAMES             SondeCounter = 36
+	SondeCounterCOUNTER_V8NOT_JS             SondeCounter = 37
+	SondeCounterCOUNTER_V8READ_ERR           SondeCounter = 38
+	SondeCounterCOUNTER_SNAPSHOTS            SondeCounter = 39
+	SondeCounterCOUNTER_SNAPSHOTS_SKIPPED    SondeCounter = 40
+	SondeCounterCOUNTER_MAX                  SondeCounter = 41
 )
 
 type SondeFileKey struct {
@@ -257,6 +261,7 @@ const (
 	SondeRuntimeIdRUNTIME_KIND_SHIFT SondeRuntimeId = 52
 	SondeRuntimeIdRUNTIME_PYTHON     SondeRuntimeId = 0
 	SondeRuntimeIdRUNTIME_JVM        SondeRuntimeId = 1
+	SondeRuntimeIdRUNTIME_V8         SondeRuntimeId = 2
 )
 
 type SondeSampleFlags uint32
@@ -367,6 +372,10 @@ type SondeUstackState struct {
 	JvmPad    uint32
 	Jvm       SondeJvmProc
 	JvmSlots  [16]uint64
+	V8Active  uint32
+	V8Pad     uint32
+	V8        SondeV8Proc
+	V8Slots   [8]uint64
 	JvmBlobs  [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
@@ -385,6 +394,37 @@ type SondeUstackState struct {
 	CacheStart [16]uint64
 	CacheEnd   [16]uint64
 	CacheMi    [16]SondeMappingInfo
+}
+
+type SondeV8FrameKind uint32
+
+const (
+	SondeV8FrameKindV8FRAME_INTERPRETED SondeV8FrameKind = 1
+	SondeV8FrameKindV8FRAME_COMPILED    SondeV8FrameKind = 2
+	SondeV8FrameKindV8FRAME_BUILTIN     SondeV8FrameKind = 3
+	SondeV8FrameKindV8FRAME_STUB        SondeV8FrameKind = 4
+)
+
+type SondeV8Proc struct {
+	_                structs.HostLayout
+	BuiltinStart     [4]uint64
+	BuiltinEnd       [4]uint64
+	BuiltinInode     uint64
+	BuiltinOffStart  uint64
+	BuiltinOffEnd    uint64
+	Nbuiltins        uint32
+	ReadStart        int16
+	FpMarker         int16
+	FpFunction       int16
+	FpBytecodeArray  int16
+	FpBytecodeOffset int16
+	FunctionShared   uint16
+	HeapTag          uint8
+	HeapTagMask      uint8
+	SmiTagMask       uint8
+	SmiShift         uint8
+	MarkerShift      uint8
+	Pad              [3]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -411,6 +451,7 @@ const (
 	SondeMapTables                     = "tables"
 	SondeMapUnwindScratch              = "unwind_scratch"
 	SondeMapUnwinders                  = "unwinders"
+	SondeMapV8Procs                    = "v8_procs"
 	SondeProgOffCpu                    = "off_cpu"
 	SondeProgOffCpuUnwindUser          = "off_cpu_unwind_user"
 	SondeProgOffCpuUnwindUserUnchecked = "off_cpu_unwind_user_unchecked"
@@ -452,6 +493,7 @@ const (
 	SondeVarUnusedStackSnapshot        = "unused_stack_snapshot"
 	SondeVarUnusedTaskRecord           = "unused_task_record"
 	SondeVarUnusedUnwindRow            = "unused_unwind_row"
+	SondeVarUnusedV8FrameKind          = "unused_v8_frame_kind"
 	SondeVarWakeupBytes                = "wakeup_bytes"
 )
 
@@ -531,6 +573,7 @@ type SondeMapSpecs struct {
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
 	UnwindScratch       *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	Unwinders           *ebpf.MapSpec `ebpf:"unwinders"`
+	V8Procs             *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // SondeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -570,6 +613,7 @@ type SondeVariableSpecs struct {
 	UnusedStackSnapshot    *ebpf.VariableSpec `ebpf:"unused_stack_snapshot"`
 	UnusedTaskRecord       *ebpf.VariableSpec `ebpf:"unused_task_record"`
 	UnusedUnwindRow        *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedV8FrameKind      *ebpf.VariableSpec `ebpf:"unused_v8_frame_kind"`
 	WakeupBytes            *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -613,6 +657,7 @@ type SondeMaps struct {
 	Tables              *ebpf.Map `ebpf:"tables"`
 	UnwindScratch       *ebpf.Map `ebpf:"unwind_scratch"`
 	Unwinders           *ebpf.Map `ebpf:"unwinders"`
+	V8Procs             *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *SondeMaps) Close() error {
@@ -637,6 +682,7 @@ func (m *SondeMaps) Close() error {
 		m.Tables,
 		m.UnwindScratch,
 		m.Unwinders,
+		m.V8Procs,
 	)
 }
 
@@ -677,6 +723,7 @@ type SondeVariables struct {
 	UnusedStackSnapshot    *ebpf.Variable `ebpf:"unused_stack_snapshot"`
 	UnusedTaskRecord       *ebpf.Variable `ebpf:"unused_task_record"`
 	UnusedUnwindRow        *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedV8FrameKind      *ebpf.Variable `ebpf:"unused_v8_frame_kind"`
 	WakeupBytes            *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

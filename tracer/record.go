@@ -79,6 +79,7 @@ const (
 const (
 	RuntimePython = uint8(support.SondeRuntimeIdRUNTIME_PYTHON)
 	RuntimeJVM    = uint8(support.SondeRuntimeIdRUNTIME_JVM)
+	RuntimeV8     = uint8(support.SondeRuntimeIdRUNTIME_V8)
 )
 
 // RuntimeFrame says which runtime reported the FrameRuntime frame whose

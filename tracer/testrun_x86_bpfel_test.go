@@ -244,6 +244,10 @@ type testrunUstackState struct {
 	JvmPad    uint32
 	Jvm       testrunJvmProc
 	JvmSlots  [16]uint64
+	V8Active  uint32
+	V8Pad     uint32
+	V8        testrunV8Proc
+	V8Slots   [8]uint64
 	JvmBlobs  [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
@@ -262,6 +266,28 @@ type testrunUstackState struct {
 	CacheStart [16]uint64
 	CacheEnd   [16]uint64
 	CacheMi    [16]testrunMappingInfo
+}
+
+type testrunV8Proc struct {
+	_                structs.HostLayout
+	BuiltinStart     [4]uint64
+	BuiltinEnd       [4]uint64
+	BuiltinInode     uint64
+	BuiltinOffStart  uint64
+	BuiltinOffEnd    uint64
+	Nbuiltins        uint32
+	ReadStart        int16
+	FpMarker         int16
+	FpFunction       int16
+	FpBytecodeArray  int16
+	FpBytecodeOffset int16
+	FunctionShared   uint16
+	HeapTag          uint8
+	HeapTagMask      uint8
+	SmiTagMask       uint8
+	SmiShift         uint8
+	MarkerShift      uint8
+	Pad              [3]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -288,6 +314,7 @@ const (
 	testrunMapTables               = "tables"
 	testrunMapUnwindScratch        = "unwind_scratch"
 	testrunMapUnwinders            = "unwinders"
+	testrunMapV8Procs              = "v8_procs"
 	testrunProgFindRowTest         = "find_row_test"
 	testrunProgSnapshotTest        = "snapshot_test"
 	testrunProgStepTest            = "step_test"
@@ -374,6 +401,7 @@ type testrunMapSpecs struct {
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
 	UnwindScratch       *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	Unwinders           *ebpf.MapSpec `ebpf:"unwinders"`
+	V8Procs             *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // testrunVariableSpecs contains global variables before they are loaded into the kernel.
@@ -432,6 +460,7 @@ type testrunMaps struct {
 	Tables              *ebpf.Map `ebpf:"tables"`
 	UnwindScratch       *ebpf.Map `ebpf:"unwind_scratch"`
 	Unwinders           *ebpf.Map `ebpf:"unwinders"`
+	V8Procs             *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *testrunMaps) Close() error {
@@ -456,6 +485,7 @@ func (m *testrunMaps) Close() error {
 		m.Tables,
 		m.UnwindScratch,
 		m.Unwinders,
+		m.V8Procs,
 	)
 }
 

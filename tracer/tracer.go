@@ -467,6 +467,10 @@ type Counters struct {
 	JVMFrames       uint64 // Java frames reported (interpreted and code blobs)
 	JVMNoBlob       uint64 // JVM walks ended at a code cache PC in no code blob
 	JVMReadErrs     uint64 // JVM walks ended at unreadable memory
+	V8Samples       uint64 // user stacks of processes set with SetV8
+	V8Frames        uint64 // V8 frames reported (JavaScript and typed frames)
+	V8NotJS         uint64 // frames in V8 code without a JavaScript function, unwound as native
+	V8ReadErrs      uint64 // V8 walks ended at unreadable memory
 
 	Snapshots        uint64 // samples sent with a stack snapshot (Record.Snapshot)
 	SnapshotsSkipped uint64 // snapshots not taken: the ring buffer was half full
@@ -522,6 +526,10 @@ var counters = [support.SondeCounterCOUNTER_MAX]counter{
 	support.SondeCounterCOUNTER_JVM_FRAMES:           {"jvm_frames", func(c *Counters) *uint64 { return &c.JVMFrames }},
 	support.SondeCounterCOUNTER_JVM_NO_BLOB:          {"jvm_no_blob", func(c *Counters) *uint64 { return &c.JVMNoBlob }},
 	support.SondeCounterCOUNTER_JVM_READ_ERR:         {"jvm_read_err", func(c *Counters) *uint64 { return &c.JVMReadErrs }},
+	support.SondeCounterCOUNTER_V8SAMPLES:            {"v8_samples", func(c *Counters) *uint64 { return &c.V8Samples }},
+	support.SondeCounterCOUNTER_V8FRAMES:             {"v8_frames", func(c *Counters) *uint64 { return &c.V8Frames }},
+	support.SondeCounterCOUNTER_V8NOT_JS:             {"v8_not_js", func(c *Counters) *uint64 { return &c.V8NotJS }},
+	support.SondeCounterCOUNTER_V8READ_ERR:           {"v8_read_err", func(c *Counters) *uint64 { return &c.V8ReadErrs }},
 	support.SondeCounterCOUNTER_SNAPSHOTS:            {"snapshots", func(c *Counters) *uint64 { return &c.Snapshots }},
 	support.SondeCounterCOUNTER_SNAPSHOTS_SKIPPED:    {"snapshots_skipped", func(c *Counters) *uint64 { return &c.SnapshotsSkipped }},
 }

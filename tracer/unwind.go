@@ -544,3 +544,30 @@ func (t *Tracer) ForgetJVM(pid uint32) error {
 	}
 	return nil
 }
+
+// V8Proc is what the eBPF V8 walker needs of one V8 process.
+type V8Proc = support.SondeV8Proc
+
+// MaxV8Builtins is how many builtin ranges a V8Proc holds.
+const MaxV8Builtins = len(V8Proc{}.BuiltinStart)
+
+// V8FrameRead is how many bytes of a frame the V8 walker reads, from
+// V8Proc.ReadStart below its frame pointer.
+const V8FrameRead = len(support.SondeUstackState{}.V8Slots) * 8
+
+// SetV8 makes the unwinder walk pid's V8 code by its frame pointers and
+// report its JavaScript frames.
+func (t *Tracer) SetV8(pid uint32, p V8Proc) error {
+	if err := t.objs.V8Procs.Put(pid, p); err != nil {
+		return fmt.Errorf("pid %d: set v8: %w", pid, err)
+	}
+	return nil
+}
+
+// ForgetV8 removes pid's V8 entry.
+func (t *Tracer) ForgetV8(pid uint32) error {
+	if err := t.objs.V8Procs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: forget v8: %w", pid, err)
+	}
+	return nil
+}

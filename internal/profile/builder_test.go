@@ -44,6 +44,8 @@ func TestString(t *testing.T) {
 		{"go", FrameGo.String(), "go"},
 		{"rust", FrameRust.String(), "rust"},
 		{"cpython", FrameCPython.String(), "cpython"},
+		{"jvm", FrameJVM.String(), "jvm"},
+		{"v8js", FrameV8JS.String(), "v8js"},
 		{"unknown frame", FrameUnknown.String(), ""},
 		{"frame out of range", FrameType(99).String(), ""},
 		{"on-CPU", OnCPU.String(), "on_cpu"},

@@ -28,6 +28,8 @@ func TestAttributeNamesMatchSchema(t *testing.T) {
 		{FrameNative.String(), semconv.ProfileFrameTypeNative.Value.AsString()},
 		{FrameGo.String(), semconv.ProfileFrameTypeGo.Value.AsString()},
 		{FrameRust.String(), semconv.ProfileFrameTypeRust.Value.AsString()},
+		{FrameJVM.String(), semconv.ProfileFrameTypeJVM.Value.AsString()},
+		{FrameV8JS.String(), semconv.ProfileFrameTypeV8JS.Value.AsString()},
 	} {
 		if tc.ours != tc.theirs {
 			t.Errorf("we write %q, %s says %q", tc.ours, SchemaURL, tc.theirs)

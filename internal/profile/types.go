@@ -33,10 +33,15 @@ const (
 	// or a code blob of the JVM's own); its address is the Method*
 	// (interpreted) or the code blob's.
 	FrameJVM
+	// FrameV8JS is JavaScript run by V8 (Node.js): interpreted, baseline,
+	// Maglev, TurboFan, or a builtin or stub frame of V8's own; its
+	// address is the SharedFunctionInfo's (JavaScript frames) or the pc
+	// (stub frames).
+	FrameV8JS
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go", "rust", "cpython", "jvm"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust", "cpython", "jvm", "v8js"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -51,6 +56,8 @@ func (t FrameType) String() string {
 		return "cpython"
 	case FrameJVM:
 		return "jvm"
+	case FrameV8JS:
+		return "v8js"
 	}
 	return ""
 }

@@ -128,6 +128,11 @@ struct ustack_state {
 	__u32 jvm_pad;
 	struct jvm_proc jvm;
 	__u64 jvm_slots[JVM_INTERP_WORDS]; // an interpreter frame's slots, as read
+	// The V8 walker's state (v8.h).
+	__u32 v8_active; // the process runs V8: its code is walked by frame pointers
+	__u32 v8_pad;
+	struct v8_proc v8;
+	__u64 v8_slots[V8_FRAME_READ / 8]; // a V8 frame's block, as read
 	// The CPU's code blob cache (kept across stacks), direct-mapped by PC.
 	struct jvm_blob_entry jvm_blobs[JVM_BLOB_CACHE];
 	// The mapping cache (kept across stacks): entry i is mapping
@@ -332,6 +337,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct jvm_proc);
 } jvm_procs SEC(".maps");
+
+// V8 processes and how to walk them. Filled by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct v8_proc);
+} v8_procs SEC(".maps");
 
 // The thread state last found for a thread (host tid). Checked against
 // the thread pointer on every use: a thread that exited and whose state

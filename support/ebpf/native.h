@@ -10,6 +10,7 @@
 #include "record.h"
 #include "python.h"
 #include "jvm.h"
+#include "v8.h"
 
 // Offsets in the signal frame __restore_rt returns through: the ucontext
 // sits at the stack pointer; its mcontext starts 40 bytes in.
@@ -60,6 +61,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 {
 	py_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
 	jvm_begin(st, tgid);
+	v8_begin(st, tgid);
 	st->runs = 0;
 	st->adjust = 0;
 	st->have_mi = 0;
@@ -69,7 +71,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->last_table = 0;
 	st->snap_set = 0;
 	st->snap2_set = 0;
-	if (snapshot_all && !st->py_active && !st->jvm_active) {
+	if (snapshot_all && !st->py_active && !st->jvm_active && !st->v8_active) {
 		st->snap_set = 1;
 		st->snap_frame = 0;
 		st->snap_pc = st->pc | PC_FLAG_NO_ADJUST;
@@ -420,7 +422,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 static __always_inline void want_snapshot(struct ustack_state *st, struct sample_record *s,
                                           struct mapping_info *mi, __u64 pc)
 {
-	if (st->py_active || st->jvm_active) {
+	if (st->py_active || st->jvm_active || st->v8_active) {
 		// No snapshot: a file mapped since the process was prepared (a
 		// JNI library, a C extension) is unwound by frame pointers until
 		// its table comes, so it is asked for sooner than the usual pace.
@@ -556,7 +558,14 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 	// no room for it.
 	if (vma && jvm_in_code(st, lookup))
 		return jvm_frame(st, s, idx, pc, lookup) ? FRAME_NEXT : FRAME_STOP;
+	// So is the V8 walker. V8's code is its builtins and the code no file
+	// backs.
+	if (vma && v8_in_builtins(st, lookup))
+		return v8_frame(st, s, idx, pc, lookup, true) ? FRAME_NEXT : FRAME_STOP;
 	struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
+	if (vma && v8_code(st, mi, lookup))
+		return v8_frame(st, s, idx, pc, lookup, mi && mi->inode != 0) ? FRAME_NEXT
+		                                                              : FRAME_STOP;
 	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
 		if (!st->py_walking) {
 			st->py_walking = 1;

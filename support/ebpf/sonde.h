@@ -56,6 +56,7 @@ enum runtime_id {
 	RUNTIME_KIND_SHIFT = 52,
 	RUNTIME_PYTHON = 0,
 	RUNTIME_JVM = 1,
+	RUNTIME_V8 = 2,
 };
 
 // The kinds of HotSpot frame jvm.h reports.
@@ -308,6 +309,10 @@ enum counter {
 	COUNTER_JVM_FRAMES,        // Java frames emitted (interpreted and code blobs)
 	COUNTER_JVM_NO_BLOB,       // a PC in the code cache with no code blob found: walk ended
 	COUNTER_JVM_READ_ERR,      // a Java frame could not be read: walk ended
+	COUNTER_V8_SAMPLES,        // user stacks of V8 processes (v8_procs)
+	COUNTER_V8_FRAMES,         // V8 frames emitted (JavaScript and typed frames)
+	COUNTER_V8_NOT_JS,         // a frame in V8 code with no JSFunction: unwound as native
+	COUNTER_V8_READ_ERR,       // a V8 frame could not be read: walk ended
 	COUNTER_SNAPSHOTS,         // samples sent with a stack snapshot
 	COUNTER_SNAPSHOTS_SKIPPED, // snapshots not taken: the ring buffer was half full
 	COUNTER_MAX,
@@ -361,6 +366,50 @@ struct jvm_proc {
 // its frame pointer up to its return address.
 #define JVM_INTERP_BELOW 112
 #define JVM_INTERP_WORDS ((JVM_INTERP_BELOW + 16) / 8)
+
+// The embedded builtins' ranges of one V8 (v8.h).
+#define V8_MAX_BUILTINS 4
+// Bytes of a V8 frame read in one go, from v8_proc.read_start below its
+// frame pointer: the slots the walker reads and the caller's fp and
+// return address.
+#define V8_FRAME_READ 64
+
+// v8_proc tells the V8 walker (v8.h) where one process keeps V8's
+// embedded builtins and how its version lays out frames and the
+// JSFunction; user space derives it from V8's v8dbg_* metadata
+// (internal/v8's Kernel, whose documentation is the walk's contract).
+struct v8_proc {
+	__u64 builtin_start[V8_MAX_BUILTINS]; // [start, end): embedded builtins code
+	__u64 builtin_end[V8_MAX_BUILTINS];
+	// The same code by file: a PC in a mapping of file builtin_inode
+	// whose file offset is in [builtin_off_start, builtin_off_end), where
+	// V8 maps the builtins again (Node 22 on) or the process maps the
+	// binary anew. 0, 0: none.
+	__u64 builtin_inode;
+	__u64 builtin_off_start;
+	__u64 builtin_off_end;
+	__u32 nbuiltins;
+	__s16 read_start; // the frame block: [fp + read_start, + V8_FRAME_READ)
+	__s16 fp_marker;  // slots, from fp: context or frame type marker
+	__s16 fp_function;
+	__s16 fp_bytecode_array;
+	__s16 fp_bytecode_offset;
+	__u16 function_shared; // JSFunction's SharedFunctionInfo field
+	__u8 heap_tag;         // a tagged pointer p: p & heap_tag_mask == heap_tag
+	__u8 heap_tag_mask;
+	__u8 smi_tag_mask; // a Smi (or frame marker) w: w & smi_tag_mask == 0
+	__u8 smi_shift;    // a Smi's value is w >> smi_shift
+	__u8 marker_shift; // a typed frame's type is marker >> marker_shift
+	__u8 pad[3];
+};
+
+// How a V8 frame leaves (internal/v8's FrameKind).
+enum v8_frame_kind {
+	V8_FRAME_INTERPRETED = 1, // (sfi, offset slot << 32 | bytecode array's low half)
+	V8_FRAME_COMPILED = 2,    // (sfi, pc)
+	V8_FRAME_BUILTIN = 3,     // (sfi, pc)
+	V8_FRAME_STUB = 4,        // (pc, frame type)
+};
 
 // Entries of a CPU's row cache (native.h); a power of two.
 #define ROW_CACHE 256

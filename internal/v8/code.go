@@ -1,0 +1,348 @@
+package v8
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/sonde-dev/sonde/internal/symbolize"
+)
+
+// Naming compiled frames: the code object holding a pc is found by
+// scanning back from the pc for the header of a code object (a word
+// equal to the code space's code map: InstructionStream, or Code in V8
+// 10, whose instructions follow their header), then checked: its Code
+// must say its instructions start there and hold the pc.
+
+const (
+	scanChunk     = 4096
+	maxScan       = 2 << 20 // bytes scanned back from a pc
+	maxNotMaps    = 4096    // words remembered per process as not the code map
+	maxCodeMaps   = 16      // code maps per process: one per isolate at most
+	codeHdrBytes  = 64      // bytes of an InstructionStream compared at each use
+	maxInlined    = 1 << 12 // inlined functions of one code object
+	maxInlineHops = 64      // inlining depth followed
+)
+
+// codeAt returns the start of the code object holding pc (its map word's
+// address), found by scanning back.
+func (p *namerProc) codeAt(pc uint64) (uint64, error) {
+	h := p.h
+	l := h.l
+	buf := make([]byte, scanChunk)
+	end := pc &^ 7
+	for scanned := uint64(0); scanned < maxScan; scanned += scanChunk {
+		lo := (end - scanChunk) &^ (scanChunk - 1)
+		if end%scanChunk != 0 {
+			lo = end &^ (scanChunk - 1)
+		}
+		if lo >= end {
+			lo = end - scanChunk
+		}
+		n := end - lo
+		if err := h.mem.ReadAt(buf[:n], lo); err != nil {
+			return 0, fmt.Errorf("code before pc %#x: %w: %w", pc, err, ErrStale)
+		}
+		for i := int(n) - 8; i >= 0; i -= 8 {
+			w := binary.LittleEndian.Uint64(buf[i:])
+			a := lo + uint64(i)
+			if a+l.istreamInstructions > pc || !h.isTagged(w) {
+				continue
+			}
+			if p.codeMaps[w] {
+				return a, nil
+			}
+			if p.notMaps[w] {
+				continue
+			}
+			if len(p.codeMaps) < maxCodeMaps && p.isCodeMap(w) {
+				p.codeMaps[w] = true
+				return a, nil
+			}
+			if len(p.notMaps) < maxNotMaps {
+				p.notMaps[w] = true
+			}
+		}
+		end = lo
+	}
+	return 0, fmt.Errorf("no code object within %d bytes before pc %#x: %w", maxScan, pc, ErrStale)
+}
+
+// isCodeMap says whether w is the map of code objects in the code space:
+// a Map whose instance type is the code object's.
+func (p *namerProc) isCodeMap(w uint64) bool {
+	h := p.h
+	t, err := h.typeOf(w)
+	if err != nil || t != h.l.typeMap() {
+		return false
+	}
+	var b [2]byte
+	if err := h.mem.ReadAt(b[:], w-h.l.tag+h.l.instanceType); err != nil {
+		return false
+	}
+	return int64(binary.LittleEndian.Uint16(b[:])) == h.l.typeIStream
+}
+
+// code returns what naming needs of the code object starting at at,
+// cached while its first bytes are unchanged; it must hold pc.
+func (n *Namer) code(pid int, p *namerProc, at, pc uint64) (*codeInfo, error) {
+	h := p.h
+	l := h.l
+	hdr := make([]byte, codeHdrBytes)
+	if err := h.mem.ReadAt(hdr, at); err != nil {
+		return nil, fmt.Errorf("code: %w: %w", err, ErrStale)
+	}
+	k := entryKey{pid: pid, kind: codeEntry, addr: at}
+	var ci *codeInfo
+	if e := n.get(k); e != nil && string(e.code.hdr) == string(hdr) {
+		ci = e.code
+		// The Code's own fields may change (deoptimized code is marked,
+		// not moved); the instructions it points to must still be these.
+		start, err := h.field(ci.code, l.codeInstructionStart)
+		if err != nil || (!l.codeInline && start != ci.start) {
+			ci = nil
+		}
+	}
+	if ci == nil {
+		var err error
+		if ci, err = n.readCode(p, at, hdr); err != nil {
+			return nil, err
+		}
+		cost := int64(256 + 16*len(ci.positions) + 16*len(ci.inlining) + 8*len(ci.inlined))
+		n.put(&entry{key: k, cost: cost, code: ci})
+	}
+	if pc < ci.start || pc >= ci.start+ci.size {
+		return nil, fmt.Errorf("pc %#x outside the code's instructions [%#x, %#x): %w", pc, ci.start, ci.start+ci.size, ErrStale)
+	}
+	return ci, nil
+}
+
+// readCode reads the code object at at (hdr its first bytes).
+func (n *Namer) readCode(p *namerProc, at uint64, hdr []byte) (*codeInfo, error) {
+	h := p.h
+	l := h.l
+	ci := &codeInfo{hdr: hdr}
+	if !p.codeMaps[binary.LittleEndian.Uint64(hdr)] {
+		return nil, fmt.Errorf("code at %#x: not a code object: %w", at, ErrStale)
+	}
+	if l.codeInline {
+		ci.code = at + l.tag
+		ci.start = at + l.codeInstructionStart
+	} else {
+		ci.code = binary.LittleEndian.Uint64(hdr[l.istreamCode:])
+		ci.start = at + l.istreamInstructions
+		if err := h.expect(ci.code, l.typeCode, "code"); err != nil {
+			return nil, err
+		}
+		start, err := h.field(ci.code, l.codeInstructionStart)
+		if err != nil {
+			return nil, err
+		}
+		if start != ci.start {
+			return nil, fmt.Errorf("code at %#x: its Code says instructions at %#x: %w", at, start, ErrStale)
+		}
+	}
+	size, err := h.u32(ci.code - l.tag + l.codeInstructionSize)
+	if err != nil {
+		return nil, err
+	}
+	flags, err := h.u32(ci.code - l.tag + l.codeFlags)
+	if err != nil {
+		return nil, err
+	}
+	if size == 0 || size > 1<<28 {
+		return nil, fmt.Errorf("code at %#x: %d bytes: %w", at, size, ErrStale)
+	}
+	ci.size = uint64(size)
+	kind := int64((uint64(flags) >> l.codeKindShift) & l.codeKindMask)
+	switch kind {
+	case l.kindBaseline:
+		ci.tier = TierBaseline
+	case l.kindMaglev:
+		ci.tier = TierMaglev
+	case l.kindTurbofan:
+		ci.tier = TierTurbofan
+	default:
+		return nil, fmt.Errorf("code at %#x: kind %d is no JavaScript function's: %w", at, kind, ErrStale)
+	}
+	dd, err := h.field(ci.code, l.codeDeoptData)
+	if err != nil {
+		return nil, err
+	}
+	if ci.tier == TierBaseline {
+		// Its interpreter data: the function's bytecode.
+		bc, err := n.bytecodeOf(h, dd)
+		if err != nil {
+			return nil, fmt.Errorf("baseline code at %#x: %w", at, err)
+		}
+		ci.bytecode = bc
+		return ci, nil
+	}
+	d, err := h.fixedArray(dd, 1<<16)
+	if err != nil {
+		return nil, fmt.Errorf("deoptimization data: %w", err)
+	}
+	idx := func(i int64) (uint64, error) {
+		if i < 0 || i >= int64(len(d)) {
+			return 0, fmt.Errorf("deoptimization data of %d entries: no entry %d: %w", len(d), i, ErrUnreadable)
+		}
+		return d[i], nil
+	}
+	if ci.sfi, err = idx(l.deoptSFI); err != nil {
+		return nil, err
+	}
+	if ci.sfi, err = n.unwrapSFI(h, ci.sfi); err != nil {
+		return nil, err
+	}
+	if pt, err := h.field(ci.code, l.codePositions); err == nil && h.isTagged(pt) {
+		if b, err := h.byteArray(pt, maxByteArray); err == nil && len(b) > 0 {
+			if es, err := decodePositions(b, l.flaggedPositions); err == nil {
+				ci.positions, ci.posOK = es, true
+			}
+		}
+	}
+	ipv, err := idx(l.deoptInliningPositions)
+	if err != nil {
+		return nil, err
+	}
+	if ib, err := h.byteArray(ipv, maxByteArray); err == nil {
+		for i := 0; i+16 <= len(ib) && len(ci.inlining) < maxInlined; i += 16 {
+			ci.inlining = append(ci.inlining, inlinePos{
+				pos: int64(binary.LittleEndian.Uint64(ib[i:])),
+				fn:  int32(binary.LittleEndian.Uint32(ib[i+8:])),
+			})
+		}
+	}
+	if len(ci.inlining) > 0 {
+		lav, err := idx(l.deoptLiteralArray)
+		if err != nil {
+			return nil, err
+		}
+		lits, err := h.fixedArray(lav, 1<<16)
+		if err != nil {
+			return nil, fmt.Errorf("literal array: %w", err)
+		}
+		for _, ip := range ci.inlining {
+			if ip.fn < 0 || int(ip.fn) >= len(lits) {
+				return nil, fmt.Errorf("inlined function %d of %d literals: %w", ip.fn, len(lits), ErrUnreadable)
+			}
+		}
+		ci.inlined = lits
+	}
+	return ci, nil
+}
+
+// unwrapSFI returns the SharedFunctionInfo v is or wraps (a weak
+// reference's, or a SharedFunctionInfoWrapper's in V8 13+).
+func (n *Namer) unwrapSFI(h heap, v uint64) (uint64, error) {
+	l := h.l
+	v &^= 2 // a weak reference
+	t, err := h.typeOf(v)
+	if err != nil {
+		return 0, err
+	}
+	if t == l.typeSFI {
+		return v, nil
+	}
+	if l.sfiWrapperSFI != 0 {
+		w, err := h.field(v, l.sfiWrapperSFI)
+		if err == nil {
+			if t2, err := h.typeOf(w); err == nil && t2 == l.typeSFI {
+				return w, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("function %#x: instance type %d: %w", v, t, ErrStale)
+}
+
+// compiled names a frame of code in the code space: the code holding pc
+// must belong to the function sfi the sample read.
+func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool) (Frame, error) {
+	h := p.h
+	lookup := pc
+	if returnAddr {
+		lookup-- // a call at the code's very end returns past it
+	}
+	var at uint64
+	pk := entryKey{pid: pid, kind: pcEntry, addr: lookup}
+	if e := n.get(pk); e != nil {
+		at = e.at
+	} else {
+		var err error
+		if at, err = p.codeAt(lookup); err != nil {
+			return Frame{}, err
+		}
+		n.put(&entry{key: pk, cost: 64, at: at})
+	}
+	ci, err := n.code(pid, p, at, lookup)
+	if err != nil {
+		if e, ok := n.entries[pk]; ok {
+			n.remove(e)
+		}
+		return Frame{}, err
+	}
+	fn, err := n.function(pid, p, sfi)
+	if err != nil {
+		return Frame{}, err
+	}
+	top := symbolize.Line{Function: fn.displayName()}
+	var sc *scriptInfo
+	if fn.script != 0 {
+		if sc, err = n.script(pid, p, fn.script); err != nil {
+			return Frame{}, err
+		}
+		top.File = sc.name
+	}
+	if ci.tier == TierBaseline {
+		if fn.bytecode == 0 || ci.bytecode != fn.bytecode {
+			return Frame{}, fmt.Errorf("baseline code of bytecode %#x, the function's is %#x: %w", ci.bytecode, fn.bytecode, ErrStale)
+		}
+		// The pc's bytecode offset is in the code's bytecode offset
+		// table, which takes the bytecodes' sizes to read: not done, the
+		// line stays unknown.
+		return Frame{Tier: ci.tier, Lines: []symbolize.Line{top}}, nil
+	}
+	if ci.sfi != sfi {
+		return Frame{}, fmt.Errorf("code of function %#x, the frame's is %#x: %w", ci.sfi, sfi, ErrStale)
+	}
+	off := int32(lookup - ci.start)
+	raw, ok := positionAt(ci.positions, off)
+	if !ci.posOK || !ok {
+		return Frame{Tier: ci.tier, Lines: []symbolize.Line{top}}, nil
+	}
+	var lines []symbolize.Line
+	for range maxInlineHops {
+		sp := splitPosition(raw)
+		if sp.inliningID < 0 {
+			if sc != nil && sp.scriptOffset >= 0 && !sp.external {
+				top.Line = sc.line(sp.scriptOffset)
+			}
+			return Frame{Tier: ci.tier, Lines: append(lines, top)}, nil
+		}
+		if int(sp.inliningID) >= len(ci.inlining) {
+			return Frame{}, fmt.Errorf("inlining id %d of %d: %w", sp.inliningID, len(ci.inlining), ErrUnreadable)
+		}
+		ip := ci.inlining[sp.inliningID]
+		isfi, err := n.unwrapSFI(h, ci.inlined[ip.fn])
+		if err != nil {
+			return Frame{}, fmt.Errorf("inlined function: %w", err)
+		}
+		ifn, err := n.function(pid, p, isfi)
+		if err != nil {
+			return Frame{}, fmt.Errorf("inlined function: %w", err)
+		}
+		il := symbolize.Line{Function: ifn.displayName()}
+		if ifn.script != 0 {
+			isc, err := n.script(pid, p, ifn.script)
+			if err != nil {
+				return Frame{}, err
+			}
+			il.File = isc.name
+			if sp.scriptOffset >= 0 && !sp.external {
+				il.Line = isc.line(sp.scriptOffset)
+			}
+		}
+		lines = append(lines, il)
+		raw = ip.pos
+	}
+	return Frame{}, fmt.Errorf("inlining deeper than %d: %w", maxInlineHops, ErrUnreadable)
+}

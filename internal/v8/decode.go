@@ -1,0 +1,155 @@
+package v8
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// errTruncated is a table that ends inside an entry.
+var errTruncated = errors.New("truncated")
+
+// posEntry is one entry of a source position table: from codeOffset on
+// (a bytecode offset, or an offset in machine code), the source position.
+type posEntry struct {
+	codeOffset int32
+	pos        int64 // a SourcePosition's raw bits
+	statement  bool
+}
+
+// maxPositions bounds the entries decoded from one table.
+const maxPositions = 1 << 20
+
+// readVLQ reads one variable-length quantity at b[*i] (see readUVLQ),
+// zig-zag decoded (the low bit is the sign).
+func readVLQ(b []byte, i *int) (int64, error) {
+	u, err := readUVLQ(b, i)
+	return int64(u>>1) ^ -int64(u&1), err
+}
+
+// readUVLQ reads one variable-length quantity at b[*i]: seven bits a
+// byte, least significant first, the high bit set on every byte but the
+// last.
+func readUVLQ(b []byte, i *int) (uint64, error) {
+	var u uint64
+	for shift := uint(0); ; shift += 7 {
+		if *i >= len(b) {
+			return 0, errTruncated
+		}
+		c := b[*i]
+		*i++
+		if shift >= 64 {
+			return 0, fmt.Errorf("vlq longer than 64 bits at %d", *i)
+		}
+		u |= uint64(c&0x7f) << shift
+		if c&0x80 == 0 {
+			break
+		}
+	}
+	return u, nil
+}
+
+// decodePositions decodes a source position table: a sequence of (code
+// offset delta, position delta) pairs, each a VLQ, the position delta
+// zig-zag decoded. Up to V8 13 the code offset is zig-zag decoded too: a
+// negative value v stands for an expression position at delta -v-1, a
+// non-negative one for a statement position at delta v. From V8 14
+// (flagged) it is unsigned: the delta shifted left by two, the low bit
+// set for a statement. Offsets start at -1 (the function's entry) and
+// positions at 0.
+func decodePositions(b []byte, flagged bool) ([]posEntry, error) {
+	var out []posEntry
+	code, pos := int64(-1), int64(0)
+	for i := 0; i < len(b); {
+		if len(out) >= maxPositions {
+			return nil, fmt.Errorf("more than %d source positions", maxPositions)
+		}
+		var c int64
+		var stmt bool
+		if flagged {
+			u, err := readUVLQ(b, &i)
+			if err != nil {
+				return nil, fmt.Errorf("code offset: %w", err)
+			}
+			c, stmt = int64(u>>2), u&1 != 0
+		} else {
+			v, err := readVLQ(b, &i)
+			if err != nil {
+				return nil, fmt.Errorf("code offset: %w", err)
+			}
+			c, stmt = v, v >= 0
+			if !stmt {
+				c = -v - 1
+			}
+		}
+		d, err := readVLQ(b, &i)
+		if err != nil {
+			return nil, fmt.Errorf("source position: %w", err)
+		}
+		code += c
+		pos += d
+		if c < 0 || code > 1<<31-1 || code < -1 {
+			return nil, fmt.Errorf("code offset %d out of range", code)
+		}
+		out = append(out, posEntry{codeOffset: int32(code), pos: pos, statement: stmt})
+	}
+	return out, nil
+}
+
+// positionAt returns the position of the last entry at or before off.
+func positionAt(es []posEntry, off int32) (int64, bool) {
+	i := sort.Search(len(es), func(i int) bool { return es[i].codeOffset > off })
+	if i == 0 {
+		return 0, false
+	}
+	return es[i-1].pos, true
+}
+
+// sourcePosition is a SourcePosition's raw bits taken apart: bit 0 says
+// external (a line in another file, which V8 uses for its own builtins,
+// never for scripts), bits 1..30 hold the script offset plus one, bits
+// 31..46 the inlining id plus one.
+type sourcePosition struct {
+	external     bool
+	scriptOffset int32 // -1: none
+	inliningID   int32 // -1: not inlined
+}
+
+func splitPosition(raw int64) sourcePosition {
+	u := uint64(raw)
+	return sourcePosition{
+		external:     u&1 != 0,
+		scriptOffset: int32((u>>1)&(1<<30-1)) - 1,
+		inliningID:   int32((u>>31)&0xffff) - 1,
+	}
+}
+
+// lineOf is the 1-based line of offset in a script whose line ends (the
+// offsets of its '\n' characters, and of its end) are ends, and the
+// 1-based column.
+func lineOf(ends []int32, offset int32) (line, col int64) {
+	i := sort.Search(len(ends), func(i int) bool { return ends[i] >= offset })
+	start := int32(0)
+	if i > 0 {
+		start = ends[i-1] + 1
+	}
+	return int64(i) + 1, int64(offset-start) + 1
+}
+
+// lineEnds returns the offsets of the line ends of src as V8 counts them:
+// each line terminator ('\n', a '\r' not followed by '\n', U+2028,
+// U+2029), then the end of a last line without one.
+func lineEnds(src []uint16) []int32 {
+	var out []int32
+	for i, c := range src {
+		switch {
+		case c == '\n', c == 0x2028, c == 0x2029,
+			c == '\r' && (i+1 == len(src) || src[i+1] != '\n'):
+			out = append(out, int32(i))
+		}
+	}
+	if len(src) == 0 || src[len(src)-1] != '\n' {
+		out = append(out, int32(len(src)))
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package v8
+
+import (
+	"reflect"
+	"testing"
+	"unicode/utf16"
+)
+
+// writeVLQ appends v zig-zag encoded as a VLQ.
+func writeVLQ(b []byte, v int64) []byte {
+	return writeUVLQ(b, uint64(v<<1)^uint64(v>>63))
+}
+
+func writeUVLQ(b []byte, u uint64) []byte {
+	for u >= 0x80 {
+		b = append(b, byte(u)|0x80)
+		u >>= 7
+	}
+	return append(b, byte(u))
+}
+
+// encodePositions builds a source position table from entries, as V8
+// up to 13 (flagged false) or 14 (flagged true) writes it.
+func encodePositions(es []posEntry, flagged bool) []byte {
+	var b []byte
+	code, pos := int64(-1), int64(0)
+	for _, e := range es {
+		d := int64(e.codeOffset) - code
+		switch {
+		case flagged && e.statement:
+			b = writeUVLQ(b, uint64(d)<<2|3)
+		case flagged:
+			b = writeUVLQ(b, uint64(d)<<2|2)
+		case e.statement:
+			b = writeVLQ(b, d)
+		default:
+			b = writeVLQ(b, -d-1)
+		}
+		b = writeVLQ(b, e.pos-pos)
+		code, pos = int64(e.codeOffset), e.pos
+	}
+	return b
+}
+
+// rawPosition builds a SourcePosition's bits.
+func rawPosition(scriptOffset, inliningID int32) int64 {
+	return int64(uint64(scriptOffset+1)<<1 | uint64(inliningID+1)<<31)
+}
+
+func TestDecodePositionsV8(t *testing.T) {
+	// The top-level function of testdata/burn.js under Node 20: entries
+	// at the function's entry (-1), 0, 28 (main();) and 32 (the end).
+	b := []byte{0x01, 0x04, 0x03, 0x00, 0x38, 0xa4, 0x10, 0x08, 0x1c}
+	es, err := decodePositions(b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []posEntry{
+		{codeOffset: -1, pos: rawPosition(0, -1)},
+		{codeOffset: 0, pos: rawPosition(0, -1)},
+		{codeOffset: 28, pos: rawPosition(521, -1), statement: true},
+		{codeOffset: 32, pos: rawPosition(528, -1), statement: true},
+	}
+	if !reflect.DeepEqual(es, want) {
+		t.Fatalf("decoded %+v, want %+v", es, want)
+	}
+	// main of testdata/burn.js under Node 26 (V8 14): its first entries.
+	b = []byte{0x02, 0xc0, 0x0c, 0x07, 0x44, 0x0b, 0x14, 0x12, 0x20}
+	es, err = decodePositions(b, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []posEntry{
+		{codeOffset: -1, pos: rawPosition(399, -1)},
+		{codeOffset: 0, pos: rawPosition(416, -1), statement: true},
+		{codeOffset: 2, pos: rawPosition(421, -1), statement: true},
+		{codeOffset: 6, pos: rawPosition(429, -1)},
+	}
+	if !reflect.DeepEqual(es, want) {
+		t.Fatalf("decoded %+v, want %+v", es, want)
+	}
+}
+
+func TestDecodePositionsRoundTrip(t *testing.T) {
+	es := []posEntry{
+		{codeOffset: -1, pos: rawPosition(10, -1)},
+		{codeOffset: 0, pos: rawPosition(12, -1), statement: true},
+		{codeOffset: 300, pos: rawPosition(5, 2)},
+		{codeOffset: 70000, pos: rawPosition(1<<20, 700), statement: true},
+		{codeOffset: 70001, pos: rawPosition(3, -1)},
+	}
+	for _, flagged := range []bool{false, true} {
+		got, err := decodePositions(encodePositions(es, flagged), flagged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, es) {
+			t.Fatalf("flagged %v: decoded %+v, want %+v", flagged, got, es)
+		}
+	}
+	if p, ok := positionAt(es, 299); !ok || p != es[1].pos {
+		t.Errorf("position at 299: %d %v", p, ok)
+	}
+	if p, ok := positionAt(es, 300); !ok || p != es[2].pos {
+		t.Errorf("position at 300: %d %v", p, ok)
+	}
+	if _, ok := positionAt(es, -2); ok {
+		t.Errorf("a position before the first entry")
+	}
+	sp := splitPosition(rawPosition(1<<20, 700))
+	if sp.scriptOffset != 1<<20 || sp.inliningID != 700 || sp.external {
+		t.Errorf("split %+v", sp)
+	}
+}
+
+func TestDecodePositionsErrors(t *testing.T) {
+	for _, b := range [][]byte{
+		{0x80},             // a VLQ without its last byte
+		{0x02},             // a code offset without a position
+		{0x02, 0xff, 0xff}, // a truncated position
+		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00}, // longer than 64 bits
+	} {
+		if _, err := decodePositions(b, false); err == nil {
+			t.Errorf("%x: no error", b)
+		}
+	}
+}
+
+func TestLineEnds(t *testing.T) {
+	src := utf16.Encode([]rune("a\nbc\r\nd\re\u2028f"))
+	ends := lineEnds(src)
+	want := []int32{1, 5, 7, 9, 11}
+	if !reflect.DeepEqual(ends, want) {
+		t.Fatalf("line ends %v, want %v", ends, want)
+	}
+	for _, c := range []struct {
+		off       int32
+		line, col int64
+	}{{0, 1, 1}, {1, 1, 2}, {2, 2, 1}, {6, 3, 1}, {8, 4, 1}, {10, 5, 1}} {
+		if l, col := lineOf(ends, c.off); l != c.line || col != c.col {
+			t.Errorf("offset %d: line %d col %d, want %d %d", c.off, l, col, c.line, c.col)
+		}
+	}
+	if got := lineEnds(utf16.Encode([]rune("x\n"))); !reflect.DeepEqual(got, []int32{1}) {
+		t.Errorf("a source ending in a newline: %v", got)
+	}
+}

@@ -1,0 +1,147 @@
+package v8
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/sonde-dev/sonde/internal/process"
+	"github.com/sonde-dev/sonde/internal/python"
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// nodeBin is one Node binary the tests run.
+type nodeBin struct {
+	name string
+	path string
+}
+
+// nodes returns the Node binaries to test: Debian's /usr/bin/node (20)
+// and npm's official 18, 20, 22, 24 and 26 (testutil.NodeBinary installs
+// them once). A missing one skips, or fails under CI=true.
+func nodes(t *testing.T) []nodeBin {
+	t.Helper()
+	var out []nodeBin
+	if _, err := os.Stat("/usr/bin/node"); err == nil {
+		out = append(out, nodeBin{"debian-20", "/usr/bin/node"})
+	} else if testutil.InCI() {
+		t.Errorf("/usr/bin/node is missing: %v", err)
+	}
+	for _, m := range testutil.NodeMajors {
+		out = append(out, nodeBin{fmt.Sprintf("npm-%d", m), testutil.NodeBinary(t, m)})
+	}
+	return out
+}
+
+// startNode runs testdata/script with node and waits for its "ready" line.
+func startNode(t *testing.T, node, script string, flags ...string) *exec.Cmd {
+	t.Helper()
+	src, err := filepath.Abs(filepath.Join("testdata", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, append(flags, src)...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- nil
+				break
+			}
+		}
+		ready <- sc.Err()
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("node %s: %v", script, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("node %s never said ready", script)
+	}
+	return cmd
+}
+
+// findVM finds the V8 of pid.
+func findVM(t *testing.T, pid int) (*VM, *python.ProcMem) {
+	t.Helper()
+	procs := process.NewTable("/proc", zap.NewNop(), process.Options{})
+	p, err := procs.Get(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := python.OpenMem("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testutil.Close(t, mem) })
+	vm, err := Find(p, mem)
+	if err != nil {
+		t.Fatalf("find v8 of %d: %v", pid, err)
+	}
+	return vm, mem
+}
+
+// snapshot stops thread tid with ptrace (PTRACE_SEIZE, PTRACE_INTERRUPT),
+// reads its registers, walks its V8 frames from rip and rbp as the eBPF
+// walker would, and lets it go on.
+func snapshot(tid int, k *Kernel, mem Memory) ([]WalkedFrame, WalkStop, uint64, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.PtraceSeize(tid); err != nil {
+		return nil, 0, 0, fmt.Errorf("seize %d: %w", tid, err)
+	}
+	defer func() { _ = unix.PtraceDetach(tid) }()
+	if err := unix.PtraceInterrupt(tid); err != nil {
+		return nil, 0, 0, fmt.Errorf("interrupt %d: %w", tid, err)
+	}
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
+		return nil, 0, 0, fmt.Errorf("wait %d: %w", tid, err)
+	}
+	var regs unix.PtraceRegs
+	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
+		return nil, 0, 0, fmt.Errorf("regs %d: %w", tid, err)
+	}
+	frames, stop, _ := k.Walk(mem, regs.Rip, regs.Rbp)
+	return frames, stop, regs.Rip, nil
+}
+
+// lineOfText returns the 1-based line of the first line of path holding
+// text.
+func lineOfText(t *testing.T, path, text string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			return int64(i + 1)
+		}
+	}
+	t.Fatalf("%s: no line holds %q", path, text)
+	return 0
+}

@@ -1,0 +1,341 @@
+package v8
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/sonde-dev/sonde/internal/symbolize"
+)
+
+// A synthetic V8 heap, laid out as V8 11 (Node 20) lays out its objects,
+// for naming tests without a process and for fuzzing.
+
+// synthMetadata is the metadata of a V8 11 as its v8dbg_* symbols say.
+func synthMetadata() metadata {
+	return metadata{
+		"HeapObjectTag": 1, "HeapObjectTagMask": 3, "SmiShiftSize": 31, "SmiValueShift": 1, "SmiTagMask": 1,
+		"FirstNonstringType": 128, "StringRepresentationMask": 7, "StringEncodingMask": 8, "OneByteStringTag": 8,
+		"SeqStringTag": 0, "ConsStringTag": 1, "SlicedStringTag": 3, "ThinStringTag": 5,
+		"class_Map__instance_type__uint16_t":                         12,
+		"class_String__length__int32_t":                              12,
+		"class_SeqOneByteString__chars__char":                        16,
+		"class_SeqTwoByteString__chars__char":                        16,
+		"class_ConsString__first__String":                            16,
+		"class_ConsString__second__String":                           24,
+		"class_ThinString__actual__String":                           16,
+		"class_SlicedString__parent__String":                         16,
+		"class_SlicedString__offset__SMI":                            24,
+		"class_FixedArrayBase__length__SMI":                          8,
+		"class_FixedArray__data__uintptr_t":                          16,
+		"class_JSFunction__shared__SharedFunctionInfo":               24,
+		"class_SharedFunctionInfo__name_or_scope_info__Object":       16,
+		"class_SharedFunctionInfo__script_or_debug_info__HeapObject": 32,
+		"class_SharedFunctionInfo__function_data__Object":            8,
+		"class_Script__name__Object":                                 16,
+		"class_Script__source__Object":                               8,
+		"class_Script__line_ends__Object":                            56,
+		"class_BytecodeArray__data__uintptr_t":                       54,
+		"class_InstructionStream__instruction_start__uintptr_t":      16,
+		"CodeKindFieldMask":                                          15, "CodeKindFieldShift": 0, "CodeKindBaseline": 11,
+		"DeoptimizationDataInliningPositionsIndex": 7, "DeoptimizationDataLiteralArrayIndex": 2,
+		"DeoptimizationDataSharedFunctionInfoIndex": 6,
+		"scopeinfo_idx_first_vars":                  3, "scopeinfo_idx_ncontextlocals": 2,
+		"type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE": synthSFI, "type_Script__SCRIPT_TYPE": synthScript,
+		"type_BytecodeArray__BYTECODE_ARRAY_TYPE": synthBytecode, "type_Code__CODE_TYPE": synthCode,
+		"type_InstructionStream__INSTRUCTION_STREAM_TYPE": synthIStream, "type_ScopeInfo__SCOPE_INFO_TYPE": 261,
+		"type_FixedArray__FIXED_ARRAY_TYPE": synthFixed, "type_ByteArray__BYTE_ARRAY_TYPE": synthBytes,
+		"type_InterpreterData__INTERPRETER_DATA_TYPE": 159, "type_Map__MAP_TYPE": synthMap,
+		"frametype_EntryFrame": 1, "frametype_ConstructEntryFrame": 2, "frametype_StubFrame": 15,
+		"off_fp_context_or_frame_type": -8, "off_fp_function": -16, "off_fp_bytecode_array": -32,
+		"off_fp_bytecode_offset": -40,
+	}
+}
+
+const (
+	synthSFI, synthScript, synthBytecode, synthCode = 262, 167, 191, 245
+	synthIStream, synthFixed, synthBytes, synthMap  = 252, 175, 190, 255
+	synthString                                     = 8 // a one-byte sequential string
+
+	imgBase = 0x10000000
+	imgSize = 0x4000
+)
+
+// synthImg is a heap image under construction.
+type synthImg struct {
+	b    []byte
+	next uint64
+	maps map[int64]uint64
+}
+
+func (s *synthImg) put(a, v uint64) { binary.LittleEndian.PutUint64(s.b[a-imgBase:], v) }
+
+// alloc returns the (untagged) address of n fresh bytes, 8-aligned.
+func (s *synthImg) alloc(n uint64) uint64 {
+	a := s.next
+	s.next += (n + 7) &^ 7
+	return a
+}
+
+// object allocates an object of type t and n bytes, with its map.
+func (s *synthImg) object(t int64, n uint64) uint64 {
+	m, ok := s.maps[t]
+	if !ok {
+		m = s.alloc(16) + 1
+		s.maps[t] = m
+		s.put(m-1, s.maps[synthMap])
+		binary.LittleEndian.PutUint16(s.b[m-1+12-imgBase:], uint16(t))
+	}
+	a := s.alloc(n)
+	s.put(a, m)
+	return a + 1
+}
+
+func smiV(v int64) uint64 { return uint64(v) << 32 }
+
+func (s *synthImg) str(v string) uint64 {
+	o := s.object(synthString, 16+uint64(len(v)))
+	binary.LittleEndian.PutUint32(s.b[o-1+12-imgBase:], uint32(len(v)))
+	copy(s.b[o-1+16-imgBase:], v)
+	return o
+}
+
+func (s *synthImg) bytes(t int64, v []byte) uint64 {
+	o := s.object(t, 16+uint64(len(v)))
+	s.put(o-1+8, smiV(int64(len(v))))
+	copy(s.b[o-1+16-imgBase:], v)
+	return o
+}
+
+func (s *synthImg) fixed(vs ...uint64) uint64 {
+	o := s.object(synthFixed, 16+8*uint64(len(vs)))
+	s.put(o-1+8, smiV(int64(len(vs))))
+	for i, v := range vs {
+		s.put(o-1+16+8*uint64(i), v)
+	}
+	return o
+}
+
+// The synthetic program: f calls g on line 2; g, inlined into f's
+// TurboFan code, loops on line 5.
+const synthSource = "function f() {\n  return g();\n}\nfunction g() {\n  for (;;) {}\n}\n"
+
+// synth holds the addresses tests name frames by.
+type synth struct {
+	img               []byte
+	sfiF, sfiG        uint64
+	bytecodeF         uint64
+	istream, instrs   uint64
+	offCall, offInner uint32 // machine code offsets: the call in f, g's loop
+	bcCall            int    // f's bytecode offset of the call
+}
+
+func buildSynth() synth {
+	s := &synthImg{b: make([]byte, imgSize), next: imgBase + 64, maps: map[int64]uint64{}}
+	// The meta map: a map whose map is itself.
+	mm := s.alloc(16) + 1
+	s.put(mm-1, mm)
+	binary.LittleEndian.PutUint16(s.b[mm-1+12-imgBase:], synthMap)
+	s.maps[synthMap] = mm
+	undefined := s.object(synthFixed+100, 16)
+
+	script := s.object(synthScript, 64)
+	s.put(script-1+8, s.str(synthSource))
+	s.put(script-1+16, s.str("/app/synth.js"))
+	s.put(script-1+56, undefined)
+
+	callOff := int32(len("function f() {\n  return "))
+	loopOff := int32(len("function f() {\n  return g();\n}\nfunction g() {\n  "))
+	const bcCall = 3
+	spt := s.bytes(synthBytes, encodePositions([]posEntry{
+		{codeOffset: 0, pos: rawPosition(callOff-7, -1), statement: true},
+		{codeOffset: bcCall, pos: rawPosition(callOff, -1)},
+	}, false))
+	bc := s.object(synthBytecode, 64)
+	s.put(bc-1+8, smiV(10))
+	s.put(bc-1+32, spt)
+
+	sfiF := s.object(synthSFI, 64)
+	s.put(sfiF-1+8, bc)
+	s.put(sfiF-1+16, s.str("f"))
+	s.put(sfiF-1+32, script)
+	sfiG := s.object(synthSFI, 64)
+	s.put(sfiG-1+8, smiV(0))
+	s.put(sfiG-1+16, s.str("g"))
+	s.put(sfiG-1+32, script)
+
+	inl := make([]byte, 16)
+	binary.LittleEndian.PutUint64(inl, uint64(rawPosition(callOff, -1)))
+	deopt := s.fixed(0, 0, s.fixed(sfiG), 0, 0, 0, sfiF, s.bytes(synthBytes, inl))
+	const offInner, offCall = 0x10, 0x40
+	cpos := s.bytes(synthBytes, encodePositions([]posEntry{
+		{codeOffset: 0, pos: rawPosition(0, -1)},
+		{codeOffset: offInner, pos: rawPosition(loopOff, 0)},
+		{codeOffset: offCall, pos: rawPosition(callOff, -1)},
+	}, false))
+	code := s.object(synthCode, 64)
+	s.next = (s.next + 63) &^ 63
+	istream := s.object(synthIStream, 16+0x100)
+	s.put(code-1+16, deopt)
+	s.put(code-1+24, cpos)
+	s.put(code-1+32, istream)
+	s.put(code-1+40, istream-1+16)
+	binary.LittleEndian.PutUint32(s.b[code-1+48-imgBase:], 13) // turbofan
+	binary.LittleEndian.PutUint32(s.b[code-1+56-imgBase:], 0x100)
+	s.put(istream-1+8, code)
+	return synth{img: s.b, sfiF: sfiF, sfiG: sfiG, bytecodeF: bc, istream: istream, instrs: istream - 1 + 16,
+		offCall: offCall, offInner: offInner, bcCall: bcCall}
+}
+
+// sliceMem reads a byte slice at base.
+type sliceMem struct {
+	base uint64
+	b    []byte
+}
+
+func (m sliceMem) ReadAt(p []byte, a uint64) error {
+	if a < m.base || a-m.base > uint64(len(m.b)) || uint64(len(p)) > uint64(len(m.b))-(a-m.base) {
+		return fmt.Errorf("read %#x+%d outside the image", a, len(p))
+	}
+	copy(p, m.b[a-m.base:])
+	return nil
+}
+
+func synthNamer(t testing.TB, img []byte) *Namer {
+	l, err := newLayout(synthMetadata(), 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := NewNamer("/nonexistent", 1<<20)
+	n.addMem(1, &VM{V8Major: 11, l: l}, sliceMem{base: imgBase, b: img}, nil)
+	return n
+}
+
+func TestNamerSynthetic(t *testing.T) {
+	sy := buildSynth()
+	n := synthNamer(t, sy.img)
+	f := symbolize.Line{Function: "f", File: "/app/synth.js", Line: 2}
+	g := symbolize.Line{Function: "g", File: "/app/synth.js", Line: 5}
+	// Interpreted: f at the call's bytecode offset.
+	raw := uint32(54 - 1 + sy.bcCall)
+	fr, err := n.Frame(1, FrameInterpreted, sy.sfiF, uint64(raw)<<32|uint64(uint32(sy.bytecodeF)), true)
+	if err != nil || fr.Tier != TierInterpreted || fmt.Sprint(fr.Lines) != fmt.Sprint([]symbolize.Line{f}) {
+		t.Errorf("interpreted: %+v %v", fr, err)
+	}
+	// Another bytecode array than the function's: stale.
+	if _, err := n.Frame(1, FrameInterpreted, sy.sfiF, uint64(raw)<<32|uint64(uint32(sy.bytecodeF+8)), true); !errors.Is(err, ErrStale) {
+		t.Errorf("other bytecode: %v, want ErrStale", err)
+	}
+	for _, c := range []struct {
+		name  string
+		pc    uint64
+		ret   bool
+		sfi   uint64
+		want  []symbolize.Line
+		stale bool
+	}{
+		{"inlined g at the leaf", sy.instrs + uint64(sy.offInner) + 4, false, sy.sfiF, []symbolize.Line{g, f}, false},
+		{"f returning from its call", sy.instrs + uint64(sy.offCall) + 5, true, sy.sfiF, []symbolize.Line{f}, false},
+		{"the code of another function", sy.instrs + 4, false, sy.sfiG, nil, true},
+		{"past the instructions", sy.instrs + 0x100, false, sy.sfiF, nil, true},
+	} {
+		fr, err := n.Frame(1, FrameCompiled, c.sfi, c.pc, c.ret)
+		if c.stale {
+			if !errors.Is(err, ErrStale) {
+				t.Errorf("%s: %+v %v, want ErrStale", c.name, fr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if fr.Tier != TierTurbofan || fmt.Sprint(fr.Lines) != fmt.Sprint(c.want) {
+			t.Errorf("%s: %s %+v, want turbofan %+v", c.name, fr.Tier, fr.Lines, c.want)
+		}
+	}
+	// The code replaced by other bytes at the same address: stale, not
+	// named from the cache.
+	img2 := append([]byte(nil), sy.img...)
+	binary.LittleEndian.PutUint64(img2[sy.istream-1+8-imgBase:], 0)
+	n.procs[1].h.mem = sliceMem{base: imgBase, b: img2}
+	if _, err := n.Frame(1, FrameCompiled, sy.sfiF, sy.instrs+uint64(sy.offInner), false); !errors.Is(err, ErrStale) && !errors.Is(err, ErrUnreadable) {
+		t.Errorf("code overwritten: %v, want ErrStale or ErrUnreadable", err)
+	}
+	st := n.Stats()
+	if st.Named != 3 || st.Stale < 3 || st.Bytes <= 0 || st.Entries == 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestNamerBound(t *testing.T) {
+	sy := buildSynth()
+	n := synthNamer(t, sy.img)
+	n.maxBytes = 600
+	for range 3 {
+		if _, err := n.Frame(1, FrameCompiled, sy.sfiF, sy.instrs+uint64(sy.offInner), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := n.Stats()
+	if st.Bytes > 600 || st.Evictions == 0 {
+		t.Errorf("stats %+v: want at most 600 bytes and evictions", st)
+	}
+}
+
+func TestWalkSynthetic(t *testing.T) {
+	l, err := newLayout(synthMetadata(), 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := l.kernel(synthMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Builtins = []Range{{Start: 0x400000, End: 0x500000}}
+	sy := buildSynth()
+	// A stack: a TurboFan frame of f, an interpreted caller (f again), an
+	// entry frame.
+	stack := make([]byte, 0x200)
+	const sb = 0x7ff0000
+	put := func(a, v uint64) { binary.LittleEndian.PutUint64(stack[a-sb:], v) }
+	// JSFunction for f in the heap image: reuse spare bytes at its end.
+	fn := uint64(imgBase + imgSize - 64 + 1)
+	binary.LittleEndian.PutUint64(sy.img[fn-1+24-imgBase:], sy.sfiF)
+	mem := multiMem{sliceMem{sb, stack}, sliceMem{imgBase, sy.img}}
+	fp0, fp1, fp2 := uint64(sb+0x40), uint64(sb+0x100), uint64(sb+0x180)
+	put(fp0-8, 0x1234561) // a context
+	put(fp0-16, fn)
+	put(fp0, fp1)
+	put(fp0+8, 0x400100) // returns into the interpreter
+	put(fp1-8, 0x1234561)
+	put(fp1-16, fn)
+	put(fp1-32, sy.bytecodeF)
+	put(fp1-40, smiV(56))
+	put(fp1, fp2)
+	put(fp1+8, 0x400200)
+	put(fp2-8, 1<<1) // an entry frame's marker
+	put(fp2, 0x7000)
+	put(fp2+8, 0x401000)
+	frames, stop, next := k.Walk(mem, sy.instrs+4, fp0)
+	want := []WalkedFrame{
+		{Kind: FrameCompiled, Addr: sy.sfiF, Word: sy.instrs + 4},
+		{Kind: FrameInterpreted, Addr: sy.sfiF, Word: 56<<32 | uint64(uint32(sy.bytecodeF)), ReturnAddr: true},
+		{Kind: FrameStub, Addr: 0x400200, Word: 1, ReturnAddr: true},
+	}
+	if stop != StopEntry || fmt.Sprint(frames) != fmt.Sprint(want) || next != [3]uint64{0x401000, fp2 + 16, 0x7000} {
+		t.Errorf("walk: %v %+v %#x, want entry %+v", stop, frames, next, want)
+	}
+}
+
+// multiMem reads from the first of its memories that holds the range.
+type multiMem []sliceMem
+
+func (m multiMem) ReadAt(p []byte, a uint64) error {
+	for _, s := range m {
+		if s.ReadAt(p, a) == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("read %#x+%d: unmapped", a, len(p))
+}

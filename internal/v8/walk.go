@@ -1,0 +1,106 @@
+package v8
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// This file is the executable specification of the eBPF walker
+// (support/ebpf/v8.h): Walk makes the reads Kernel's documentation lists,
+// in that order, and decides as it says. The live tests run it on real
+// node processes stopped with ptrace.
+
+// WalkedFrame is one frame as the walker reports it.
+type WalkedFrame struct {
+	Kind       FrameKind
+	Addr, Word uint64
+	// ReturnAddr says the frame's pc was a return address (every frame
+	// but the first).
+	ReturnAddr bool
+}
+
+// WalkStop says why a walk ended.
+type WalkStop uint8
+
+// Why a walk ended.
+const (
+	StopEnd       WalkStop = iota // fp 0, or not above the previous one
+	StopEntry                     // an entry frame: native code called JavaScript
+	StopNotJS                     // a frame neither typed nor JavaScript
+	StopReadFail                  // a read failed
+	StopMaxFrames                 // MaxFrames frames
+)
+
+// Walk walks V8 frames from (pc, fp) as the eBPF walker does, reading
+// mem, and returns the frames, why it stopped, and (for StopEntry) the
+// native caller's pc, sp and fp to go on with. It is the contract's
+// executable specification: at most two reads a frame.
+func (k *Kernel) Walk(mem Memory, pc, fp uint64) (frames []WalkedFrame, stop WalkStop, next [3]uint64) {
+	start := int64(k.FrameReadStart)
+	buf := make([]byte, k.FrameReadSize)
+	slot := func(o int16) uint64 { return binary.LittleEndian.Uint64(buf[int64(o)-start:]) }
+	prev := uint64(0)
+	for i := 0; ; i++ {
+		if fp == 0 || fp%8 != 0 || fp <= prev {
+			return frames, StopEnd, next
+		}
+		if i >= MaxFrames {
+			return frames, StopMaxFrames, next
+		}
+		if err := mem.ReadAt(buf, uint64(int64(fp)+start)); err != nil {
+			return frames, StopReadFail, next
+		}
+		ret := i > 0
+		marker := slot(k.FPMarker)
+		callerFP, callerPC := slot(0), slot(8)
+		if marker&uint64(k.SmiTagMask) == 0 {
+			typ := marker >> k.MarkerShift
+			frames = append(frames, WalkedFrame{Kind: FrameStub, Addr: pc, Word: typ, ReturnAddr: ret})
+			if typ == uint64(k.EntryTypes[0]) || typ == uint64(k.EntryTypes[1]) {
+				return frames, StopEntry, [3]uint64{callerPC, fp + 16, callerFP}
+			}
+		} else {
+			fn := slot(k.FPFunction)
+			if fn&uint64(k.HeapObjectTagMask) != uint64(k.HeapObjectTag) {
+				return frames, StopNotJS, next
+			}
+			var b [8]byte
+			if err := mem.ReadAt(b[:], fn-uint64(k.HeapObjectTag)+uint64(k.JSFunctionShared)); err != nil {
+				return frames, StopReadFail, next
+			}
+			sfi := binary.LittleEndian.Uint64(b[:])
+			if sfi&uint64(k.HeapObjectTagMask) != uint64(k.HeapObjectTag) {
+				return frames, StopNotJS, next
+			}
+			off, bc := slot(k.FPBytecodeOffset), slot(k.FPBytecodeArray)
+			smiLow := uint64(1)<<k.SmiShift - 1
+			switch {
+			case k.InBuiltins(pc) && off&smiLow == 0 && bc&uint64(k.HeapObjectTagMask) == uint64(k.HeapObjectTag):
+				w := uint64(uint32(off>>k.SmiShift))<<32 | uint64(uint32(bc))
+				frames = append(frames, WalkedFrame{Kind: FrameInterpreted, Addr: sfi, Word: w, ReturnAddr: ret})
+			case k.InBuiltins(pc):
+				frames = append(frames, WalkedFrame{Kind: FrameBuiltin, Addr: sfi, Word: pc, ReturnAddr: ret})
+			default:
+				frames = append(frames, WalkedFrame{Kind: FrameCompiled, Addr: sfi, Word: pc, ReturnAddr: ret})
+			}
+		}
+		prev = fp
+		pc, fp = callerPC, callerFP
+	}
+}
+
+func (s WalkStop) String() string {
+	switch s {
+	case StopEnd:
+		return "end"
+	case StopEntry:
+		return "entry"
+	case StopNotJS:
+		return "not js"
+	case StopReadFail:
+		return "read failed"
+	case StopMaxFrames:
+		return "max frames"
+	}
+	return fmt.Sprintf("stop(%d)", uint8(s))
+}

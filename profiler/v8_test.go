@@ -1,0 +1,122 @@
+//go:build linux
+
+package profiler
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+// nodes lists the Node binaries the profiler's V8 test runs: Debian's and
+// npm's official build of another major.
+func nodes(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{"node22": testutil.NodeBinary(t, 22)}
+	if _, err := os.Stat("/usr/bin/node"); err == nil {
+		out["debian"] = "/usr/bin/node"
+	} else if testutil.InCI() {
+		t.Fatalf("Debian's node is not installed (CI=true: the tests need it): %v", err)
+	}
+	return out
+}
+
+// startNode runs script with node until the test ends; it returns once the
+// program printed "ready".
+func startNode(t *testing.T, node, script string) int {
+	t.Helper()
+	cmd := exec.Command(node, script)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if sc.Text() == "ready" {
+			return cmd.Process.Pid
+		}
+	}
+	t.Fatalf("%s %s never said ready", node, script)
+	return 0
+}
+
+// TestV8Frames runs burn.js (main -> nodeAlpha -> nodeBeta ->
+// nodeGammaBurn) on each Node, started after the profiler. From the first
+// sample in nodeGammaBurn on, at least 99 % of those samples carry the
+// whole chain, each level as its own frame or inline level with a line,
+// and then node's own native frames below the JavaScript.
+func TestV8Frames(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	for name, node := range nodes(t) {
+		t.Run(name, func(t *testing.T) {
+			p, s := startProfiler(t, 99)
+			pid := startNode(t, node, "../internal/v8/testdata/burn.js")
+			var leaf, whole int
+			var bad []string
+			example := ""
+			count := func() {
+				leaf, whole, bad = 0, 0, nil
+				for _, pd := range s.all() {
+					for _, st := range javaStacks(pd, pid) {
+						if !strings.HasPrefix(st, "v8js:nodeGammaBurn:") {
+							continue
+						}
+						leaf++
+						if v8BurnWhole(st) {
+							whole++
+							example = st
+						} else if len(bad) < 5 {
+							bad = append(bad, st)
+						}
+					}
+				}
+			}
+			deadline := time.Now().Add(45 * time.Second)
+			for count(); leaf < 300 && time.Now().Before(deadline); count() {
+				s.waitFor(len(s.all())+1, 5*time.Second)
+			}
+			st := p.Stats()
+			t.Logf("%s: %d of %d nodeGammaBurn samples whole; v8 %+v; kernel v8 samples %d frames %d not-js %d read errors %d",
+				name, whole, leaf, st.V8, st.Kernel.V8Samples, st.Kernel.V8Frames, st.Kernel.V8NotJS, st.Kernel.V8ReadErrs)
+			t.Logf("a whole stack: %s", example)
+			for _, b := range bad {
+				t.Logf("not whole: %s", b)
+			}
+			if leaf < 300 {
+				t.Fatalf("%d samples in nodeGammaBurn, want 300", leaf)
+			}
+			if whole*100 < leaf*99 {
+				t.Errorf("%d of %d nodeGammaBurn samples whole, want 99 %%", whole, leaf)
+			}
+		})
+	}
+}
+
+// v8BurnWhole says whether a javaStacks stack of burn.js in nodeGammaBurn
+// holds the whole chain: nodeGammaBurn, nodeBeta, nodeAlpha and main in
+// that order (as frames or inline levels, each with a line), then node's
+// native frames.
+func v8BurnWhole(st string) bool {
+	rest := st
+	for _, fn := range []string{"nodeGammaBurn:", "nodeBeta:", "nodeAlpha:", "main:", "native:"} {
+		i := strings.Index(rest, fn)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(fn):]
+		if fn != "native:" && (len(rest) == 0 || rest[0] < '1' || rest[0] > '9') {
+			return false // no line
+		}
+	}
+	return true
+}

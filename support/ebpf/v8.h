@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+// The V8 unwinder (Node.js). User space tells it which processes run V8,
+// where their embedded builtins are and how their version lays out a
+// frame and a JSFunction (v8_procs in maps.h, derived from V8's v8dbg_*
+// metadata; internal/v8's Kernel documents the walk and Kernel.Walk is
+// its executable specification). V8 keeps a frame pointer in all its
+// code, so each frame is one read of a block below its frame pointer:
+//
+//   - a typed frame (entry, exit, stub, ...) holds a Smi marker where a
+//     JavaScript frame holds its context: it leaves as (pc, frame type);
+//   - a JavaScript frame holds its JSFunction: a second read finds the
+//     function's SharedFunctionInfo, and the frame leaves as (sfi, the
+//     bytecode offset slot and bytecode array) when the interpreter runs
+//     it, else as (sfi, pc) for user space to find the code holding pc.
+//
+// Every frame steps to its caller the same way: the caller's frame
+// pointer and return address sit at fp and fp + 8. A caller outside V8
+// code (C++ that called JavaScript, at an entry frame) is the native
+// unwinder's again.
+#pragma once
+
+#include "record.h"
+
+// v8_begin readies the V8 walk of the current stack of process tgid.
+static __always_inline void v8_begin(struct ustack_state *st, __u32 tgid)
+{
+	st->v8_active = 0;
+	struct v8_proc *vp = bpf_map_lookup_elem(&v8_procs, &tgid);
+	if (!vp)
+		return;
+	st->v8 = *vp;
+	st->v8_active = 1;
+	count(COUNTER_V8_SAMPLES);
+}
+
+// v8_in_builtins says whether a PC is in V8's embedded builtins.
+static __always_inline bool v8_in_builtins(struct ustack_state *st, __u64 pc)
+{
+	if (!st->v8_active)
+		return false;
+	for (int i = 0; i < V8_MAX_BUILTINS; i++) {
+		if (i < st->v8.nbuiltins && pc >= st->v8.builtin_start[i] &&
+		    pc < st->v8.builtin_end[i])
+			return true;
+	}
+	return false;
+}
+
+// v8_code says whether a PC in mapping mi (NULL: none found) is V8 code:
+// builtins mapped from the binary anywhere (by file offset), or code no
+// file backs.
+static __always_inline bool v8_code(struct ustack_state *st, struct mapping_info *mi, __u64 lookup)
+{
+	if (!st->v8_active)
+		return false;
+	if (!mi)
+		return !st->unplaced;
+	if (mi->inode == 0)
+		return true;
+	__u64 off = lookup - mi->file_bias;
+	return mi->inode == st->v8.builtin_inode && off >= st->v8.builtin_off_start &&
+	       off < st->v8.builtin_off_end;
+}
+
+// v8_slot returns the frame slot off bytes from the frame pointer, from
+// st->v8_slots, or 0 for one outside the block read.
+static __always_inline __u64 v8_slot(struct ustack_state *st, __s16 off)
+{
+	__s32 at = (__s32)off - st->v8.read_start;
+	if (at < 0)
+		return 0;
+	__u32 i = (__u32)at >> 3;
+	if (i >= V8_FRAME_READ / 8)
+		return 0;
+	return st->v8_slots[i];
+}
+
+// v8_emit writes the frame (addr, word) into slots stack[idx] and
+// stack[idx + 1].
+static __always_inline void v8_emit(struct ustack_state *st, struct sample_record *s, __u32 idx,
+                                    __u32 kind, __u64 addr, __u64 word)
+{
+	if (idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES)
+		return;
+	s->stack[idx] = (addr & PC_RUNTIME_ADDR_MASK) | PC_FLAG_RUNTIME |
+	                ((__u64)RUNTIME_V8 << RUNTIME_SHIFT) | ((__u64)kind << RUNTIME_KIND_SHIFT) |
+	                (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+	s->stack[idx + 1] = word;
+	s->user_len++;
+	count(COUNTER_V8_FRAMES);
+}
+
+// v8_tagged says whether w is a tagged heap object pointer.
+static __always_inline bool v8_tagged(struct ustack_state *st, __u64 w)
+{
+	return (w & st->v8.heap_tag_mask) == st->v8.heap_tag;
+}
+
+// v8_frame reports the frame at pc, which is V8 code (in the builtins, or
+// in memory no file backs), and steps to its caller. It returns false when
+// the stack ends there.
+static __always_inline bool v8_frame(struct ustack_state *st, struct sample_record *s, __u32 idx,
+                                     __u64 pc, __u64 lookup, bool in_builtins)
+{
+	__u64 fp = st->fp;
+	if (fp == 0 || (fp & 7) || fp < st->sp)
+		return false;
+	if (bpf_probe_read_user(st->v8_slots, sizeof(st->v8_slots),
+	                        (void *)(fp + (__s64)st->v8.read_start))) {
+		s->flags |= SAMPLE_USER_READ_ERR;
+		count(COUNTER_V8_READ_ERR);
+		return false;
+	}
+	__u64 marker = v8_slot(st, st->v8.fp_marker);
+	__u64 caller_fp = v8_slot(st, 0), ra = v8_slot(st, 8);
+	if ((marker & st->v8.smi_tag_mask) == 0) {
+		v8_emit(st, s, idx, V8_FRAME_STUB, pc, marker >> (st->v8.marker_shift & 63));
+	} else {
+		__u64 fn = v8_slot(st, st->v8.fp_function), sfi = 0;
+		if (!v8_tagged(st, fn) ||
+		    bpf_probe_read_user(&sfi, sizeof(sfi),
+		                        (void *)(fn - st->v8.heap_tag + st->v8.function_shared)) ||
+		    !v8_tagged(st, sfi)) {
+			// No JavaScript function here (a leaf in a prologue, a
+			// frame of another kind): a native frame, stepped by its
+			// frame pointer all the same.
+			count(COUNTER_V8_NOT_JS);
+			s->stack[idx] = st->pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
+			s->stack[idx + 1] = 0;
+			s->user_len++;
+		} else if (in_builtins) {
+			__u64 off = v8_slot(st, st->v8.fp_bytecode_offset);
+			__u64 bc = v8_slot(st, st->v8.fp_bytecode_array);
+			__u64 smi_low = (1ULL << (st->v8.smi_shift & 63)) - 1;
+			if ((off & smi_low) == 0 && v8_tagged(st, bc))
+				v8_emit(st, s, idx, V8_FRAME_INTERPRETED, sfi,
+				        ((__u64)(__u32)(off >> (st->v8.smi_shift & 63)) << 32) |
+				                (__u32)bc);
+			else
+				v8_emit(st, s, idx, V8_FRAME_BUILTIN, sfi, pc);
+		} else {
+			v8_emit(st, s, idx, V8_FRAME_COMPILED, sfi, pc);
+		}
+	}
+	if (ra == 0 || ra >= USER_ADDR_END || (caller_fp != 0 && caller_fp <= fp))
+		return false;
+	st->pc = ra;
+	st->sp = fp + 16;
+	st->fp = caller_fp;
+	st->adjust = 1;
+	return true;
+}
