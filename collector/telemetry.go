@@ -74,6 +74,14 @@ var (
 	jvmFrameUnreadable  = attrs("outcome", "unreadable")
 	jvmErrNoBlob        = attrs("reason", "no_blob")
 	jvmErrReadError     = attrs("reason", "read_error")
+	v8SetupWalked       = attrs("outcome", "walked")
+	v8SetupUnsupported  = attrs("outcome", "unsupported")
+	v8SetupFailed       = attrs("outcome", "failed")
+	v8FrameNamed        = attrs("outcome", "named")
+	v8FrameStale        = attrs("outcome", "stale")
+	v8FrameUnreadable   = attrs("outcome", "unreadable")
+	v8ErrReadError      = attrs("reason", "read_error")
+	v8ErrNotJS          = attrs("reason", "not_js")
 	pySetupWalked       = attrs("outcome", "walked")
 	pySetupUnsupported  = attrs("outcome", "unsupported")
 	pySetupFailed       = attrs("outcome", "failed")
@@ -142,6 +150,8 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.PythonErrors, tb.PythonCodeCacheSize, tb.PythonCodeCacheResets,
 		tb.JvmProcesses, tb.JvmVersionsUnknown, tb.JvmWalks, tb.JvmFrames, tb.JvmErrors,
 		tb.JvmCodeCacheSize, tb.JvmCodeCacheEvictions, tb.JvmCodeCacheLoads,
+		tb.V8Processes, tb.V8VersionsUnknown, tb.V8Walks, tb.V8Frames, tb.V8Errors,
+		tb.V8CodeCacheSize, tb.V8CodeCacheEvictions,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
@@ -239,7 +249,21 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.JvmCodeCacheEvictions, i64(js.CacheEvictions))
 	o.ObserveInt64(tb.JvmCodeCacheLoads, i64(js.CacheLoads))
 
+	vs := s.V8
+	o.ObserveInt64(tb.V8Processes, i64(vs.Processes), v8SetupWalked)
+	o.ObserveInt64(tb.V8Processes, i64(vs.Unsupported), v8SetupUnsupported)
+	o.ObserveInt64(tb.V8Processes, i64(vs.Failed), v8SetupFailed)
+	o.ObserveInt64(tb.V8VersionsUnknown, i64(vs.UnknownVersions))
+	o.ObserveInt64(tb.V8Frames, i64(vs.Named), v8FrameNamed)
+	o.ObserveInt64(tb.V8Frames, i64(vs.Stale), v8FrameStale)
+	o.ObserveInt64(tb.V8Frames, i64(vs.Unnamed-min(vs.Unnamed, vs.Stale)), v8FrameUnreadable)
+	o.ObserveInt64(tb.V8CodeCacheSize, vs.CacheBytes)
+	o.ObserveInt64(tb.V8CodeCacheEvictions, i64(vs.CacheEvictions))
+
 	c := s.Kernel
+	o.ObserveInt64(tb.V8Walks, i64(c.V8Samples))
+	o.ObserveInt64(tb.V8Errors, i64(c.V8ReadErrs), v8ErrReadError)
+	o.ObserveInt64(tb.V8Errors, i64(c.V8NotJS), v8ErrNotJS)
 	o.ObserveInt64(tb.JvmWalks, i64(c.JVMSamples))
 	o.ObserveInt64(tb.JvmErrors, i64(c.JVMNoBlob), jvmErrNoBlob)
 	o.ObserveInt64(tb.JvmErrors, i64(c.JVMReadErrs), jvmErrReadError)

@@ -296,7 +296,7 @@ func (p *Profiler) Stats() Stats {
 
 // V8Stats count V8 (Node.js) processes and their frames.
 type V8Stats struct {
-	Processes   uint64 // settings of processes for the eBPF V8 walker (again when its builtins change)
+	Processes   uint64 // processes set up for the eBPF V8 walker
 	Unsupported uint64 // V8s whose layout is not supported (or a kernel without the walker): native stacks only
 	// UnknownVersions is how many layouts without support were found
 	// (each logged once).

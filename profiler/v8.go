@@ -5,6 +5,7 @@ package profiler
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -36,7 +37,8 @@ type v8Procs struct {
 	seen imageMemo
 	logs onceLog
 
-	found       atomic.Uint64 // processes set up for the V8 walker (each setting counted)
+	walked      sync.Map      // pid -> start time of the image set up for the walker
+	found       atomic.Uint64 // processes set up for the V8 walker
 	unsupported atomic.Uint64 // V8s whose layout is not supported: native stacks
 	failed      atomic.Uint64 // V8s that could not be set up: native stacks
 	// unknownVersions counts the versions without a layout reported so
@@ -106,7 +108,9 @@ func (vp *v8Procs) prepare(proc *process.Process) (found bool) {
 			zap.Int("pid", proc.PID), zap.Error(err))
 		return false
 	}
-	vp.found.Add(1)
+	if prev, ok := vp.walked.Swap(proc.PID, proc.StartTime); !ok || prev != proc.StartTime {
+		vp.found.Add(1)
+	}
 	settled = false // looked at again when its files change (see above)
 	if vm.Untested {
 		vp.logs.warn("untested v8 "+vm.V8, "v8 version supported from its metadata, untested",
@@ -115,7 +119,10 @@ func (vp *v8Procs) prepare(proc *process.Process) (found bool) {
 	return true
 }
 
-func (vp *v8Procs) forgetImage(pid int) { vp.seen.forget(pid) }
+func (vp *v8Procs) forgetImage(pid int) {
+	vp.seen.forget(pid)
+	vp.walked.Delete(pid)
+}
 
 func (vp *v8Procs) forget(pid int) { vp.namer.Forget(pid) }
 

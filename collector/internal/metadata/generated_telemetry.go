@@ -80,6 +80,13 @@ type TelemetryBuilder struct {
 	UnwindTableRetried      metric.Int64ObservableCounter
 	UnwindTableRows         metric.Int64ObservableGauge
 	UnwindTableSize         metric.Int64ObservableGauge
+	V8CodeCacheEvictions    metric.Int64ObservableCounter
+	V8CodeCacheSize         metric.Int64ObservableGauge
+	V8Errors                metric.Int64ObservableCounter
+	V8Frames                metric.Int64ObservableCounter
+	V8Processes             metric.Int64ObservableCounter
+	V8VersionsUnknown       metric.Int64ObservableCounter
+	V8Walks                 metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -858,6 +865,111 @@ func (builder *TelemetryBuilder) RegisterUnwindTableSizeCallback(cb metric.Int64
 	return nil
 }
 
+// RegisterV8CodeCacheEvictionsCallback sets callback for observable V8CodeCacheEvictions metric.
+func (builder *TelemetryBuilder) RegisterV8CodeCacheEvictionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.V8CodeCacheEvictions, obs: o})
+		return nil
+	}, builder.V8CodeCacheEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterV8CodeCacheSizeCallback sets callback for observable V8CodeCacheSize metric.
+func (builder *TelemetryBuilder) RegisterV8CodeCacheSizeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.V8CodeCacheSize, obs: o})
+		return nil
+	}, builder.V8CodeCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterV8ErrorsCallback sets callback for observable V8Errors metric.
+func (builder *TelemetryBuilder) RegisterV8ErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.V8Errors, obs: o})
+		return nil
+	}, builder.V8Errors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterV8FramesCallback sets callback for observable V8Frames metric.
+func (builder *TelemetryBuilder) RegisterV8FramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.V8Frames, obs: o})
+		return nil
+	}, builder.V8Frames)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterV8ProcessesCallback sets callback for observable V8Processes metric.
+func (builder *TelemetryBuilder) RegisterV8ProcessesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.V8Processes, obs: o})
+		return nil
+	}, builder.V8Processes)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterV8VersionsUnknownCallback sets callback for observable V8VersionsUnknown metric.
+func (builder *TelemetryBuilder) RegisterV8VersionsUnknownCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.V8VersionsUnknown, obs: o})
+		return nil
+	}, builder.V8VersionsUnknown)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterV8WalksCallback sets callback for observable V8Walks metric.
+func (builder *TelemetryBuilder) RegisterV8WalksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.V8Walks, obs: o})
+		return nil
+	}, builder.V8Walks)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
 type observerInt64 struct {
 	embedded.Int64Observer
 	inst metric.Int64Observable
@@ -1207,6 +1319,48 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.unwind.table.size",
 		metric.WithDescription("Kernel memory of the loaded unwind tables, counted against limits::unwind_table_bytes. [Development]"),
 		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.V8CodeCacheEvictions, err = builder.meter.Int64ObservableCounter(
+		"sonde.v8.code_cache.evictions",
+		metric.WithDescription("JavaScript functions, scripts and code dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.V8CodeCacheSize, err = builder.meter.Int64ObservableGauge(
+		"sonde.v8.code_cache.size",
+		metric.WithDescription("Bytes of JavaScript function names, scripts' line ends and code's position tables cached to name V8 frames, within a sixteenth of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.V8Errors, err = builder.meter.Int64ObservableCounter(
+		"sonde.v8.errors",
+		metric.WithDescription("V8 frames the eBPF walker could not use, by reason - read_error (the frame could not be read; the rest of the stack is lost) or not_js (V8 code without a JavaScript function, shown as a native frame). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.V8Frames, err = builder.meter.Int64ObservableCounter(
+		"sonde.v8.frames",
+		metric.WithDescription("V8 frames on the host, by outcome - named, stale (its function or code changed between the sample and its naming, shown without a name) or unreadable (shown without a name). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.V8Processes, err = builder.meter.Int64ObservableCounter(
+		"sonde.v8.processes",
+		metric.WithDescription("V8 (Node.js) processes found, by outcome - walked (JavaScript frames), unsupported (a layout its v8dbg_* metadata does not give, or a kernel before 5.17) or failed (could not be set up); the last two keep native stacks. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.V8VersionsUnknown, err = builder.meter.Int64ObservableCounter(
+		"sonde.v8.versions.unknown",
+		metric.WithDescription("V8 layouts found without support, each logged once. [Development]"),
+		metric.WithUnit("{version}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.V8Walks, err = builder.meter.Int64ObservableCounter(
+		"sonde.v8.walks",
+		metric.WithDescription("User stacks of V8 processes the eBPF V8 walker was ready for. [Development]"),
+		metric.WithUnit("{stack}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs
