@@ -97,11 +97,12 @@ func FuzzWalk(f *testing.F) {
 		}
 		k.Builtins = []Range{{Start: 0x400000, End: 0x500000}}
 		mem := &countMem{m: sliceMem{base: 0x7ff0000, b: stack}}
-		frames, _, _ := k.Walk(mem, pc, fp)
-		if len(frames) > MaxFrames {
+		jit := func(pc uint64) bool { return pc >= 0x600000 && pc < 0x700000 }
+		frames, _, _ := k.Walk(mem, jit, pc, fp-64, fp)
+		if len(frames) > MaxFrames+1 {
 			t.Fatalf("%d frames", len(frames))
 		}
-		if mem.n > 2*(len(frames)+1) {
+		if mem.n > 2*(len(frames)+1)+1 {
 			t.Fatalf("%d reads for %d frames", mem.n, len(frames))
 		}
 	})

@@ -317,7 +317,7 @@ func TestWalkSynthetic(t *testing.T) {
 	put(fp2-8, 1<<1) // an entry frame's marker
 	put(fp2, 0x7000)
 	put(fp2+8, 0x401000)
-	frames, stop, next := k.Walk(mem, sy.instrs+4, fp0)
+	frames, stop, next := k.Walk(mem, nil, sy.instrs+4, fp0-32, fp0)
 	want := []WalkedFrame{
 		{Kind: FrameCompiled, Addr: sy.sfiF, Word: sy.instrs + 4},
 		{Kind: FrameInterpreted, Addr: sy.sfiF, Word: 56<<32 | uint64(uint32(sy.bytecodeF)), ReturnAddr: true},
