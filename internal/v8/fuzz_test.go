@@ -118,3 +118,17 @@ func (c *countMem) ReadAt(p []byte, a uint64) error {
 	c.n++
 	return c.m.ReadAt(p, a)
 }
+
+func FuzzBaselineBytecodeOffset(f *testing.F) {
+	sizes := make([]byte, 3*0x20)
+	for i := range sizes {
+		sizes[i] = byte(1 + i%4)
+	}
+	f.Add([]byte{16, 8, 8, 8}, []byte{0x10, 0xaa, 0, 0x11, 0xbb, 0xbb, 0x12}, uint64(30))
+	f.Fuzz(func(t *testing.T, table, bytecodes []byte, pc uint64) {
+		got, err := baselineBytecodeOffset(table, bytecodes, sizes, pc)
+		if err == nil && (got < -1 || got >= len(bytecodes)) {
+			t.Fatalf("bytecode offset %d of %d bytes", got, len(bytecodes))
+		}
+	})
+}
