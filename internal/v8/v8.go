@@ -124,19 +124,20 @@ type VM struct {
 //     went wrong).
 //
 // That is two reads per JavaScript frame and one per typed frame (three
-// at the leaf of a frameless builtin); reasons
-// to stop early (a failed read, a slot that is not what it must be,
-// MaxFrames) are counted each. At the leaf, a pc in a builtin that builds
+// at the leaf of a frameless builtin); reasons to stop early (a failed
+// read, a slot that is not what it must be, MaxFrames, a pc that is not
+// V8 code) are counted each. At the leaf, a pc in a builtin that builds
 // no frame (most bytecode handlers, some stubs) leaves rbp at its
 // caller's frame: the walk reports that frame with the leaf pc, which is
 // right for interpreted frames (the handler runs the frame's bytecode);
 // for a compiled caller the return address at sp gives its pc (above),
 // unless the builtin pushed something first (then FrameBuiltin: function
-// known, line unknown). Every
-// frame the walker reports as JavaScript names a function that ran at the
-// sample: the SharedFunctionInfo is read at the sample from the frame's
-// own JSFunction. User space checks what it reads later against the
-// sample (the object's map, the bytecode array's low half, the code's
+// known, line unknown).
+//
+// Every frame the walker reports as JavaScript names a function that ran
+// at the sample: the SharedFunctionInfo is read at the sample from the
+// frame's own JSFunction. User space checks what it reads later against
+// the sample (the object's map, the bytecode array's low half, the code's
 // owner) and reports ErrStale rather than a wrong name.
 type Kernel struct {
 	// Builtins are where the embedded builtins (the Builtins_* functions

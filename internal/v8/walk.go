@@ -29,6 +29,7 @@ const (
 	StopNotJS                     // a frame neither typed nor JavaScript
 	StopReadFail                  // a read failed
 	StopMaxFrames                 // MaxFrames frames
+	StopNative                    // a pc that is not V8 code
 )
 
 // Walk walks V8 frames from (pc, sp, fp) as the eBPF walker does, reading
@@ -48,6 +49,14 @@ func (k *Kernel) Walk(mem Memory, jit func(pc uint64) bool, pc, sp, fp uint64) (
 		}
 		if i >= MaxFrames {
 			return frames, StopMaxFrames, next
+		}
+		if jit != nil && !k.InBuiltins(pc) && !jit(pc) {
+			// Not V8 code: the native unwinder's (a caller's sp is the
+			// previous frame's fp+16).
+			if i > 0 {
+				sp = prev + 16
+			}
+			return frames, StopNative, [3]uint64{pc, sp, fp}
 		}
 		if err := mem.ReadAt(buf, uint64(int64(fp)+start)); err != nil {
 			return frames, StopReadFail, next
@@ -110,6 +119,8 @@ func (s WalkStop) String() string {
 		return "read failed"
 	case StopMaxFrames:
 		return "max frames"
+	case StopNative:
+		return "native"
 	}
 	return fmt.Sprintf("stop(%d)", uint8(s))
 }
