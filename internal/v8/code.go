@@ -107,7 +107,7 @@ func (n *Namer) code(pid int, p *namerProc, at, pc uint64) (*codeInfo, error) {
 		if ci, err = n.readCode(p, at, hdr); err != nil {
 			return nil, err
 		}
-		cost := int64(256 + 16*len(ci.positions) + 16*len(ci.inlining) + 8*len(ci.inlined))
+		cost := int64(256 + len(ci.offsets) + len(ci.bytecodes) + 16*len(ci.positions) + 16*len(ci.inlining) + 8*len(ci.inlined))
 		n.put(&entry{key: k, cost: cost, code: ci})
 	}
 	if pc < ci.start || pc >= ci.start+ci.size {
@@ -175,6 +175,17 @@ func (n *Namer) readCode(p *namerProc, at uint64, hdr []byte) (*codeInfo, error)
 			return nil, fmt.Errorf("baseline code at %#x: %w", at, err)
 		}
 		ci.bytecode = bc
+		// Its bytecode offset table and the bytecodes, to map a pc to
+		// the bytecode it runs.
+		if len(p.vm.bytecodeSizes) > 0 {
+			if pt, err := h.field(ci.code, l.codeBytecodeOffsets); err == nil && h.isTagged(pt) {
+				if tb, err := h.byteArray(pt, maxByteArray); err == nil {
+					if bcs, err := h.bytecodes(bc); err == nil {
+						ci.offsets, ci.bytecodes = tb, bcs
+					}
+				}
+			}
+		}
 		return ci, nil
 	}
 	d, err := h.fixedArray(dd, 1<<16)
@@ -296,9 +307,17 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 		if fn.bytecode == 0 || ci.bytecode != fn.bytecode {
 			return Frame{}, fmt.Errorf("baseline code of bytecode %#x, the function's is %#x: %w", ci.bytecode, fn.bytecode, ErrStale)
 		}
-		// The pc's bytecode offset is in the code's bytecode offset
-		// table, which takes the bytecodes' sizes to read: not done, the
-		// line stays unknown.
+		// The pc's bytecode, from the code's bytecode offset table (V8
+		// looks the pc itself up, return address or not).
+		if ci.offsets != nil && fn.bcPosOK && sc != nil {
+			if bo, err := baselineBytecodeOffset(ci.offsets, ci.bytecodes, p.vm.bytecodeSizes, pc-ci.start); err == nil {
+				if raw, ok := positionAt(fn.bcPos, int32(bo)); ok {
+					if sp := splitPosition(raw); !sp.external {
+						top.Line = sc.line(sp.scriptOffset)
+					}
+				}
+			}
+		}
 		return Frame{Tier: ci.tier, Lines: []symbolize.Line{top}}, nil
 	}
 	if ci.sfi != sfi {

@@ -153,3 +153,60 @@ func lineEnds(src []uint16) []int32 {
 	}
 	return out
 }
+
+// Ignition's prefix bytecodes: the operands of the next bytecode are
+// twice (Wide) or four times (ExtraWide) as wide.
+const (
+	bytecodeWide      = 0
+	bytecodeExtraWide = 1
+)
+
+// maxBytecodes bounds the bytecodes stepped through for one lookup.
+const maxBytecodes = 1 << 20
+
+// baselineBytecodeOffset maps an offset in baseline (Sparkplug) code to
+// the bytecode it runs: table holds, for the function's entry and then
+// each bytecode in order, the size of its machine code (unsigned VLQs);
+// a pc offset belongs to the first entry whose code ends at or after it.
+// sizes is Bytecodes::kBytecodeSizes, bytecodes the function's bytecode.
+// The function's entry is -1.
+func baselineBytecodeOffset(table, bytecodes, sizes []byte, pcOff uint64) (int, error) {
+	n := len(sizes) / 3
+	if n == 0 {
+		return 0, fmt.Errorf("no bytecode sizes")
+	}
+	i := 0
+	end, err := readUVLQ(table, &i)
+	if err != nil {
+		return 0, fmt.Errorf("bytecode offset table: %w", err)
+	}
+	cur, next := -1, 0
+	for steps := 0; end < pcOff; steps++ {
+		if steps > maxBytecodes || next >= len(bytecodes) {
+			return 0, fmt.Errorf("pc offset %#x past the bytecodes", pcOff)
+		}
+		d, err := readUVLQ(table, &i)
+		if err != nil {
+			return 0, fmt.Errorf("bytecode offset table: %w", err)
+		}
+		end += d
+		cur = next
+		// Step over the bytecode at next, with its prefix.
+		scale, at := 0, next
+		switch bytecodes[at] {
+		case bytecodeWide:
+			scale, at = 1, at+1
+		case bytecodeExtraWide:
+			scale, at = 2, at+1
+		}
+		if at >= len(bytecodes) || int(bytecodes[at]) >= n {
+			return 0, fmt.Errorf("bytecode %d at %d: not one of %d", bytecodes[min(at, len(bytecodes)-1)], at, n)
+		}
+		size := int(sizes[scale*n+int(bytecodes[at])])
+		if size == 0 {
+			return 0, fmt.Errorf("bytecode %d at %d: size 0", bytecodes[at], at)
+		}
+		next = at + size
+	}
+	return cur, nil
+}

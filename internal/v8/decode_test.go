@@ -145,3 +145,29 @@ func TestLineEnds(t *testing.T) {
 		t.Errorf("a source ending in a newline: %v", got)
 	}
 }
+
+func TestBaselineBytecodeOffset(t *testing.T) {
+	// Three bytecodes: 0x10 (size 2), Wide-prefixed 0x11 (size 3 at
+	// scale 2), 0x12 (size 1); each takes 8 bytes of machine code after
+	// a 16-byte prologue.
+	sizes := make([]byte, 3*0x20)
+	sizes[0x10], sizes[0x11], sizes[0x12] = 2, 2, 1
+	sizes[0x20+0x11] = 3
+	bytecodes := []byte{0x10, 0xaa, bytecodeWide, 0x11, 0xbb, 0xbb, 0x12}
+	table := writeUVLQ(writeUVLQ(writeUVLQ(writeUVLQ(nil, 16), 8), 8), 8)
+	for _, c := range []struct {
+		pc   uint64
+		want int
+	}{{0, -1}, {16, -1}, {17, 0}, {24, 0}, {25, 2}, {32, 2}, {33, 6}, {40, 6}} {
+		got, err := baselineBytecodeOffset(table, bytecodes, sizes, c.pc)
+		if err != nil || got != c.want {
+			t.Errorf("pc offset %d: bytecode %d %v, want %d", c.pc, got, err, c.want)
+		}
+	}
+	if _, err := baselineBytecodeOffset(table, bytecodes, sizes, 41); err == nil {
+		t.Errorf("pc offset past the table: no error")
+	}
+	if _, err := baselineBytecodeOffset(table, []byte{0x1f}, sizes, 20); err == nil {
+		t.Errorf("a bytecode of size 0: no error")
+	}
+}

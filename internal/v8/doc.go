@@ -32,10 +32,13 @@
 //     statement flag where earlier ones zig-zag encode them (the sign is
 //     the flag).
 //
-// What is not named: the lines of Sparkplug (baseline) frames (the pc's
-// bytecode offset needs the bytecodes' sizes), and the lines of scripts
-// whose source is an external string (Node's own modules): their frames
-// carry the function and script name, line 0. TurboFan and Maglev record
+// A Sparkplug (baseline) frame's line comes from its code's bytecode
+// offset table, stepped through with the bytecodes' sizes (Ignition's
+// Bytecodes::kBytecodeSizes, read from the binary's symbols).
+//
+// What is not named: the lines of scripts whose source is an external
+// string (Node's own modules): their frames carry the function and script
+// name, line 0. TurboFan and Maglev record
 // positions sparsely without a profiler attached, and for code compiled
 // on stack replacement the call sites of inlined functions are recorded
 // at the enclosing loop: those lines are V8's own.

@@ -69,6 +69,9 @@ type image struct {
 	blobStart, blobEnd uint64 // the embedded builtins, file virtual addresses
 	blobOffset         uint64 // their file offset
 	builtins           *builtinTable
+	// bytecodeSizes is Ignition's Bytecodes::kBytecodeSizes: the size of
+	// each bytecode with its operands, at operand scale 1, 2 and 4.
+	bytecodeSizes []byte
 }
 
 // imageKey identifies a file's contents well enough to reuse what was
@@ -170,6 +173,12 @@ func readImage(path string) (*image, error) {
 	found := 0
 	var bt []builtin
 	for _, s := range syms {
+		if s.Name == "_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE" && s.Size%3 == 0 && s.Size <= 3*1024 {
+			if b, err := readBytes(f, s.Value, s.Size); err == nil {
+				img.bytecodeSizes = b
+			}
+			continue
+		}
 		if i, ok := verNames[s.Name]; ok {
 			if v, err := readInt(f, s.Value, 4); err == nil {
 				ver[i] = v
@@ -235,6 +244,21 @@ func readInt(f *elf.File, va, size uint64) (int64, error) {
 	return 0, fmt.Errorf("address %#x in no segment", va)
 }
 
+// readBytes reads size bytes at the file's virtual address va.
+func readBytes(f *elf.File, va, size uint64) ([]byte, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || va < p.Vaddr || va+size > p.Vaddr+p.Filesz {
+			continue
+		}
+		b := make([]byte, size)
+		if _, err := p.ReadAt(b, int64(va-p.Vaddr)); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("address %#x in no segment", va)
+}
+
 // fileOffset is the file offset of virtual address va.
 func fileOffset(f *elf.File, va uint64) (uint64, bool) {
 	for _, p := range f.Progs {
@@ -249,7 +273,8 @@ func fileOffset(f *elf.File, va uint64) (uint64, bool) {
 // mappings).
 func (img *image) vm(p *process.Process, m process.Mapping) (*VM, error) {
 	vm := &VM{V8: img.version, V8Major: img.major, V8Minor: img.minor, Node: img.node,
-		NodeMajor: nodeOfV8[img.major], Untested: !testedV8[img.major], l: img.l, builtins: img.builtins}
+		NodeMajor: nodeOfV8[img.major], Untested: !testedV8[img.major], l: img.l, builtins: img.builtins,
+		bytecodeSizes: img.bytecodeSizes}
 	if img.node != "" {
 		vm.NodeMajor, _ = strconv.Atoi(strings.SplitN(img.node[1:], ".", 2)[0])
 	}

@@ -97,11 +97,12 @@ func FuzzWalk(f *testing.F) {
 		}
 		k.Builtins = []Range{{Start: 0x400000, End: 0x500000}}
 		mem := &countMem{m: sliceMem{base: 0x7ff0000, b: stack}}
-		frames, _, _ := k.Walk(mem, pc, fp)
-		if len(frames) > MaxFrames {
+		jit := func(pc uint64) bool { return pc >= 0x600000 && pc < 0x700000 }
+		frames, _, _ := k.Walk(mem, jit, pc, fp-64, fp)
+		if len(frames) > MaxFrames+1 {
 			t.Fatalf("%d frames", len(frames))
 		}
-		if mem.n > 2*(len(frames)+1) {
+		if mem.n > 2*(len(frames)+1)+1 {
 			t.Fatalf("%d reads for %d frames", mem.n, len(frames))
 		}
 	})
@@ -116,4 +117,18 @@ type countMem struct {
 func (c *countMem) ReadAt(p []byte, a uint64) error {
 	c.n++
 	return c.m.ReadAt(p, a)
+}
+
+func FuzzBaselineBytecodeOffset(f *testing.F) {
+	sizes := make([]byte, 3*0x20)
+	for i := range sizes {
+		sizes[i] = byte(1 + i%4)
+	}
+	f.Add([]byte{16, 8, 8, 8}, []byte{0x10, 0xaa, 0, 0x11, 0xbb, 0xbb, 0x12}, uint64(30))
+	f.Fuzz(func(t *testing.T, table, bytecodes []byte, pc uint64) {
+		got, err := baselineBytecodeOffset(table, bytecodes, sizes, pc)
+		if err == nil && (got < -1 || got >= len(bytecodes)) {
+			t.Fatalf("bytecode offset %d of %d bytes", got, len(bytecodes))
+		}
+	})
 }

@@ -262,3 +262,23 @@ func (h heap) byteArray(o uint64, limit int) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// maxBytecodeLen bounds the bytecodes read of one function.
+const maxBytecodeLen = 1 << 20
+
+// bytecodes reads the bytecodes of the BytecodeArray bc.
+func (h heap) bytecodes(bc uint64) ([]byte, error) {
+	lv, err := h.field(bc, h.l.bytecodeLength)
+	if err != nil {
+		return nil, err
+	}
+	n := h.smi(lv)
+	if !h.isSmi(lv) || n <= 0 || n > maxBytecodeLen {
+		return nil, fmt.Errorf("bytecode array at %#x: length %d: %w", bc, n, ErrUnreadable)
+	}
+	b := make([]byte, n)
+	if err := h.mem.ReadAt(b, bc-h.l.tag+h.l.bytecodeData); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

@@ -125,7 +125,7 @@ func snapshot(tid int, k *Kernel, mem Memory) ([]WalkedFrame, WalkStop, uint64, 
 	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
 		return nil, 0, 0, fmt.Errorf("regs %d: %w", tid, err)
 	}
-	frames, stop, _ := k.Walk(mem, regs.Rip, regs.Rbp)
+	frames, stop, _ := k.Walk(mem, jitOf(tid), regs.Rip, regs.Rsp, regs.Rbp)
 	return frames, stop, regs.Rip, nil
 }
 
@@ -144,4 +144,31 @@ func lineOfText(t *testing.T, path, text string) int64 {
 	}
 	t.Fatalf("%s: no line holds %q", path, text)
 	return 0
+}
+
+// jitOf returns whether a pc of process (or thread) pid is in executable
+// memory no file backs, from its maps.
+func jitOf(pid int) func(uint64) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil
+	}
+	ms, err := process.ParseMaps(strings.NewReader(string(b)))
+	if err != nil {
+		return nil
+	}
+	var jit []process.Mapping
+	for _, m := range ms {
+		if m.Path == "" && strings.Contains(m.Perms, "x") {
+			jit = append(jit, m)
+		}
+	}
+	return func(pc uint64) bool {
+		for _, m := range jit {
+			if pc >= m.Start && pc < m.End {
+				return true
+			}
+		}
+		return false
+	}
 }

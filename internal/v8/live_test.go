@@ -37,6 +37,20 @@ func (s liveSample) lines() ([]symbolize.Line, []string) {
 	return ls, tiers
 }
 
+// leaf returns the innermost function named below the builtins and stubs
+// at the top of the stack, and its tier.
+func (s liveSample) leaf() (symbolize.Line, string, bool) {
+	for i, f := range s.named {
+		if s.errs[i] == nil && f.Tier != TierStub && len(f.Lines) > 0 {
+			return f.Lines[0], f.Tier, true
+		}
+		if s.errs[i] != nil {
+			break
+		}
+	}
+	return symbolize.Line{}, "", false
+}
+
 // inlinedCallers says, for each of s.lines(), whether it is the caller
 // of a function inlined in the same frame (not the frame's innermost).
 func (s liveSample) inlinedCallers() []bool {
@@ -191,56 +205,80 @@ func chainOK(s liveSample, file string, want []wantLine) bool {
 
 func TestLiveBurn(t *testing.T) {
 	testutil.RequireRoot(t, "ptrace of a node process")
+	for _, node := range nodes(t) {
+		t.Run(node.name, func(t *testing.T) { burnChain(t, node, nil, "") })
+	}
+}
+
+// TestLiveBaseline runs burn.js with TurboFan and Maglev off and
+// Sparkplug compiling every function: the leaf is baseline code, named
+// with its line from the code's bytecode offset table.
+func TestLiveBaseline(t *testing.T) {
+	testutil.RequireRoot(t, "ptrace of a node process")
+	for _, node := range nodes(t) {
+		t.Run(node.name, func(t *testing.T) {
+			flags := []string{"--no-opt", "--no-maglev", "--always-sparkplug"}
+			if node.name == "npm-18" {
+				flags = []string{"--no-opt", "--always-sparkplug"} // no Maglev to turn off
+			}
+			burnChain(t, node, flags, TierBaseline)
+		})
+	}
+}
+
+// burnChain runs testdata/burn.js with node and flags, takes 400
+// snapshots, and checks that ≥ 95 % of those in the leaf name the whole
+// chain, the leaf in tier wantTier if not "".
+func burnChain(t *testing.T, node nodeBin, flags []string, wantTier string) {
 	script, err := filepath.Abs("testdata/burn.js")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := wantChain(t, script, []string{"nodeGammaBurn", "nodeBeta", "nodeAlpha", "main"},
 		[]string{"", "return nodeGammaBurn(n) + 1;", "return nodeBeta(n) + 1;", "sum = (sum + nodeAlpha("})
-	for _, node := range nodes(t) {
-		t.Run(node.name, func(t *testing.T) {
-			cmd := startNode(t, node.path, "burn.js")
-			pid := cmd.Process.Pid
-			vm, mem := findVM(t, pid)
-			t.Logf("node %s v8 %s kernel %+v", vm.Node, vm.V8, vm.Kernel)
-			nm := NewNamer("/proc", 16<<20)
-			if err := nm.Add(pid, vm); err != nil {
-				t.Fatal(err)
-			}
-			defer nm.Forget(pid)
-			samples := sampleLive(t, pid, vm, mem, nm, 400)
-			whole, leaf := 0, 0
-			tiers := map[string]int{}
-			var bad []liveSample
-			// The snapshots taken in the leaf: nodeGammaBurn is the
-			// innermost function named (a snapshot in main's own loop,
-			// or in native code, is not).
-			for _, s := range samples {
-				ls, ts := s.lines()
-				if len(ls) == 0 || ls[0].Function != "nodeGammaBurn" {
-					continue
-				}
-				leaf++
-				tiers[ts[0]]++
-				if chainOK(s, script, want) {
-					whole++
-				} else if len(bad) < 5 {
-					bad = append(bad, s)
-				}
-			}
-			if leaf < len(samples)/2 {
-				t.Fatalf("%d of %d snapshots in nodeGammaBurn: the walk or naming misses the leaf", leaf, len(samples))
-			}
-			share := float64(whole) / float64(leaf)
-			t.Logf("%d snapshots, %d in the leaf: %d name the whole chain (%.1f %%); leaf tiers %v; namer %+v",
-				len(samples), leaf, whole, 100*share, tiers, nm.Stats())
-			for _, s := range bad {
-				t.Logf("not whole: %s", s)
-			}
-			if share < 0.95 {
-				t.Errorf("%.1f %% of the leaf's snapshots name the whole chain, want ≥ 95 %%", 100*share)
-			}
-		})
+	cmd := startNode(t, node.path, "burn.js", flags...)
+	pid := cmd.Process.Pid
+	vm, mem := findVM(t, pid)
+	t.Logf("node %s v8 %s kernel %+v", vm.Node, vm.V8, vm.Kernel)
+	nm := NewNamer("/proc", 16<<20)
+	if err := nm.Add(pid, vm); err != nil {
+		t.Fatal(err)
+	}
+	defer nm.Forget(pid)
+	samples := sampleLive(t, pid, vm, mem, nm, 400)
+	whole, leaf := 0, 0
+	tiers := map[string]int{}
+	var bad []liveSample
+	// The snapshots taken in the leaf: nodeGammaBurn is the innermost
+	// function named (a snapshot in main's own loop, or in native code,
+	// is not).
+	for _, s := range samples {
+		l, tier, ok := s.leaf()
+		if !ok || l.Function != "nodeGammaBurn" {
+			continue
+		}
+		leaf++
+		tiers[tier]++
+		if chainOK(s, script, want) {
+			whole++
+		} else if len(bad) < 5 {
+			bad = append(bad, s)
+		}
+	}
+	if leaf < len(samples)/2 {
+		t.Fatalf("%d of %d snapshots in nodeGammaBurn: the walk or naming misses the leaf", leaf, len(samples))
+	}
+	share := float64(whole) / float64(leaf)
+	t.Logf("%d snapshots, %d in the leaf: %d name the whole chain (%.1f %%); leaf tiers %v; namer %+v",
+		len(samples), leaf, whole, 100*share, tiers, nm.Stats())
+	for _, s := range bad {
+		t.Logf("not whole: %s", s)
+	}
+	if share < 0.95 {
+		t.Errorf("%.1f %% of the leaf's snapshots name the whole chain, want ≥ 95 %%", 100*share)
+	}
+	if wantTier != "" && tiers[wantTier] < leaf*9/10 {
+		t.Errorf("leaf tiers %v: want %s", tiers, wantTier)
 	}
 }
 

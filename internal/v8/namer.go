@@ -109,6 +109,8 @@ type codeInfo struct {
 	inlining    []inlinePos
 	inlined     []uint64 // SharedFunctionInfos by inlined function id
 	bytecode    uint64   // baseline: its BytecodeArray
+	offsets     []byte   // baseline: its bytecode offset table
+	bytecodes   []byte   // baseline: its bytecodes
 }
 
 // inlinePos is one InliningPosition: where the inlined function was
@@ -270,6 +272,9 @@ func (n *Namer) stub(p *namerProc, pc, typ uint64) Frame {
 		return Frame{Tier: TierStub, Lines: []symbolize.Line{{Function: name}}}
 	}
 	name, ok := p.vm.l.frameTypes[int64(typ)]
+	if typ == 0 {
+		name, ok = "frameless builtin", true
+	}
 	if !ok {
 		name = fmt.Sprintf("frame type %d", typ)
 	}

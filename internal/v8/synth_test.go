@@ -317,7 +317,7 @@ func TestWalkSynthetic(t *testing.T) {
 	put(fp2-8, 1<<1) // an entry frame's marker
 	put(fp2, 0x7000)
 	put(fp2+8, 0x401000)
-	frames, stop, next := k.Walk(mem, sy.instrs+4, fp0)
+	frames, stop, next := k.Walk(mem, nil, sy.instrs+4, fp0-32, fp0)
 	want := []WalkedFrame{
 		{Kind: FrameCompiled, Addr: sy.sfiF, Word: sy.instrs + 4},
 		{Kind: FrameInterpreted, Addr: sy.sfiF, Word: 56<<32 | uint64(uint32(sy.bytecodeF)), ReturnAddr: true},
@@ -325,6 +325,23 @@ func TestWalkSynthetic(t *testing.T) {
 	}
 	if stop != StopEntry || fmt.Sprint(frames) != fmt.Sprint(want) || next != [3]uint64{0x401000, fp2 + 16, 0x7000} {
 		t.Errorf("walk: %v %+v %#x, want entry %+v", stop, frames, next, want)
+	}
+	// The leaf in a builtin that built no frame, called from f's compiled
+	// code: its return address on top of the stack gives f's pc.
+	sp := uint64(sb + 0x10)
+	put(sp, sy.instrs+0x20)
+	jit := func(pc uint64) bool { return pc >= sy.instrs && pc < sy.instrs+0x100 }
+	frames, _, _ = k.Walk(mem, jit, 0x400300, sp, fp0)
+	if len(frames) < 2 || frames[0] != (WalkedFrame{Kind: FrameStub, Addr: 0x400300}) ||
+		frames[1] != (WalkedFrame{Kind: FrameCompiled, Addr: sy.sfiF, Word: sy.instrs + 0x20, ReturnAddr: true}) {
+		t.Errorf("frameless leaf: %+v", frames)
+	}
+	// Not a return address into compiled code: the builtin's frame as
+	// FrameBuiltin.
+	put(sp, 0x1234)
+	frames, _, _ = k.Walk(mem, jit, 0x400300, sp, fp0)
+	if len(frames) < 1 || frames[0] != (WalkedFrame{Kind: FrameBuiltin, Addr: sy.sfiF, Word: 0x400300}) {
+		t.Errorf("builtin leaf: %+v", frames)
 	}
 }
 

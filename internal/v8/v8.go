@@ -46,6 +46,10 @@ type VM struct {
 	// builtins are the embedded builtins by address, for naming frames
 	// of builtin code.
 	builtins *builtinTable
+	// bytecodeSizes are Ignition's bytecode sizes (3 rows: operand
+	// scales 1, 2, 4), to step through bytecodes; nil if the binary has
+	// no symbol for them.
+	bytecodeSizes []byte
 	// builtinOffs are the offsets in the builtins of each
 	// Kernel.Builtins range's start.
 	builtinOffs []uint64
@@ -97,9 +101,17 @@ type VM struct {
 //     | uint64(uint32(slot(FPBytecodeArray))): the raw offset slot (the
 //     bytecode offset plus the bytecode array's header, less the tag) and
 //     the low half of the BytecodeArray pointer the frame holds.
-//     - pc in one of Builtins otherwise: a builtin with
-//     JavaScript linkage (Array.prototype.map, ...). Emit FrameBuiltin with
-//     addr = sfi, word = pc.
+//     - pc in one of Builtins otherwise, at the leaf (the first frame),
+//     with the u64 at sp (a third read) in V8's code space: a builtin that
+//     builds no frame (an arithmetic or property stub Sparkplug, Maglev
+//     or TurboFan code calls), called by the frame's compiled code, whose
+//     return address is on top of the stack. Emit FrameStub with addr =
+//     pc, word = 0 (no frame type: the builtin is named by its pc), then
+//     FrameCompiled with addr = sfi, word = that return address (a return
+//     address).
+//     - pc in one of Builtins otherwise: a builtin with JavaScript
+//     linkage (Array.prototype.map, ...), or a frameless builtin whose
+//     caller is not found. Emit FrameBuiltin with addr = sfi, word = pc.
 //     - pc elsewhere (V8's code space): Sparkplug, Maglev or TurboFan code
 //     (OSR code included). Emit FrameCompiled with addr = sfi, word = pc.
 //     User space finds the code holding pc and checks that it belongs to
@@ -111,18 +123,21 @@ type VM struct {
 //     and leaves C++ through entry and exit frames, so this is a walk that
 //     went wrong).
 //
-// That is two reads per JavaScript frame and one per typed frame; reasons
-// to stop early (a failed read, a slot that is not what it must be,
-// MaxFrames) are counted each. At the leaf, a pc in a builtin that builds
+// That is two reads per JavaScript frame and one per typed frame (three
+// at the leaf of a frameless builtin); reasons to stop early (a failed
+// read, a slot that is not what it must be, MaxFrames, a pc that is not
+// V8 code) are counted each. At the leaf, a pc in a builtin that builds
 // no frame (most bytecode handlers, some stubs) leaves rbp at its
 // caller's frame: the walk reports that frame with the leaf pc, which is
-// right for interpreted frames (the handler runs the frame's bytecode)
-// and gives FrameBuiltin (function known, line unknown) for a compiled
-// caller. Every
-// frame the walker reports as JavaScript names a function that ran at the
-// sample: the SharedFunctionInfo is read at the sample from the frame's
-// own JSFunction. User space checks what it reads later against the
-// sample (the object's map, the bytecode array's low half, the code's
+// right for interpreted frames (the handler runs the frame's bytecode);
+// for a compiled caller the return address at sp gives its pc (above),
+// unless the builtin pushed something first (then FrameBuiltin: function
+// known, line unknown).
+//
+// Every frame the walker reports as JavaScript names a function that ran
+// at the sample: the SharedFunctionInfo is read at the sample from the
+// frame's own JSFunction. User space checks what it reads later against
+// the sample (the object's map, the bytecode array's low half, the code's
 // owner) and reports ErrStale rather than a wrong name.
 type Kernel struct {
 	// Builtins are where the embedded builtins (the Builtins_* functions
@@ -207,7 +222,8 @@ const (
 	FrameBuiltin FrameKind = 3
 	// FrameStub is a typed frame (entry, exit, stub, construct, ...):
 	// addr is the frame's pc, word its frame type (the marker >>
-	// MarkerShift).
+	// MarkerShift); word 0 is a builtin at the leaf without a frame of its
+	// own.
 	FrameStub FrameKind = 4
 )
 

@@ -29,13 +29,16 @@ const (
 	StopNotJS                     // a frame neither typed nor JavaScript
 	StopReadFail                  // a read failed
 	StopMaxFrames                 // MaxFrames frames
+	StopNative                    // a pc that is not V8 code
 )
 
-// Walk walks V8 frames from (pc, fp) as the eBPF walker does, reading
+// Walk walks V8 frames from (pc, sp, fp) as the eBPF walker does, reading
 // mem, and returns the frames, why it stopped, and (for StopEntry) the
-// native caller's pc, sp and fp to go on with. It is the contract's
-// executable specification: at most two reads a frame.
-func (k *Kernel) Walk(mem Memory, pc, fp uint64) (frames []WalkedFrame, stop WalkStop, next [3]uint64) {
+// native caller's pc, sp and fp to go on with. jit says whether a pc is
+// in V8's code space (executable memory no file backs). It is the
+// contract's executable specification: at most two reads a frame, three
+// at the leaf.
+func (k *Kernel) Walk(mem Memory, jit func(pc uint64) bool, pc, sp, fp uint64) (frames []WalkedFrame, stop WalkStop, next [3]uint64) {
 	start := int64(k.FrameReadStart)
 	buf := make([]byte, k.FrameReadSize)
 	slot := func(o int16) uint64 { return binary.LittleEndian.Uint64(buf[int64(o)-start:]) }
@@ -46,6 +49,14 @@ func (k *Kernel) Walk(mem Memory, pc, fp uint64) (frames []WalkedFrame, stop Wal
 		}
 		if i >= MaxFrames {
 			return frames, StopMaxFrames, next
+		}
+		if jit != nil && !k.InBuiltins(pc) && !jit(pc) {
+			// Not V8 code: the native unwinder's (a caller's sp is the
+			// previous frame's fp+16).
+			if i > 0 {
+				sp = prev + 16
+			}
+			return frames, StopNative, [3]uint64{pc, sp, fp}
 		}
 		if err := mem.ReadAt(buf, uint64(int64(fp)+start)); err != nil {
 			return frames, StopReadFail, next
@@ -78,6 +89,13 @@ func (k *Kernel) Walk(mem Memory, pc, fp uint64) (frames []WalkedFrame, stop Wal
 			case k.InBuiltins(pc) && off&smiLow == 0 && bc&uint64(k.HeapObjectTagMask) == uint64(k.HeapObjectTag):
 				w := uint64(uint32(off>>k.SmiShift))<<32 | uint64(uint32(bc))
 				frames = append(frames, WalkedFrame{Kind: FrameInterpreted, Addr: sfi, Word: w, ReturnAddr: ret})
+			case k.InBuiltins(pc) && i == 0 && k.framelessLeaf(mem, jit, sp, &b):
+				// The leaf is a builtin without a frame of its own,
+				// called from compiled code whose return address is on
+				// top of the stack.
+				ra := binary.LittleEndian.Uint64(b[:])
+				frames = append(frames, WalkedFrame{Kind: FrameStub, Addr: pc, Word: 0},
+					WalkedFrame{Kind: FrameCompiled, Addr: sfi, Word: ra, ReturnAddr: true})
 			case k.InBuiltins(pc):
 				frames = append(frames, WalkedFrame{Kind: FrameBuiltin, Addr: sfi, Word: pc, ReturnAddr: ret})
 			default:
@@ -101,6 +119,17 @@ func (s WalkStop) String() string {
 		return "read failed"
 	case StopMaxFrames:
 		return "max frames"
+	case StopNative:
+		return "native"
 	}
 	return fmt.Sprintf("stop(%d)", uint8(s))
+}
+
+// framelessLeaf reads the word at sp into b (the third read, at the leaf
+// only) and says whether it is a return address into V8's code space.
+func (k *Kernel) framelessLeaf(mem Memory, jit func(uint64) bool, sp uint64, b *[8]byte) bool {
+	if jit == nil || mem.ReadAt(b[:], sp) != nil {
+		return false
+	}
+	return jit(binary.LittleEndian.Uint64(b[:]))
 }
