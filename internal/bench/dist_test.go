@@ -119,6 +119,19 @@ func BenchmarkDist(b *testing.B) {
 		env.write(b, "jvm.json", cmp)
 	})
 
+	b.Run("nodejs", func(b *testing.B) {
+		argv := nodeBurn(b)
+		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
+		cmp := env.runtimeVsNative(b, rtBench{kind: "v8js", metric: "sonde.v8", argv: argv}, c)
+		sc := scenario{name: "nodejs", title: "two busy Node.js processes (burn.js)", window: env.pythonWindow,
+			workloads: []workload{{name: "node-1", argv: argv}, {name: "node-2", argv: argv}}}
+		r := env.run(b, sc)
+		r.SideBySide = env.sideBySide(b, sc)
+		keep(r)
+		cmp.print("v8js")
+		env.write(b, "v8.json", cmp)
+	})
+
 	env.write(b, "summary.json", all)
 	fmt.Printf("bench: results in %s\n", env.results)
 }
@@ -135,6 +148,7 @@ const (
 	resultsEnv      = "SONDE_BENCH_RESULTS"       // results directory (_build/bench/<UTC time>)
 	pythonEnv       = "SONDE_BENCH_PYTHON"        // the interpreter (pyenv's 3.12.1)
 	javaEnv         = "SONDE_BENCH_JAVA_HOME"     // the JDK of the Java scenario (OpenJDK 17)
+	nodeEnv         = "SONDE_BENCH_NODE"          // the node of the Node.js scenario (Debian's)
 	refBinEnv       = "REF_BIN"                   // the reference collector, for sidebyside
 	sharedEnv       = "SONDE_SHARED"              // where reference/sidebyside is (../shared)
 	featureGateFlag = "--feature-gates=+service.profilesSupport"
@@ -489,6 +503,28 @@ func jburn(b *testing.B) []string {
 		b.Fatalf("javac %s: %v\n%s", src, err, out)
 	}
 	return []string{java, "-Xmx64m", "-XX:+UseSerialGC", "-cp", dir, "JBurn", "1000000"}
+}
+
+// nodeBurn is the Node.js scenario's workload: burn.js (main ->
+// nodeAlpha -> nodeBeta -> nodeGammaBurn) on $SONDE_BENCH_NODE, else
+// Debian's node.
+func nodeBurn(b *testing.B) []string {
+	b.Helper()
+	node := os.Getenv(nodeEnv)
+	if node == "" {
+		node = "/usr/bin/node"
+	}
+	if _, err := os.Stat(node); err != nil {
+		if testutil.InCI() {
+			b.Fatalf("no node for the Node.js scenario (%s): %v", nodeEnv, err)
+		}
+		b.Skipf("no node for the Node.js scenario (set %s): %v", nodeEnv, err)
+	}
+	script, err := filepath.Abs("../v8/testdata/burn.js")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []string{node, script}
 }
 
 // running is a scenario's started workloads.
