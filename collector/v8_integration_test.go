@@ -4,6 +4,7 @@ package collector_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -192,4 +193,194 @@ func wholeJSChain(fs []jsFrame, below []string, chain []string) error {
 		}
 	}
 	return fmt.Errorf("no node::Start below the JavaScript")
+}
+
+// cpuProfile is what the tests read of a .cpuprofile (node --cpu-prof).
+type cpuProfile struct {
+	Nodes []struct {
+		ID        int `json:"id"`
+		CallFrame struct {
+			FunctionName string `json:"functionName"`
+			URL          string `json:"url"`
+			LineNumber   int    `json:"lineNumber"` // from 0
+			ColumnNumber int    `json:"columnNumber"`
+		} `json:"callFrame"`
+		Children []int `json:"children"`
+	} `json:"nodes"`
+	Samples []int `json:"samples"`
+}
+
+// jsShares returns, over the samples whose leaf is a JavaScript function
+// of script, each leaf function's share and each chain's (the leaf, then
+// its callers in script, joined by " <- "), in percent, and how many
+// samples that was.
+type jsShares struct {
+	leaves, chains map[string]float64
+	n              int
+}
+
+func (s *jsShares) add(fns []string, count int) {
+	if len(fns) == 0 {
+		return
+	}
+	s.leaves[fns[0]] += float64(count)
+	s.chains[strings.Join(fns, " <- ")] += float64(count)
+	s.n += count
+}
+
+func (s *jsShares) percent() {
+	for _, m := range []map[string]float64{s.leaves, s.chains} {
+		for k := range m {
+			m[k] *= 100 / float64(max(s.n, 1))
+		}
+	}
+}
+
+func newJSShares() *jsShares {
+	return &jsShares{leaves: map[string]float64{}, chains: map[string]float64{}}
+}
+
+// cpuProfShares reads a .cpuprofile: the function of each sample's node
+// and its ancestors' in script, leaf first.
+func cpuProfShares(t *testing.T, path, script string) *jsShares {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p cpuProfile
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	parent := map[int]int{}
+	idx := map[int]int{}
+	for i, n := range p.Nodes {
+		idx[n.ID] = i
+		for _, c := range n.Children {
+			parent[c] = n.ID
+		}
+	}
+	s := newJSShares()
+	for _, id := range p.Samples {
+		var fns []string
+		for at, ok := id, true; ok; at, ok = parent[at] {
+			cf := p.Nodes[idx[at]].CallFrame
+			if strings.HasSuffix(cf.URL, "/"+script) {
+				fn := cf.FunctionName
+				if fn == "" { // as Sonde names an anonymous function
+					fn = fmt.Sprintf("<anonymous@%d:%d>", cf.LineNumber+1, cf.ColumnNumber+1)
+				}
+				fns = append(fns, fn)
+			} else if len(fns) == 0 {
+				break // the leaf is not the script's: (garbage collector), a builtin, ...
+			}
+		}
+		s.add(fns, 1)
+	}
+	s.percent()
+	return s
+}
+
+// TestV8AgainstCPUProf runs mix.js (two leaves, two calls to one, under
+// one chain) for 20 s under node --cpu-prof on each Node, profiled by the
+// receiver from its start: over each one's whole run, every leaf function
+// and every chain (the leaf and its callers in mix.js) over 1 % of either
+// profiler's samples with a JavaScript leaf has the same share in both,
+// within 5 points. Inlining is off in TurboFan and Maglev: with it on,
+// --cpu-prof gives a third of the leaves' samples to their callers (the
+// positions optimized code keeps are sparse) where Sonde shows the
+// inlined functions, so the oracle would be wrong, not Sonde.
+func TestV8AgainstCPUProf(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver")
+	builds := nodeBuilds(t)
+	script, err := filepath.Abs("../internal/v8/testdata/mix.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := startReceiver(t, jvmRate)
+	type run struct {
+		name string
+		cmd  *exec.Cmd
+		dir  string
+	}
+	var runs []run
+	for _, b := range builds {
+		dir := t.TempDir()
+		args := []string{"--cpu-prof", "--cpu-prof-dir=" + dir, "--no-turbo-inlining"}
+		if out, err := exec.Command(b.bin, "--v8-options").Output(); err == nil && strings.Contains(string(out), "--maglev-inlining") {
+			args = append(args, "--no-maglev-inlining")
+		}
+		cmd := exec.Command(b.bin, append(args, script, "20")...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		runs = append(runs, run{b.name, cmd, dir})
+	}
+	for _, r := range runs {
+		if err := r.cmd.Wait(); err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+	}
+	// The receiver exports what it holds of the exited processes at its
+	// next intervals.
+	waitForExport(sink, len(sink.AllProfiles())+3, 30*time.Second)
+	sonde := map[int64]*jsShares{}
+	for _, r := range runs {
+		sonde[int64(r.cmd.Process.Pid)] = newJSShares()
+	}
+	for _, pd := range sink.AllProfiles() {
+		for _, s := range jvmFlatten(pd) {
+			sh, ok := sonde[s.PID]
+			if !ok {
+				continue
+			}
+			fs, _ := jsFrames(s)
+			var fns []string
+			for _, f := range fs {
+				if filepath.Base(f.File) == "mix.js" {
+					fns = append(fns, f.Function)
+				} else if len(fns) == 0 {
+					break
+				}
+			}
+			sh.add(fns, s.Count)
+		}
+	}
+	for _, r := range runs {
+		files, err := filepath.Glob(filepath.Join(r.dir, "*.cpuprofile"))
+		if err != nil || len(files) != 1 {
+			t.Fatalf("%s: node --cpu-prof wrote %v (%v)", r.name, files, err)
+		}
+		want := cpuProfShares(t, files[0], "mix.js")
+		got := sonde[int64(r.cmd.Process.Pid)]
+		got.percent()
+		t.Logf("%s: --cpu-prof %d samples, Sonde %d with a mix.js leaf", r.name, want.n, got.n)
+		if want.n < 1000 || got.n < 500 {
+			t.Errorf("%s: %d --cpu-prof and %d Sonde samples with a mix.js leaf, want 1,000 and 500", r.name, want.n, got.n)
+			continue
+		}
+		for _, kind := range []struct {
+			name      string
+			got, want map[string]float64
+		}{{"leaf", got.leaves, want.leaves}, {"chain", got.chains, want.chains}} {
+			keys := map[string]bool{}
+			for k, v := range kind.got {
+				keys[k] = keys[k] || v >= 1
+			}
+			for k, v := range kind.want {
+				keys[k] = keys[k] || v >= 1
+			}
+			for k, big := range keys {
+				if !big {
+					continue
+				}
+				t.Logf("  %s %s: --cpu-prof %.1f %%, Sonde %.1f %%", kind.name, k, kind.want[k], kind.got[k])
+				if d := kind.got[k] - kind.want[k]; d > 5 || d < -5 {
+					t.Errorf("%s: %s %s: Sonde %.1f %% of samples, --cpu-prof %.1f %%: more than 5 points apart", r.name, kind.name, k, kind.got[k], kind.want[k])
+				}
+			}
+		}
+	}
 }
