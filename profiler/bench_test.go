@@ -122,3 +122,50 @@ func BenchmarkResolveCached(b *testing.B) {
 		r.resolveProc(rec, p, nil, &s)
 	}
 }
+
+// BenchmarkSamplePath is the resolver goroutine's part of one sample, from
+// its decoded record to its place in the interval: resolved, the record
+// resolved and added whole (a stack new to the interval, or one that
+// cannot be keyed: what every sample cost before repeats were keyed);
+// repeated, a stack the interval holds already (addSample: a key, a
+// lookup and a count).
+func BenchmarkSamplePath(b *testing.B) {
+	rec := benchSample(b)
+	b.Run("resolved", func(b *testing.B) {
+		r, proc := benchResolver(b, rec)
+		p := pathProfiler(r, rec.Time.Add(-time.Second))
+		var s profile.Sample
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r.resolveProc(rec, proc, nil, &s)
+			p.mu.Lock()
+			bld := p.intervalFor(s.Time)
+			n := bld.Len()
+			bld.Add(s)
+			p.added(bld, n, StackComplete, false)
+			p.mu.Unlock()
+			if i%(1<<16) == 0 {
+				bld.Discard()
+			}
+		}
+	})
+	b.Run("repeated", func(b *testing.B) {
+		r, proc := benchResolver(b, rec)
+		p := pathProfiler(r, rec.Time.Add(-time.Second))
+		var s profile.Sample
+		p.addSample(rec, proc, nil, &s)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			p.addSample(rec, proc, nil, &s)
+			if i%(1<<16) == 0 {
+				b.StopTimer()
+				p.open[0].b.Discard()
+				p.addSample(rec, proc, nil, &s)
+				b.StartTimer()
+			}
+		}
+		if p.repeated == 0 {
+			b.Fatal("no sample added as a repeat")
+		}
+	})
+}

@@ -136,3 +136,30 @@ func BenchmarkBuildPerStack(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/distinct, "ns/stack")
 }
+
+// BenchmarkAddKnown is the aggregate stage of a repeated stack added by its
+// key (AddKnown): the key of a 46-frame sample as the profiler makes it
+// (3 header words, a word per kernel frame, two per user frame).
+func BenchmarkAddKnown(b *testing.B) {
+	key := make([]uint64, 3+10+2*36)
+	for i := range key {
+		key[i] = 0x7f00_0000_0000 + uint64(i)*0x140
+	}
+	bld := NewBuilder(Options{SamplesPerSecond: 19})
+	res := &Resource{PID: 1234, ExecutableName: "server"}
+	bld.AddKeyed(key, 0, Sample{Resource: res, TID: 1235, ThreadName: "worker", CPU: 1, Frames: mixedStack(benchLibs(), 0), Time: testStart})
+	s := Sample{TID: 1235, ThreadName: "worker", CPU: 1}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		s.Time = testStart.Add(time.Duration(i))
+		if _, ok := bld.AddKnown(key, s); !ok {
+			b.Fatal("key not known")
+		}
+		if bld.Len() == DefaultMaxSamples {
+			b.StopTimer()
+			bld.Flush(testStart, testEnd)
+			bld.AddKeyed(key, 0, Sample{Resource: res, TID: 1235, ThreadName: "worker", CPU: 1, Frames: mixedStack(benchLibs(), 0), Time: testStart})
+			b.StartTimer()
+		}
+	}
+}
