@@ -49,27 +49,36 @@ func (r *resolver) stackKey(rec *tracer.Record, proc *process.Process, procErr e
 	if len(rec.UserFlags) != len(rec.User) || len(rec.UserFiles) != len(rec.User) {
 		return nil, false
 	}
-	key = append(r.key[:0], uint64(rec.PID)|uint64(len(rec.Kernel))<<32, e.gen, uint64(rec.Flags)|uint64(len(rec.User))<<32)
-	key = append(key, rec.Kernel...)
+	n := 3 + len(rec.Kernel) + 2*len(rec.User)
+	if cap(r.key) < n {
+		r.key = make([]uint64, n, n+n/2)
+	}
+	key = r.key[:n]
+	key[0] = uint64(rec.PID) | uint64(len(rec.Kernel))<<32
+	key[1] = e.gen
+	key[2] = uint64(rec.Flags) | uint64(len(rec.User))<<32
+	copy(key[3:], rec.Kernel)
+	words := key[3+len(rec.Kernel):]
+	flags, files := rec.UserFlags[:len(rec.User)], rec.UserFiles[:len(rec.User)]
 	for i, pc := range rec.User {
-		flags, ref := uint64(rec.UserFlags[i]), rec.UserFiles[i]
-		if flags>>(64-keyFlagsShift) != 0 || pc>>keyFlagsShift != 0 {
+		f, ref := uint64(flags[i]), files[i]
+		if f>>(64-keyFlagsShift) != 0 || pc>>keyFlagsShift != 0 {
 			return nil, false
 		}
-		if rec.UserFlags[i]&tracer.FrameRuntime != 0 {
+		w := words[2*i : 2*i+2 : 2*i+2]
+		if flags[i]&tracer.FrameRuntime != 0 {
 			// Its runtime and kind, and its whole second word.
 			if pc>>keyPCBits != 0 || ref.File>>8 != 0 {
 				return nil, false
 			}
-			key = append(key, pc|uint64(ref.File)<<keyPCBits|flags<<keyFlagsShift, ref.Offset)
+			w[0], w[1] = pc|uint64(ref.File)<<keyPCBits|f<<keyFlagsShift, ref.Offset
 			continue
 		}
 		if ref.Offset>>32 != 0 {
 			return nil, false
 		}
-		key = append(key, pc|flags<<keyFlagsShift, uint64(ref.File)<<32|ref.Offset)
+		w[0], w[1] = pc|f<<keyFlagsShift, uint64(ref.File)<<32|ref.Offset
 	}
-	r.key = key
 	return key, true
 }
 
