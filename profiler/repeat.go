@@ -83,8 +83,28 @@ func (r *resolver) stackKey(rec *tracer.Record, proc *process.Process, procErr e
 }
 
 // Bits of the aux word a key's entry keeps: what resolving the sample
-// counted per sample, to count again at each repeat.
-const auxTruncated = 1
+// counted per sample, to count again at each repeat (auxTruncated), and
+// whether it named file-backed frames through the process's maps
+// (auxUnhandled: resolver.unhandled).
+const (
+	auxTruncated = 1 << iota
+	auxUnhandled
+)
+
+// sameMaps reports whether a repeat of rec, whose key's first sample named
+// file-backed frames through the maps of proc, would be named with proc's
+// maps now. Resolving it would refresh them first once the process is
+// prepared (a frame the unwinder could not place may say they changed):
+// this makes that same, rate-limited, refresh, and reports whether it
+// left the process as it was.
+func (r *resolver) sameMaps(rec *tracer.Record, proc *process.Process) bool {
+	pid := int(rec.PID)
+	if r.unwinder == nil || !r.unwinder.Prepared(pid) {
+		return true
+	}
+	p, err := r.procs.RefreshSince(pid, rec.Time)
+	return err == nil && p == proc
+}
 
 // repeat counts again, for a sample added by its key, what resolving it
 // counted: the [truncated] frame.
@@ -101,29 +121,17 @@ func (r *resolver) repeat(aux uint32) {
 func (p *Profiler) addSample(rec *tracer.Record, proc *process.Process, procErr error, sample *profile.Sample) {
 	c, fp := classifyStack(rec.Flags, len(rec.User))
 	key, keyed := p.resolver.stackKey(rec, proc, procErr)
-	if keyed {
-		p.mu.Lock()
-		if b := p.openInterval(rec.Time); b != nil {
-			n := b.Len()
-			if aux, ok := b.AddKnown(key, profile.Sample{Kind: profile.OnCPU, TID: int64(rec.TID), ThreadName: rec.Comm,
-				CPU: int64(rec.CPU), Time: rec.Time, Value: 1}); ok {
-				p.repeated++
-				tell := p.added(b, n, c, fp)
-				p.mu.Unlock()
-				p.resolver.repeat(aux)
-				if tell {
-					p.logBacklog(false)
-				}
-				return
-			}
-		}
-		p.mu.Unlock()
+	if keyed && p.addKnown(rec, proc, key, c, fp) {
+		return
 	}
 	truncated := p.resolver.stats.truncated.Load()
 	p.resolver.resolveProc(rec, proc, procErr, sample)
 	var aux uint32
 	if p.resolver.stats.truncated.Load() != truncated {
 		aux |= auxTruncated
+	}
+	if p.resolver.unhandled {
+		aux |= auxUnhandled
 	}
 	if p.resolver.unstable {
 		keyed = false
@@ -146,6 +154,48 @@ func (p *Profiler) addSample(rec *tracer.Record, proc *process.Process, procErr 
 	if tell {
 		p.logBacklog(false)
 	}
+}
+
+// addKnown adds rec by its key if its interval holds the key, and reports
+// whether it did.
+func (p *Profiler) addKnown(rec *tracer.Record, proc *process.Process, key []uint64, c StackOutcome, fp bool) bool {
+	p.mu.Lock()
+	b, k, ok := p.known(rec.Time, key)
+	if ok && k.Aux&auxUnhandled != 0 {
+		// The refresh may read /proc: not under p.mu.
+		p.mu.Unlock()
+		same := p.resolver.sameMaps(rec, proc)
+		p.mu.Lock()
+		if b, k, ok = p.known(rec.Time, key); !same {
+			ok = false
+		}
+	}
+	if !ok {
+		p.mu.Unlock()
+		return false
+	}
+	n := b.Len()
+	b.AddKnown(k, profile.Sample{Kind: profile.OnCPU, TID: int64(rec.TID), ThreadName: rec.Comm,
+		CPU: int64(rec.CPU), Time: rec.Time, Value: 1})
+	p.repeated++
+	tell := p.added(b, n, c, fp)
+	p.mu.Unlock()
+	p.resolver.repeat(k.Aux)
+	if tell {
+		p.logBacklog(false)
+	}
+	return true
+}
+
+// known looks key up in the open interval of capture time t. Called with
+// p.mu held.
+func (p *Profiler) known(t time.Time, key []uint64) (*profile.Builder, profile.Known, bool) {
+	b := p.openInterval(t)
+	if b == nil {
+		return nil, profile.Known{}, false
+	}
+	k, ok := b.Known(key)
+	return b, k, ok
 }
 
 // added counts a sample given to b, which held n events before, and drops

@@ -52,8 +52,11 @@ type resolver struct {
 	frames []profile.Frame // reused for every sample: the builder copies what it keeps
 	// unstable is set by resolveProc when the sample's frames may come out
 	// otherwise for the same record words and process entry (see
-	// stackKey): a refresh, a failed lookup, an exiting process.
-	unstable bool
+	// stackKey): a refresh that read new maps, a failed lookup, an exiting
+	// process. unmapped is set when a file-backed frame was named through
+	// the process's maps, the unwinder having no handle for it: once the
+	// process is prepared, each such sample refreshes its maps first.
+	unstable, unhandled bool
 	// entries numbers the procEntries made (procEntry.gen).
 	entries uint64
 	key     []uint64 // stackKey's words, reused
@@ -249,7 +252,7 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		Value:      1,
 	}
 	r.frames = r.frames[:0]
-	r.unstable = false
+	r.unstable, r.unhandled = false, false
 	for _, pc := range rec.Kernel {
 		r.frames = append(r.frames, r.kernelFrame(pc))
 	}
@@ -340,21 +343,25 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		// process: its mapping changed since (dlclose, dlopen), so the
 		// cached maps are suspect too.
 		suspect := ok && m.FileBacked() && r.unwinder != nil && r.unwinder.Prepared(pid)
-		if h != 0 || (ok && m.FileBacked() && r.unwinder != nil) {
-			// A handle not known yet, or a process not prepared yet:
-			// the same words may be named otherwise once it is.
+		if h != 0 {
+			// A handle not known yet: the same words may be named
+			// otherwise once it is.
 			r.unstable = true
 		}
+		r.unhandled = r.unhandled || (ok && m.FileBacked() && r.unwinder != nil)
 		if (!ok || suspect) && !refreshed {
 			refreshed = true
-			r.unstable = true
-			if e, err := r.refresh(pid, rec.Time); err == nil {
+			e, err := r.refresh(pid, rec.Time)
+			// Maps read again name the frames anew (a new entry).
+			r.unstable = r.unstable || err != nil || e != entry
+			if err == nil {
 				entry = e
 				s.Resource = &entry.resource
 				m, ok = entry.proc.FindMapping(addr)
 			}
 		}
 		if !ok {
+			r.unstable = true
 			r.stats.unmapped.Add(1)
 			if rec.UserFlags[i]&tracer.FrameFromFramePointer != 0 {
 				// A frame-pointer chain that left the process's code walked

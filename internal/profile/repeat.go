@@ -11,7 +11,7 @@ import (
 // identity and its raw frame words) hands the builder those words as a key:
 // AddKeyed adds a resolved sample and remembers its key; AddKnown adds a
 // later sample with the same key without its frames, as a lookup and a
-// count. The builder compares the full key, never a hash alone; what the
+// count (Known finds the key's entry). The builder compares the full key, never a hash alone; what the
 // key must hold for the frames to be the same is the caller's to decide.
 
 // keyEntry is a key AddKeyed remembered: its words, and the resource and
@@ -53,32 +53,42 @@ func (b *Builder) findKey(h uint64, key []uint64) int32 {
 	return -1
 }
 
-// AddKnown adds s as Add would if its Resource and Frames were those of
-// the sample AddKeyed added with key in this interval; s.Resource and
-// s.Frames are not read. It reports false, adding nothing, when the
-// interval holds no such key; else aux is what AddKeyed was given. It does
-// not allocate once the sample (resource, stack, kind, thread, CPU) is
-// known, but to grow the interval's events.
-func (b *Builder) AddKnown(key []uint64, s Sample) (aux uint32, ok bool) {
+// Known is a key's entry in the interval (Builder.Known).
+type Known struct {
+	entry int32
+	// Aux is what AddKeyed was given with the key.
+	Aux uint32
+}
+
+// Known looks key up among the keys AddKeyed remembered this interval.
+func (b *Builder) Known(key []uint64) (k Known, ok bool) {
 	i := b.findKey(b.hashKey(key), key)
 	if i < 0 {
-		return 0, false
+		return Known{}, false
 	}
-	e := &b.keys[i]
+	return Known{entry: i, Aux: b.keys[i].aux}, true
+}
+
+// AddKnown adds s as Add would if its Resource and Frames were those of
+// the sample AddKeyed added with k's key; s.Resource and s.Frames are not
+// read. k must come from Known since the last Flush or Discard. It does not
+// allocate once the sample (resource, stack, kind, thread, CPU) is known,
+// but to grow the interval's events.
+func (b *Builder) AddKnown(k Known, s Sample) {
+	e := &b.keys[k.entry]
 	if s.Kind >= numKinds {
 		b.stats.Invalid++
-		return e.aux, true
+		return
 	}
 	if len(b.events) >= b.maxSamples {
 		b.stats.Dropped++
-		return e.aux, true
+		return
 	}
 	if e.truncated {
 		b.stats.Truncated++
 	}
 	b.addEvent(e.resource, e.stack, &s)
 	b.stats.Repeated++
-	return e.aux, true
 }
 
 // AddKeyed is Add, and remembers key as standing for s's resource and

@@ -8,6 +8,15 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
+// addKnown adds s by key if b knows the key: Known, then AddKnown.
+func addKnown(b *Builder, key []uint64, s Sample) (aux uint32, ok bool) {
+	k, ok := b.Known(key)
+	if ok {
+		b.AddKnown(k, s)
+	}
+	return k.Aux, ok
+}
+
 // protoJSON is p as OTLP JSON, for comparing whole outputs.
 func protoJSON(t *testing.T, p pprofile.Profiles) string {
 	t.Helper()
@@ -49,7 +58,7 @@ func TestAddKnownMatchesAdd(t *testing.T) {
 		whole.Add(k.s)
 		bare := k.s
 		bare.Resource, bare.Frames = nil, nil
-		if _, ok := byKey.AddKnown(k.key, bare); ok {
+		if _, ok := addKnown(byKey, k.key, bare); ok {
 			known++
 			continue
 		}
@@ -82,18 +91,18 @@ func TestAddKnownExactKey(t *testing.T) {
 		t.Fatal("AddKeyed did not keep its key")
 	}
 	for _, k := range [][]uint64{{7, 8}, {7, 8, 9, 0}, {7, 8, 10}, {0, 8, 9}, {}, nil} {
-		if _, ok := b.AddKnown(k, Sample{}); ok {
-			t.Errorf("AddKnown(%v) found the entry of [7 8 9]", k)
+		if _, ok := addKnown(b, k, Sample{}); ok {
+			t.Errorf("Known(%v) found the entry of [7 8 9]", k)
 		}
 	}
-	if aux, ok := b.AddKnown([]uint64{7, 8, 9}, Sample{}); !ok || aux != 42 {
-		t.Errorf("AddKnown([7 8 9]) = %d, %v; want 42, true", aux, ok)
+	if aux, ok := addKnown(b, []uint64{7, 8, 9}, Sample{}); !ok || aux != 42 {
+		t.Errorf("Known([7 8 9]) = %d, %v; want 42, true", aux, ok)
 	}
 	if b.Len() != 2 {
 		t.Errorf("Len() = %d, want 2", b.Len())
 	}
 	b.Flush(testStart, testEnd)
-	if _, ok := b.AddKnown([]uint64{7, 8, 9}, Sample{}); ok {
+	if _, ok := addKnown(b, []uint64{7, 8, 9}, Sample{}); ok {
 		t.Error("a key outlived its interval")
 	}
 }
@@ -142,7 +151,7 @@ func TestAddKeyedBounded(t *testing.T) {
 	}
 }
 
-// A repeated stack is a lookup and a count: AddKnown allocates nothing once
+// A repeated stack is a lookup and a count: Known and AddKnown allocate nothing once
 // its sample (thread, CPU) is known and the events have room.
 func TestAddKnownAllocatesNothing(t *testing.T) {
 	b := NewBuilder(Options{SamplesPerSecond: 19})
@@ -154,16 +163,16 @@ func TestAddKnownAllocatesNothing(t *testing.T) {
 	// Grow the events once; a flush keeps their room for the next interval.
 	b.AddKeyed(key, 0, s)
 	for range 1000 {
-		b.AddKnown(key, s)
+		addKnown(b, key, s)
 	}
 	b.Flush(testStart, testEnd)
 	b.AddKeyed(key, 0, s)
 	bare := Sample{TID: 1, ThreadName: "worker", Time: testStart.Add(time.Second)}
 	if n := testing.AllocsPerRun(500, func() {
-		if _, ok := b.AddKnown(key, bare); !ok {
+		if _, ok := addKnown(b, key, bare); !ok {
 			t.Fatal("key not known")
 		}
 	}); n != 0 {
-		t.Errorf("AddKnown allocates %v times per repeated stack, want 0", n)
+		t.Errorf("Known and AddKnown allocate %v times per repeated stack, want 0", n)
 	}
 }

@@ -152,7 +152,7 @@ func BenchmarkAddKnown(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		s.Time = testStart.Add(time.Duration(i))
-		if _, ok := bld.AddKnown(key, s); !ok {
+		if _, ok := addKnown(bld, key, s); !ok {
 			b.Fatal("key not known")
 		}
 		if bld.Len() == DefaultMaxSamples {
