@@ -70,12 +70,12 @@ func BenchmarkReadSample(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rb.Close()
+	defer func() { _ = rb.Close() }()
 	src, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: uint32(len(raw)), MaxEntries: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }()
 	if err := src.Put(uint32(0), raw); err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func BenchmarkReadSample(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer prog.Close()
+	defer func() { _ = prog.Close() }()
 	fill := func() {
 		if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64), Repeat: batch}); err != nil {
 			b.Fatal(err)
@@ -113,7 +113,7 @@ func BenchmarkReadSample(b *testing.B) {
 		b.Fatal(err)
 	}
 	t := &Tracer{events: r, clock: newClock()}
-	defer r.close()
+	defer func() { _ = r.close() }()
 	var rec Record
 	fill()
 	if err := t.TryReadInto(&rec); err != nil || len(rec.User) != 32 {
