@@ -13,9 +13,10 @@ import (
 // A stack seen before in its interval costs a lookup and a count. The
 // resolver's result for a sample record is a function of the record's
 // frame words and flags and of the process entry that names them, unless
-// resolution met something that may come out otherwise later (a refresh of
-// the process's maps, a file or handle not known yet, a failed lookup, an
-// exiting process: resolver.unstable). So a sample whose process entry is
+// resolution met something that may come out otherwise later (a refresh
+// that read new maps, a handle not known yet, a failed lookup, an exiting
+// process: resolver.unstable); a repeat of frames named through the maps
+// makes the refresh resolving would (sameMaps). So a sample whose process entry is
 // the one its record was read with is keyed by the entry's generation
 // (unique among all entries: a new image, a refresh or a reused pid makes a
 // new one), the pid, the flags and every frame word; the interval's builder
