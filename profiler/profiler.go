@@ -78,6 +78,9 @@ type Profiler struct {
 	stacks       [NumStackOutcomes][2]uint64
 	intervalFull uint64
 	late         uint64
+	// repeated: samples added by the key of a stack seen before in their
+	// interval; unkeyed: keys an interval could not keep (addSample).
+	repeated, unkeyed uint64
 	// pending is how many samples the open intervals hold; backlog counts
 	// the intervals, and their samples, dropped unsent because the next
 	// consumer fell behind (trimBacklog), and backlogLogged what of them
@@ -624,24 +627,7 @@ func (p *Profiler) resolveOne(q queued, free *recordPool, sample *profile.Sample
 			p.warmUpHeld.Add(1)
 			break
 		}
-		p.resolver.resolveProc(rec, q.proc, q.procErr, sample)
-		c, fp := classifyStack(rec.Flags, len(rec.User))
-		p.mu.Lock()
-		b := p.intervalFor(sample.Time)
-		n := b.Len()
-		b.Add(*sample)
-		p.samples++
-		p.stacks[c][b2i(fp)]++
-		if b.Len() == n {
-			p.intervalFull++
-		}
-		p.pending += b.Len() - n
-		p.trimBacklog()
-		tell := p.backlogUntold
-		p.mu.Unlock()
-		if tell {
-			p.logBacklog(false)
-		}
+		p.addSample(rec, q.proc, q.procErr, sample)
 	case tracer.RecordOffCPUStart:
 		if p.excludedSample(q.proc) {
 			p.filtered.Add(1)

@@ -50,6 +50,16 @@ type resolver struct {
 	kernelMaps map[string]*profile.Mapping
 
 	frames []profile.Frame // reused for every sample: the builder copies what it keeps
+	// unstable is set by resolveProc when the sample's frames may come out
+	// otherwise for the same record words and process entry (see
+	// stackKey): a refresh that read new maps, a failed lookup, an exiting
+	// process. unmapped is set when a file-backed frame was named through
+	// the process's maps, the unwinder having no handle for it: once the
+	// process is prepared, each such sample refreshes its maps first.
+	unstable, unhandled bool
+	// entries numbers the procEntries made (procEntry.gen).
+	entries uint64
+	key     []uint64 // stackKey's words, reused
 	// gone holds the resource of each process that cannot be read any
 	// more, so every sample of one process carries the same resource,
 	// whichever thread it is of: a process gone before it could be read,
@@ -106,7 +116,10 @@ type resolverStats struct {
 // known, whatever becomes of the process's /proc entries; close releases
 // them.
 type procEntry struct {
-	proc     *process.Process
+	proc *process.Process
+	// gen is unique to the entry among all the resolver made: a key of
+	// repeated stacks names the entry by it (a pointer could be reused).
+	gen      uint64
 	resource profile.Resource
 	mappings map[uint64]*fileEntry  // by mapping start
 	files    map[fileKey]*fileEntry // each file of the process, opened once
@@ -239,6 +252,7 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		Value:      1,
 	}
 	r.frames = r.frames[:0]
+	r.unstable, r.unhandled = false, false
 	for _, pc := range rec.Kernel {
 		r.frames = append(r.frames, r.kernelFrame(pc))
 	}
@@ -253,8 +267,10 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		// Taken while the process finished its exit: its last mappings
 		// and files still name the frames.
 		p, err = x.e.proc, nil
+		r.unstable = true // by the time of the sample
 	}
 	if err != nil {
+		r.unstable = true
 		r.stats.processGone.Add(1)
 		// A process that exited before we read it still has its samples,
 		// named by what the kernel told us of its first one.
@@ -307,7 +323,8 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 			addr--
 		}
 		m, ok := entry.proc.FindMapping(addr)
-		if he := r.handle(fileRef(rec, i).File); he != nil {
+		h := fileRef(rec, i).File
+		if he := r.handle(h); he != nil {
 			// The unwinder named the file and offset at sampling time; the
 			// process's mapping, if it still holds that file there, gives
 			// the frame its mapping, else the file's own.
@@ -326,15 +343,25 @@ func (r *resolver) resolveProc(rec *tracer.Record, p *process.Process, err error
 		// process: its mapping changed since (dlclose, dlopen), so the
 		// cached maps are suspect too.
 		suspect := ok && m.FileBacked() && r.unwinder != nil && r.unwinder.Prepared(pid)
+		if h != 0 {
+			// A handle not known yet: the same words may be named
+			// otherwise once it is.
+			r.unstable = true
+		}
+		r.unhandled = r.unhandled || (ok && m.FileBacked() && r.unwinder != nil)
 		if (!ok || suspect) && !refreshed {
 			refreshed = true
-			if e, err := r.refresh(pid, rec.Time); err == nil {
+			e, err := r.refresh(pid, rec.Time)
+			// Maps read again name the frames anew (a new entry).
+			r.unstable = r.unstable || err != nil || e != entry
+			if err == nil {
 				entry = e
 				s.Resource = &entry.resource
 				m, ok = entry.proc.FindMapping(addr)
 			}
 		}
 		if !ok {
+			r.unstable = true
 			r.stats.unmapped.Add(1)
 			if rec.UserFlags[i]&tracer.FrameFromFramePointer != 0 {
 				// A frame-pointer chain that left the process's code walked
@@ -454,6 +481,7 @@ func (r *resolver) namedFrame(fe *fileEntry, mapping *profile.Mapping, pc, offse
 	}
 	lines, err := r.syms.Symbolize(fe.info.ID, offset)
 	if err != nil {
+		r.unstable = true
 		r.stats.symbolizeErrs.Add(1)
 		r.logOnce("symbolization failed", zap.String("file", fe.info.Path), zap.Error(err))
 		if fe.info.IsGo {
@@ -646,8 +674,10 @@ func (r *resolver) entry(pid int, p *process.Process) *procEntry {
 	if ok && old.proc == p {
 		return old
 	}
+	r.entries++
 	e := &procEntry{
 		proc: p,
+		gen:  r.entries,
 		resource: profile.Resource{
 			PID:            int64(pid),
 			ExecutableName: p.Name,
@@ -826,5 +856,9 @@ func (r *resolver) runtimeFrame(pid int, rec *tracer.Record, i int) profile.Fram
 	if r.runtimes == nil {
 		return profile.Frame{Address: rec.User[i]}
 	}
-	return r.runtimes.frame(pid, rec, i)
+	f, named := r.runtimes.frame(pid, rec, i)
+	if !named {
+		r.unstable = true // the runtime may name it later
+	}
+	return f
 }

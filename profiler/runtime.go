@@ -54,15 +54,18 @@ func newRuntimeSet(rts ...langRuntime) *runtimeSet {
 	return s
 }
 
-// frame names frame i of rec, which a runtime's walker reported.
-func (s *runtimeSet) frame(pid int, rec *tracer.Record, i int) profile.Frame {
+// frame names frame i of rec, which a runtime's walker reported; named is
+// false when its runtime could not name it (a runtime none of the set is
+// stays unnamed, and named).
+func (s *runtimeSet) frame(pid int, rec *tracer.Record, i int) (f profile.Frame, named bool) {
 	ref := fileRef(rec, i)
 	id, kind := tracer.RuntimeFrame(ref)
 	rt := s.byID[id&15]
 	if rt == nil {
-		return profile.Frame{Address: rec.User[i]}
+		return profile.Frame{Address: rec.User[i]}, true
 	}
-	return rt.frame(pid, kind, rec.User[i], ref.Offset, rec.UserFlags[i]&tracer.FrameInterrupted != 0)
+	f = rt.frame(pid, kind, rec.User[i], ref.Offset, rec.UserFlags[i]&tracer.FrameInterrupted != 0)
+	return f, len(f.Lines) > 0
 }
 
 // imageSeen is what prepare examined of a process: its image (start time),

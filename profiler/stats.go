@@ -20,6 +20,12 @@ type Stats struct {
 	// Samples is how many on-CPU samples were resolved and handed to an
 	// interval (taken or refused as IntervalFull).
 	Samples uint64
+	// Repeated counts the samples among them added as a repeat of a stack
+	// resolved before in their interval (same process image, same frame
+	// words): a lookup and a count, not resolved again. Unkeyed counts
+	// the stacks an interval could not remember for that because it held
+	// profile.MaxKeyWords key words already; their repeats are resolved.
+	Repeated, Unkeyed uint64
 	// Stacks counts those samples by how their user-stack walk ended:
 	// [outcome][0] without, [outcome][1] with the frame-pointer fallback.
 	// They sum to Samples.
@@ -154,9 +160,11 @@ type PythonStats struct {
 	UnknownVersions uint64
 	Failed          uint64 // CPython processes whose interpreter could not be read or set up: native stacks only
 	Unnamed         uint64 // Python frames whose code object could not be read
-	Named           uint64 // Python frames named
-	CacheResets     uint64 // times the code object cache was emptied to stay in its bound
-	CacheBytes      int64  // (gauge) bytes of code objects cached
+	// Named counts Python frames named: once per stack and interval, as
+	// a repeated stack is not named again (Stats.Repeated).
+	Named       uint64
+	CacheResets uint64 // times the code object cache was emptied to stay in its bound
+	CacheBytes  int64  // (gauge) bytes of code objects cached
 }
 
 // JVMStats count HotSpot JVM processes and their frames.
@@ -168,7 +176,9 @@ type JVMStats struct {
 	UnknownVersions uint64
 	Failed          uint64 // JVMs that could not be set up: native stacks only
 	Unnamed         uint64 // Java frames that could not be named (stale or unreadable)
-	Named           uint64 // Java frames named
+	// Named counts Java frames named: once per stack and interval, as a
+	// repeated stack is not named again (Stats.Repeated).
+	Named uint64
 	// MethodOnly counts the Java frames among Named whose compiled code
 	// was freed before they were named: the method read at the sample
 	// names them, tier "compiled", without inlining or a line.
@@ -235,6 +245,7 @@ func (p *Profiler) Stats() Stats {
 	var s Stats
 	p.mu.Lock()
 	s.Samples = p.samples
+	s.Repeated, s.Unkeyed = p.repeated, p.unkeyed
 	s.Stacks = p.stacks
 	s.IntervalFull = p.intervalFull
 	s.Late = p.late

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"encoding/binary"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"time"
@@ -44,6 +45,13 @@ type Builder struct {
 	samples   []sampleKey // distinct samples, in order of first appearance
 	sampleIdx map[sampleKey]int32
 	events    []event
+
+	// Keys of repeated stacks (repeat.go): each key's entry, the words of
+	// all keys, and the first entry of each hash, whose entries chain.
+	keys     []keyEntry
+	keyWords []uint64
+	keyIdx   map[uint64]int32
+	keySeed  maphash.Seed
 
 	// Direct-mapped caches of recent lookups, indexed by a mix of cheap
 	// fields. A hit is only a candidate: it is used after comparing the full
@@ -111,7 +119,7 @@ const (
 
 // NewBuilder returns an empty Builder.
 func NewBuilder(opts Options) *Builder {
-	b := &Builder{opts: opts, maxSamples: opts.MaxSamples, maxFrames: opts.MaxFrames}
+	b := &Builder{opts: opts, maxSamples: opts.MaxSamples, maxFrames: opts.MaxFrames, keySeed: maphash.MakeSeed()}
 	if b.maxSamples <= 0 {
 		b.maxSamples = DefaultMaxSamples
 	}
@@ -153,29 +161,39 @@ func (b *Builder) Stats() Stats { return b.stats }
 
 // Add records one sample event. It keeps no reference to s.Resource or its
 // map, nor to s.Frames; it keeps the strings and copies of the Mappings.
-func (b *Builder) Add(s Sample) {
+func (b *Builder) Add(s Sample) { b.add(&s) }
+
+// add is Add; it returns the sample's resource and stack, whether its
+// stack was cut to MaxFrames, and whether it was added.
+func (b *Builder) add(s *Sample) (res, stack int32, truncated, ok bool) {
 	if s.Kind >= numKinds {
 		b.stats.Invalid++
-		return
+		return 0, 0, false, false
 	}
 	if len(b.events) >= b.maxSamples {
 		b.stats.Dropped++
-		return
+		return 0, 0, false, false
 	}
 	frames := s.Frames
 	if len(frames) > b.maxFrames {
 		frames = frames[:b.maxFrames]
 		b.stats.Truncated++
+		truncated = true
 	}
 
-	res := b.resource(s.Resource)
+	res = b.resource(s.Resource)
 	locs := b.locs[:0]
 	for i := range frames {
 		locs = append(locs, b.location(&frames[i]))
 	}
 	b.locs = locs
-	stack := b.stack(locs)
+	stack = b.stack(locs)
+	b.addEvent(res, stack, s)
+	return res, stack, truncated, true
+}
 
+// addEvent adds the event of s, whose resource and stack are known.
+func (b *Builder) addEvent(res, stack int32, s *Sample) {
 	k := sampleKey{resource: res, kind: s.Kind, stack: stack, tid: s.TID, cpu: s.CPU, threadName: s.ThreadName}
 	idx, ok := b.sampleIdx[k]
 	if !ok {
@@ -460,6 +478,9 @@ func (b *Builder) reset() {
 	b.samples = resetSlice(b.samples)
 	b.sampleIdx = resetMap(b.sampleIdx)
 	b.events = resetSlice(b.events)
+	b.keys = resetSlice(b.keys)
+	b.keyWords = resetSlice(b.keyWords)
+	b.keyIdx = resetMap(b.keyIdx)
 
 	clear(b.locationCache[:])
 	clear(b.resourceCache[:])

@@ -180,6 +180,12 @@ type Stats struct {
 	Dropped   uint64 // events dropped because the interval held MaxSamples
 	Invalid   uint64 // events dropped because their Kind is unknown
 	Truncated uint64 // events whose stack was cut to MaxFrames
+	// Repeated counts the events added by AddKnown: a stack seen before in
+	// their interval, added without its frames.
+	Repeated uint64
+	// Unkeyed counts the keys AddKeyed could not remember: the interval
+	// held MaxKeyWords key words already.
+	Unkeyed uint64
 }
 
 // Attribute keys and value types of the output contract.
