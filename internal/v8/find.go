@@ -1,6 +1,7 @@
 package v8
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/process"
 )
 
@@ -139,57 +141,67 @@ var nodeVersionRes = []*regexp.Regexp{
 	regexp.MustCompile(`\x00(v[1-9][0-9]?\.[0-9]{1,3}\.[0-9]{1,3})\x00`),
 }
 
-// readImage reads the metadata of the ELF file at path.
+// readImage reads the metadata of the ELF file at path. Node's binary is
+// about 100 MB, its symbol tables 17 MB and its .rodata 47 MB: they are read
+// in place from a read-only mapping of the file (page cache), never copied
+// into the heap, and only the few values kept are.
 func readImage(path string) (*image, error) {
-	f, err := elf.Open(path)
+	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	dyn, err := f.DynamicSymbols()
+	defer fh.Close()
+	st, err := fh.Stat()
 	if err != nil {
-		return nil, nil //nolint:nilerr // no dynamic symbols: no metadata
+		return nil, err
 	}
+	f, err := elf.NewFile(fh)
+	if err != nil {
+		return nil, err
+	}
+	mapped, err := elfx.MapImage(fh, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	defer mapped.Unmap()
+	data := mapped.Bytes()
 	md := metadata{}
-	for _, s := range dyn {
-		name, ok := strings.CutPrefix(s.Name, "v8dbg_")
+	eachSymbol(f, data, elf.SHT_DYNSYM, func(name []byte, s elf.Symbol) {
+		rest, ok := bytes.CutPrefix(name, []byte("v8dbg_"))
 		if !ok || (s.Size != 4 && s.Size != 8) {
-			continue
+			return
 		}
-		v, err := readInt(f, s.Value, s.Size)
-		if err != nil {
-			continue
+		if v, err := readInt(f, s.Value, s.Size); err == nil {
+			md[string(rest)] = v
 		}
-		md[name] = v
-	}
+	})
 	if len(md) == 0 {
 		return nil, nil
 	}
 	img := &image{md: md}
-	syms, _ := f.Symbols()
 	var ver [4]int64
 	verNames := map[string]int{"_ZN2v88internal7Version6major_E": 0, "_ZN2v88internal7Version6minor_E": 1,
 		"_ZN2v88internal7Version6build_E": 2, "_ZN2v88internal7Version6patch_E": 3}
 	found := 0
 	var bt []builtin
-	for _, s := range syms {
-		if s.Name == "_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE" && s.Size%3 == 0 && s.Size <= 3*1024 {
+	eachSymbol(f, data, elf.SHT_SYMTAB, func(name []byte, s elf.Symbol) {
+		if string(name) == "_ZN2v88internal11interpreter9Bytecodes14kBytecodeSizesE" && s.Size%3 == 0 && s.Size <= 3*1024 {
 			if b, err := readBytes(f, s.Value, s.Size); err == nil {
 				img.bytecodeSizes = b
 			}
-			continue
+			return
 		}
-		if i, ok := verNames[s.Name]; ok {
+		if i, ok := verNames[string(name)]; ok {
 			if v, err := readInt(f, s.Value, 4); err == nil {
 				ver[i] = v
 				found |= 1 << i
 			}
-			continue
+			return
 		}
-		if name, ok := strings.CutPrefix(s.Name, "Builtins_"); ok && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 {
-			bt = append(bt, builtin{start: s.Value, size: s.Size, name: name})
+		if rest, ok := bytes.CutPrefix(name, []byte("Builtins_")); ok && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 {
+			bt = append(bt, builtin{start: s.Value, size: s.Size, name: string(rest)})
 		}
-	}
+	})
 	if found&3 != 3 {
 		return nil, fmt.Errorf("v8 metadata without V8's version (v8::internal::Version): %w", ErrUnknownVersion)
 	}
@@ -210,10 +222,8 @@ func readImage(path string) (*image, error) {
 	}
 	img.blobOffset = off
 	img.builtins.fileOffset = off
-	if s := f.Section(".rodata"); s != nil {
-		if data, err := s.Data(); err == nil {
-			img.node = nodeVersion(data, nodeOfV8[img.major])
-		}
+	if s := f.Section(".rodata"); s != nil && s.Type != elf.SHT_NOBITS && s.Offset+s.Size <= uint64(len(data)) {
+		img.node = nodeVersion(data[s.Offset:s.Offset+s.Size], nodeOfV8[img.major])
 	}
 	img.l, img.err = newLayout(md, img.major)
 	if img.err == nil {
@@ -342,4 +352,44 @@ func nodeVersion(data []byte, want int) string {
 		}
 	}
 	return ""
+}
+
+// eachSymbol calls fn with the name (in place: copy what is kept) and value
+// of each symbol of f's first section of type typ, read from data, the
+// whole file.
+func eachSymbol(f *elf.File, data []byte, typ elf.SectionType, fn func(name []byte, s elf.Symbol)) {
+	const entSize = 24 // Elf64_Sym
+	if f.Class != elf.ELFCLASS64 {
+		return
+	}
+	var syms, strs *elf.Section
+	for _, sec := range f.Sections {
+		if sec.Type == typ {
+			syms = sec
+			break
+		}
+	}
+	if syms == nil || int(syms.Link) >= len(f.Sections) {
+		return
+	}
+	strs = f.Sections[syms.Link]
+	if syms.Offset+syms.Size > uint64(len(data)) || strs.Offset+strs.Size > uint64(len(data)) {
+		return
+	}
+	tab := data[syms.Offset : syms.Offset+syms.Size]
+	str := data[strs.Offset : strs.Offset+strs.Size]
+	bo := f.ByteOrder
+	for off := entSize; off+entSize <= len(tab); off += entSize { // entry 0 is the null symbol
+		e := tab[off : off+entSize]
+		nameOff := bo.Uint32(e[0:4])
+		if uint64(nameOff) >= uint64(len(str)) {
+			continue
+		}
+		name := str[nameOff:]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		fn(name, elf.Symbol{Info: e[4], Other: e[5], Section: elf.SectionIndex(bo.Uint16(e[6:8])),
+			Value: bo.Uint64(e[8:16]), Size: bo.Uint64(e[16:24])})
+	}
 }
