@@ -3,7 +3,6 @@
 package collector_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -35,30 +34,6 @@ func nodeBuilds(t *testing.T) []nodeBuild {
 		out = append(out, nodeBuild{fmt.Sprintf("node%d", major), testutil.NodeBinary(t, major)})
 	}
 	return out
-}
-
-// startNodeScript runs node on script until the test ends and returns its
-// pid once it printed "ready".
-func startNodeScript(t *testing.T, node, script string) int {
-	t.Helper()
-	cmd := exec.Command(node, script)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if sc.Text() == "ready" {
-			return cmd.Process.Pid
-		}
-	}
-	t.Fatalf("%s %s never said ready", node, script)
-	return 0
 }
 
 // jsFrame is one JavaScript function of a sample (an inline level of a
@@ -107,7 +82,10 @@ func TestV8Stacks(t *testing.T) {
 	sink := startReceiver(t, jvmRate)
 	names := map[int64]string{}
 	for _, b := range builds {
-		names[int64(startNodeScript(t, b.bin, script))] = b.name
+		cmd := exec.Command(b.bin, script)
+		cmd.Stderr = os.Stderr
+		testutil.StartReady(t, cmd, 30*time.Second)
+		names[int64(cmd.Process.Pid)] = b.name
 	}
 	type tally struct {
 		leaf, whole int
@@ -312,10 +290,7 @@ func TestV8AgainstCPUProf(t *testing.T) {
 		}
 		cmd := exec.Command(b.bin, append(args, script, "20")...)
 		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		testutil.StartCmd(t, cmd)
 		runs = append(runs, run{b.name, cmd, dir})
 	}
 	for _, r := range runs {

@@ -3,7 +3,6 @@
 package profiler
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,30 +25,6 @@ func nodes(t *testing.T) map[string]string {
 	return out
 }
 
-// startNode runs script with node until the test ends; it returns once the
-// program printed "ready".
-func startNode(t *testing.T, node, script string) int {
-	t.Helper()
-	cmd := exec.Command(node, script)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if sc.Text() == "ready" {
-			return cmd.Process.Pid
-		}
-	}
-	t.Fatalf("%s %s never said ready", node, script)
-	return 0
-}
-
 // TestV8Frames runs burn.js (main -> nodeAlpha -> nodeBeta ->
 // nodeGammaBurn) on each Node, started after the profiler. From the first
 // sample in nodeGammaBurn on, at least 99 % of those samples carry the
@@ -60,7 +35,10 @@ func TestV8Frames(t *testing.T) {
 	for name, node := range nodes(t) {
 		t.Run(name, func(t *testing.T) {
 			p, s := startProfiler(t, 99)
-			pid := startNode(t, node, "../internal/v8/testdata/burn.js")
+			cmd := exec.Command(node, "../internal/v8/testdata/burn.js")
+			cmd.Stderr = os.Stderr
+			testutil.StartReady(t, cmd, 30*time.Second)
+			pid := cmd.Process.Pid
 			var leaf, whole int
 			var bad []string
 			example := ""

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -154,6 +155,41 @@ func StartCmd(tb testing.TB, cmd *exec.Cmd) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+}
+
+// StartReady starts cmd as StartCmd does and waits, at most limit, for it
+// to print a line "ready" on its standard output (what the runtime
+// workloads print once their chain runs); the rest of that output is
+// read and dropped.
+func StartReady(tb testing.TB, cmd *exec.Cmd, limit time.Duration) {
+	tb.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	StartCmd(tb, cmd)
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		said := false
+		for sc.Scan() {
+			if !said && sc.Text() == "ready" {
+				said = true
+				ready <- true
+			}
+		}
+		if !said {
+			ready <- false
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			tb.Fatalf("%s ended without saying ready", strings.Join(cmd.Args, " "))
+		}
+	case <-time.After(limit):
+		tb.Fatalf("%s did not say ready within %v", strings.Join(cmd.Args, " "), limit)
+	}
 }
 
 // WaitExec waits until process pid shows the command line args, so a test

@@ -1,7 +1,6 @@
 package v8
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,36 +50,7 @@ func startNode(t *testing.T, node, script string, flags ...string) *exec.Cmd {
 	}
 	cmd := exec.Command(node, append(flags, src)...)
 	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	ready := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				ready <- nil
-				break
-			}
-		}
-		ready <- sc.Err()
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			t.Fatalf("node %s: %v", script, err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("node %s never said ready", script)
-	}
+	testutil.StartReady(t, cmd, 30*time.Second)
 	return cmd
 }
 
