@@ -554,9 +554,11 @@ func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 	return sc, nil
 }
 
-// line is the 1-based line of a script offset, 0 if unknown.
+// line is the 1-based line of a script offset, 0 if unknown. An offset
+// past the script's end is no position of it (code and script read at
+// different moments of a churning heap): unknown, not the line after.
 func (sc *scriptInfo) line(off int32) int64 {
-	if sc.noLines || off < 0 {
+	if sc.noLines || off < 0 || len(sc.ends) > 0 && off > sc.ends[len(sc.ends)-1] {
 		return 0
 	}
 	l, _ := lineOf(sc.ends, off)
