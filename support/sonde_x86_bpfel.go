@@ -134,6 +134,12 @@ type SondeJvmProc struct {
 	Gen                uint32
 }
 
+type SondeKnownProc struct {
+	_   structs.HostLayout
+	Fp  uint64
+	Gen uint64
+}
+
 type SondeLimits uint32
 
 const (
@@ -336,6 +342,10 @@ type SondeUstackState struct {
 	Adjust    uint32
 	HaveMi    uint32
 	Trust     uint32
+	GenPad    uint32
+	_         [4]byte
+	Gen       uint64
+	Mm        uint64
 	FramesCfi uint32
 	FramesFp  uint32
 	Unplaced  uint32
@@ -387,13 +397,17 @@ type SondeUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheEpoch uint64
-	CacheNext  uint32
-	CachePad   uint32
-	CachePid   [16]uint32
-	CacheStart [16]uint64
-	CacheEnd   [16]uint64
-	CacheMi    [16]SondeMappingInfo
+	CacheEpoch  uint64
+	CacheNext   uint32
+	CachePad    uint32
+	CachePid    [16]uint32
+	CacheStart  [16]uint64
+	CacheEnd    [16]uint64
+	CacheGen    [16]uint64
+	CacheVma    [16]uint64
+	CacheVstart [16]uint64
+	CacheVend   [16]uint64
+	CacheMi     [16]SondeMappingInfo
 }
 
 type SondeV8FrameKind uint32

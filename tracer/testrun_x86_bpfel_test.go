@@ -59,6 +59,12 @@ type testrunJvmProc struct {
 	Gen                uint32
 }
 
+type testrunKnownProc struct {
+	_   structs.HostLayout
+	Fp  uint64
+	Gen uint64
+}
+
 type testrunMappingInfo struct {
 	_        structs.HostLayout
 	Start    uint64
@@ -196,6 +202,10 @@ type testrunUstackState struct {
 	Adjust    uint32
 	HaveMi    uint32
 	Trust     uint32
+	GenPad    uint32
+	_         [4]byte
+	Gen       uint64
+	Mm        uint64
 	FramesCfi uint32
 	FramesFp  uint32
 	Unplaced  uint32
@@ -259,13 +269,17 @@ type testrunUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheEpoch uint64
-	CacheNext  uint32
-	CachePad   uint32
-	CachePid   [16]uint32
-	CacheStart [16]uint64
-	CacheEnd   [16]uint64
-	CacheMi    [16]testrunMappingInfo
+	CacheEpoch  uint64
+	CacheNext   uint32
+	CachePad    uint32
+	CachePid    [16]uint32
+	CacheStart  [16]uint64
+	CacheEnd    [16]uint64
+	CacheGen    [16]uint64
+	CacheVma    [16]uint64
+	CacheVstart [16]uint64
+	CacheVend   [16]uint64
+	CacheMi     [16]testrunMappingInfo
 }
 
 type testrunV8Proc struct {

@@ -157,6 +157,9 @@ type Tracer struct {
 	poll      time.Duration
 	// jvmGen numbers the JVM entries set (SetJVM), from 1.
 	jvmGen atomic.Uint32
+	// mappingGen numbers the settings of a process's mapping entries
+	// (SetMappings), from 1.
+	mappingGen atomic.Uint64
 
 	closeOnce sync.Once
 	closeErr  error

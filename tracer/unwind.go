@@ -325,11 +325,12 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 	// are often set while its dynamic loader still maps its libraries:
 	// its request for them is forgotten, so the first stack that meets
 	// one of those libraries asks again at once, not a second later.
-	var fp uint64
-	first := errors.Is(t.objs.KnownPids.Lookup(pid, &fp), ebpf.ErrKeyNotExist)
-	// 0: the eBPF side takes the fingerprint of pid's address space at its
-	// next stack, and trusts these entries while it holds.
-	if err := t.objs.KnownPids.Put(pid, uint64(0)); err != nil {
+	var known support.SondeKnownProc
+	first := errors.Is(t.objs.KnownPids.Lookup(pid, &known), ebpf.ErrKeyNotExist)
+	// Fingerprint 0: the eBPF side takes the fingerprint of pid's address
+	// space at its next stack, and trusts these entries while it holds. A
+	// new generation: what the CPUs cached of the old entries goes unused.
+	if err := t.objs.KnownPids.Put(pid, support.SondeKnownProc{Gen: t.mappingGen.Add(1)}); err != nil {
 		errs = append(errs, fmt.Errorf("pid %d: mark prepared: %w", pid, err))
 	}
 	if first && len(mappings) > 0 {
@@ -356,7 +357,7 @@ func (t *Tracer) ProcessEntries() (map[uint32]int, error) {
 	n := map[uint32]int{}
 	var pid uint32
 	keys := t.objs.KnownPids.Iterate()
-	for v := uint64(0); keys.Next(&pid, &v); {
+	for v := (support.SondeKnownProc{}); keys.Next(&pid, &v); {
 		n[pid]++
 	}
 	if err := keys.Err(); err != nil {

@@ -69,14 +69,21 @@ volatile const __u64 wakeup_bytes = 0;
 
 // Mapping entries a CPU's recent stacks used, kept across stacks: a frame
 // whose mapping is here skips the trie, whose lookup costs microseconds
-// (its nodes are scattered in memory, each one a cache miss). Only
-// trusted entries (struct ustack_state.trust) are kept and used, and the
+// (its nodes are scattered in memory, each one a cache miss), and the look
+// at the live VMA (bpf_find_vma), which costs a deferred unlock, a
+// self-IPI: 10 µs and more in a virtual machine. An entry is of one
+// generation of its process's entries (struct known_proc.gen) and is a
+// trusted entry of the trie, or one bpf_find_vma found to describe the
+// live VMA, or an anonymous VMA (JIT code) no entry covers. While the
+// process's fingerprint holds (struct ustack_state.trust) its entries
+// serve as they are. After its address space changed, an entry found by
+// bpf_find_vma serves while the VMA it was found in still describes it:
+// a few plain reads of the VMA (vma_unchanged) in place of the look. The
 // whole cache is dropped when mapping_epoch moves.
 #define MAPPING_CACHE 16
 
-// mapping_epoch moves whenever a process's mapping entries may have been
-// replaced: at its first stack after user space set them, and when one was
-// found stale. Every CPU's mapping cache is then dropped.
+// mapping_epoch moves when an entry was found stale. Every CPU's mapping
+// cache is then dropped.
 __u64 mapping_epoch = 0;
 
 // Per-CPU state of the user-stack unwinder between its tail calls.
@@ -88,6 +95,9 @@ struct ustack_state {
 	__u32 adjust;  // the current pc is a return address: look up pc - 1
 	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
 	__u32 trust;   // the process's mappings did not change since its entries were set
+	__u32 gen_pad;
+	__u64 gen;        // the generation of the process's entries (struct known_proc)
+	__u64 mm;         // the process's struct mm_struct, once a cached VMA needed it
 	__u32 frames_cfi; // frames of this stack unwound by a table row, counted at its end
 	__u32 frames_fp;  // frames of this stack found by frame pointers, counted at its end
 	// find_mapping found no entry for the current frame and could not
@@ -137,13 +147,20 @@ struct ustack_state {
 	struct jvm_blob_entry jvm_blobs[JVM_BLOB_CACHE];
 	// The mapping cache (kept across stacks): entry i is mapping
 	// cache_mi[i] of process cache_pid[i] (0: empty) in [cache_start[i],
-	// cache_end[i]), valid while cache_epoch is mapping_epoch.
+	// cache_end[i]), of generation cache_gen[i]; all valid while
+	// cache_epoch is mapping_epoch. cache_vma[i] is the VMA bpf_find_vma
+	// found it in, then [cache_vstart[i], cache_vend[i]) (0: a trusted
+	// entry, not looked at).
 	__u64 cache_epoch;
 	__u32 cache_next; // the entry replaced next
 	__u32 cache_pad;
 	__u32 cache_pid[MAPPING_CACHE];
 	__u64 cache_start[MAPPING_CACHE];
 	__u64 cache_end[MAPPING_CACHE];
+	__u64 cache_gen[MAPPING_CACHE];
+	__u64 cache_vma[MAPPING_CACHE];
+	__u64 cache_vstart[MAPPING_CACHE];
+	__u64 cache_vend[MAPPING_CACHE];
 	struct mapping_info cache_mi[MAPPING_CACHE];
 };
 
@@ -164,16 +181,16 @@ struct {
 	__type(value, struct mapping_info);
 } mappings SEC(".maps");
 
-// Processes user space has prepared (their mappings are in `mappings`), with
-// a fingerprint of their address space (mm_fingerprint) taken at the first
-// stack after user space set the entries (0 until then). While it holds,
-// the entries are trusted without looking at the live VMAs, which costs a
-// deferred unlock (an IPI) per look.
+// Processes user space has prepared (their mappings are in `mappings`): a
+// fingerprint of their address space (mm_fingerprint) taken at the first
+// stack after user space set the entries, and the entries' generation.
+// While the fingerprint holds, the entries are trusted without looking at
+// the live VMAs, which costs a deferred unlock (an IPI) per look.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536); // resized by the loader
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct known_proc);
 } known_pids SEC(".maps");
 
 // filtering says whether the filters are on; without them pid_filter stays

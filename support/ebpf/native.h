@@ -78,29 +78,32 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 		st->snap_sp = st->sp;
 		st->snap_fp = st->fp;
 	}
-	__u64 *known = bpf_map_lookup_elem(&known_pids, &tgid);
-	if (!known) {
-		notify_unknown(tgid, NOTIFY_GAP_NS);
-		return;
-	}
-	__u64 fp = mm_fingerprint();
-	if (fp == 0)
-		return;
-	if (*known == fp) {
-		st->trust = 1;
-	} else if (*known == 0) {
-		// The first stack since the entries were set: checked, not
-		// trusted; what the CPUs cached of the old ones goes.
-		__sync_fetch_and_add(&mapping_epoch, 1);
-		*known = fp;
-	} else { // the mappings changed since, or an entry was stale: ask again
-		notify_unknown(tgid, NOTIFY_GAP_NS);
-	}
 	__u64 epoch = mapping_epoch;
 	if (st->cache_epoch != epoch) {
 		for (int i = 0; i < MAPPING_CACHE; i++)
 			st->cache_pid[i] = 0;
 		st->cache_epoch = epoch;
+	}
+	st->gen = 0;
+	st->mm = 0;
+	struct known_proc *known = bpf_map_lookup_elem(&known_pids, &tgid);
+	if (!known) {
+		notify_unknown(tgid, NOTIFY_GAP_NS);
+		return;
+	}
+	st->gen = known->gen;
+	__u64 fp = mm_fingerprint();
+	if (fp == 0)
+		return;
+	if (known->fp == fp) {
+		st->trust = 1;
+	} else if (known->fp == 0) {
+		// The first stack since the entries were set: checked, not
+		// trusted. What the CPUs cached of the old ones is of another
+		// generation.
+		known->fp = fp;
+	} else { // the mappings changed since, or an entry was stale: ask again
+		notify_unknown(tgid, NOTIFY_GAP_NS);
 	}
 }
 
@@ -246,6 +249,7 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 
 // vma_info is what read_vma finds of the VMA covering an address.
 struct vma_info {
+	__u64 vma; // the struct vm_area_struct
 	__u64 start;
 	__u64 end;
 	__u64 file_bias; // start - file offset
@@ -256,6 +260,7 @@ struct vma_info {
 
 static long read_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
 {
+	v->vma = (__u64)vma;
 	v->start = BPF_CORE_READ(vma, vm_start);
 	v->end = BPF_CORE_READ(vma, vm_end);
 	struct file *f = BPF_CORE_READ(vma, vm_file);
@@ -277,18 +282,49 @@ static __always_inline struct mapping_info *use_mapping(struct ustack_state *st,
 	return &st->mi;
 }
 
-// cache_mapping is use_mapping for a trusted entry of the trie, which it
-// also keeps in the CPU's mapping cache.
-static __always_inline struct mapping_info *cache_mapping(struct ustack_state *st, __u32 pid,
-                                                          struct mapping_info *mi)
+// cache_mapping is use_mapping for a trusted entry of the trie (v NULL),
+// or one found to describe the live VMA v, which it also keeps in the
+// CPU's mapping cache.
+static __always_inline struct mapping_info *
+cache_mapping(struct ustack_state *st, __u32 pid, struct mapping_info *mi, struct vma_info *v)
 {
 	__u32 i = st->cache_next & (MAPPING_CACHE - 1);
 	st->cache_next = i + 1;
 	st->cache_pid[i] = pid;
+	st->cache_gen[i] = st->gen;
+	st->cache_vma[i] = v ? v->vma : 0;
+	st->cache_vstart[i] = v ? v->start : 0;
+	st->cache_vend[i] = v ? v->end : 0;
 	st->cache_start[i] = mi->start;
 	st->cache_end[i] = mi->end;
 	st->cache_mi[i] = *mi;
 	return use_mapping(st, mi);
+}
+
+// vma_unchanged says whether the VMA cache entry i was found in still
+// describes it: the same range of the same process's address space, the
+// same file at the same offset (none for anonymous memory). It reads the
+// VMA without the mm lock, the lock bpf_find_vma takes and must hand to an
+// IPI to let go of: a VMA freed since is read all the same (its memory
+// stays a VMA, or is read as one without a fault), and anything it holds
+// now other than what was found there fails the test.
+static __always_inline bool vma_unchanged(struct ustack_state *st, int i)
+{
+	struct vm_area_struct *vma = (struct vm_area_struct *)st->cache_vma[i];
+	if (!vma)
+		return false;
+	if (!st->mm)
+		st->mm = (__u64)BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), mm);
+	if ((__u64)BPF_CORE_READ(vma, vm_mm) != st->mm ||
+	    BPF_CORE_READ(vma, vm_start) != st->cache_vstart[i] ||
+	    BPF_CORE_READ(vma, vm_end) != st->cache_vend[i])
+		return false;
+	struct file *f = BPF_CORE_READ(vma, vm_file);
+	struct mapping_info *mi = &st->cache_mi[i];
+	if (!f)
+		return mi->inode == 0;
+	return mi->inode != 0 && BPF_CORE_READ(f, f_inode, i_ino) == mi->inode &&
+	       st->cache_vstart[i] - (BPF_CORE_READ(vma, vm_pgoff) << 12) == mi->file_bias;
 }
 
 // forked_entry returns the entry covering addr of the process the current
@@ -335,10 +371,13 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	if (st->have_mi && addr >= st->mi.start && addr < st->mi.end)
 		return &st->mi;
 	st->have_mi = 0;
-	if (st->trust) {
+	// The tail-call build keeps only trusted entries (it cannot look at a
+	// VMA), and looks through them only for a trusted process.
+	if (vma || st->trust) {
 		for (int i = 0; i < MAPPING_CACHE; i++) {
-			if (st->cache_pid[i] == pid && addr >= st->cache_start[i] &&
-			    addr < st->cache_end[i])
+			if (st->cache_pid[i] == pid && st->cache_gen[i] == st->gen &&
+			    addr >= st->cache_start[i] && addr < st->cache_end[i] &&
+			    (st->trust || (vma && vma_unchanged(st, i))))
 				return use_mapping(st, &st->cache_mi[i]);
 		}
 	}
@@ -357,7 +396,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		return use_mapping(st, mi);
 	}
 	if (mi && st->trust)
-		return cache_mapping(st, pid, mi);
+		return cache_mapping(st, pid, mi, NULL);
 	struct vma_info v = {};
 	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
 	if (err == -16 /* EBUSY: the mm lock is taken, or this stack looked already */) {
@@ -375,7 +414,13 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	if (err)
 		return NULL;
 	if (mi && mi->inode == v.inode && mi->file_bias == v.file_bias && v.file)
-		return use_mapping(st, mi);
+		return cache_mapping(st, pid, mi, &v);
+	if (!mi && !v.file) {
+		// Anonymous memory (JIT code): frame pointers, or the runtime's
+		// walker.
+		struct mapping_info anon = {.start = v.start, .end = v.end};
+		return cache_mapping(st, pid, &anon, &v);
+	}
 	// The VMA's range is known: the frames in it go without another look.
 	struct mapping_info *c = &st->mi;
 	__builtin_memset(c, 0, sizeof(*c));
@@ -400,7 +445,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		count(COUNTER_MAPPING_STALE);
 		// No trust in these entries until user space has set them again
 		// (1 matches no fingerprint, and is not 0, which asks for one).
-		__u64 stale = 1;
+		struct known_proc stale = {.fp = 1, .gen = st->gen};
 		bpf_map_update_elem(&known_pids, &pid, &stale, BPF_EXIST);
 		__sync_fetch_and_add(&mapping_epoch, 1);
 		// Its file's own table unwinds it meanwhile: user space is asked

@@ -194,6 +194,18 @@ struct mapping_info {
 	__u32 flags; // enum mapping_info_flags
 };
 
+// known_proc is what the unwinder knows of a process user space has
+// prepared (known_pids in maps.h).
+struct known_proc {
+	// A fingerprint of its address space (mm_fingerprint) taken at its
+	// first stack after user space set its entries (0 until then; 1: an
+	// entry was found stale). While it holds, the entries are trusted.
+	__u64 fp;
+	// Which setting of its entries this is: user space numbers each one.
+	// A CPU's cached mappings of the process are of one generation.
+	__u64 gen;
+};
+
 // mapping_flags qualify a mapping_info.
 enum mapping_info_flags {
 	// The file will never have a table (no CFI, or its table cannot be
