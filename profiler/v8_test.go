@@ -98,3 +98,58 @@ func v8BurnWhole(st string) bool {
 	}
 	return true
 }
+
+// TestV8FramelessBuiltinLeaf runs builtins.js, whose optimized
+// hotBuiltins calls builtins that build no frame. A sample in one of them
+// is to show the builtin, named, and below it hotBuiltins with a line (the
+// return address on top of the stack), not hotBuiltins without a line.
+// The walker knows that return address only once the CPU has seen
+// hotBuiltins' code, so a few early samples keep the short form.
+func TestV8FramelessBuiltinLeaf(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	node := nodes(t)["debian"]
+	if node == "" {
+		t.Skip("Debian's node is not installed")
+	}
+	_, s := startProfiler(t, 499)
+	cmd := exec.Command(node, "../internal/v8/testdata/builtins.js")
+	cmd.Stderr = os.Stderr
+	testutil.StartReady(t, cmd, 30*time.Second)
+	pid := cmd.Process.Pid
+	var split, short int
+	examples := map[string]int{}
+	count := func() {
+		split, short = 0, 0
+		clear(examples)
+		for _, pd := range s.all() {
+			for _, st := range javaStacks(pd, pid) {
+				f := strings.SplitN(st, " ; ", 3)
+				switch {
+				case strings.HasPrefix(f[0], "v8js:hotBuiltins:0[builtin]"):
+					short++
+				case len(f) > 1 && strings.HasSuffix(f[0], "[stub]") &&
+					strings.HasPrefix(f[1], "v8js:hotBuiltins:") &&
+					!strings.HasPrefix(f[1], "v8js:hotBuiltins:0["):
+					split++
+					examples[f[0]+" ; "+f[1]]++
+				}
+			}
+		}
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for count(); split+short < 200 && time.Now().Before(deadline); count() {
+		s.waitFor(len(s.all())+1, 5*time.Second)
+	}
+	t.Logf("samples in builtins hotBuiltins called: %d shown as the builtin over hotBuiltins' line, %d as hotBuiltins without a line", split, short)
+	for k, n := range examples {
+		if n*20 >= split {
+			t.Logf("%5d %s", n, k)
+		}
+	}
+	if split+short < 200 {
+		t.Fatalf("%d samples in builtins called by hotBuiltins, want 200", split+short)
+	}
+	if split*100 < (split+short)*80 {
+		t.Errorf("%d of %d samples split into builtin and caller, want 80 %%", split, split+short)
+	}
+}

@@ -327,6 +327,16 @@ static __always_inline bool vma_unchanged(struct ustack_state *st, int i)
 	       st->cache_vstart[i] - (BPF_CORE_READ(vma, vm_pgoff) << 12) == mi->file_bias;
 }
 
+static __always_inline bool cached_anon_code(struct ustack_state *st, __u32 pid, __u64 addr)
+{
+	for (int i = 0; i < MAPPING_CACHE; i++) {
+		if (st->cache_pid[i] == pid && st->cache_gen[i] == st->gen &&
+		    addr >= st->cache_start[i] && addr < st->cache_end[i])
+			return st->cache_mi[i].inode == 0 && (st->trust || vma_unchanged(st, i));
+	}
+	return false;
+}
+
 // forked_entry returns the entry covering addr of the process the current
 // one was forked from, or NULL. A child forked without exec runs in a copy
 // of its parent's address space: until user space has set the child's own

@@ -12,6 +12,10 @@
 //     function's SharedFunctionInfo, and the frame leaves as (sfi, the
 //     bytecode offset slot and bytecode array) when the interpreter runs
 //     it, else as (sfi, pc) for user space to find the code holding pc.
+//     At the leaf, a builtin that builds no frame leaves its caller's
+//     frame at fp: where the word on top of the stack returns into code
+//     it knows, it leaves as the builtin (pc) and its caller (sfi, that
+//     return address).
 //
 // Every frame steps to its caller the same way: the caller's frame
 // pointer and return address sit at fp and fp + 8. A caller outside V8
@@ -90,6 +94,24 @@ static __always_inline void v8_emit(struct ustack_state *st, struct sample_recor
 	count(COUNTER_V8_FRAMES);
 }
 
+// cached_anon_code says whether addr is in anonymous executable memory of
+// process pid (V8's code space) by the CPU's mapping cache alone (native.h).
+static __always_inline bool cached_anon_code(struct ustack_state *st, __u32 pid, __u64 addr);
+
+// v8_frameless_caller reads the word on top of the stack at a leaf in a
+// builtin (the third read of the walk): a builtin that builds no frame of
+// its own, called by compiled code, leaves its return address there and
+// the caller's frame at fp. It says whether the word is an address in
+// V8's code space the CPU has seen already; elsewhere the leaf stays a
+// builtin frame of the caller.
+static __always_inline bool v8_frameless_caller(struct ustack_state *st, __u32 pid, __u64 *ra)
+{
+	if (st->adjust || bpf_probe_read_user(ra, sizeof(*ra), (void *)st->sp))
+		return false;
+	return *ra != 0 && *ra < USER_ADDR_END && !v8_in_builtins(st, *ra - 1) &&
+	       cached_anon_code(st, pid, *ra - 1);
+}
+
 // v8_tagged says whether w is a tagged heap object pointer.
 static __always_inline bool v8_tagged(struct ustack_state *st, __u64 w)
 {
@@ -111,7 +133,7 @@ static __always_inline bool v8_frame(struct ustack_state *st, struct sample_reco
 		count(COUNTER_V8_READ_ERR);
 		return false;
 	}
-	__u64 marker = v8_slot(st, st->v8.fp_marker);
+	__u64 marker = v8_slot(st, st->v8.fp_marker), ra_top = 0;
 	__u64 caller_fp = v8_slot(st, 0), ra = v8_slot(st, 8);
 	if ((marker & st->v8.smi_tag_mask) == 0) {
 		v8_emit(st, s, idx, V8_FRAME_STUB, pc, marker >> (st->v8.marker_shift & 63));
@@ -136,7 +158,14 @@ static __always_inline bool v8_frame(struct ustack_state *st, struct sample_reco
 				v8_emit(st, s, idx, V8_FRAME_INTERPRETED, sfi,
 				        ((__u64)(__u32)(off >> (st->v8.smi_shift & 63)) << 32) |
 				                (__u32)bc);
-			else
+			else if (v8_frameless_caller(st, s->pid, &ra_top) &&
+			         idx + 3 < MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
+				// The builtin, named by its pc, then the compiled
+				// frame that called it, at the return address.
+				v8_emit(st, s, idx, V8_FRAME_STUB, pc, 0);
+				st->adjust = 1;
+				v8_emit(st, s, idx + 2, V8_FRAME_COMPILED, sfi, ra_top);
+			} else
 				v8_emit(st, s, idx, V8_FRAME_BUILTIN, sfi, pc);
 		} else {
 			v8_emit(st, s, idx, V8_FRAME_COMPILED, sfi, pc);
