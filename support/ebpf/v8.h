@@ -84,7 +84,11 @@ static __always_inline __u64 v8_slot(struct ustack_state *st, __s16 off)
 static __always_inline void v8_emit(struct ustack_state *st, struct sample_record *s, __u32 idx,
                                     __u32 kind, __u64 addr, __u64 word)
 {
-	if (idx + 1 >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES)
+	// Bounded on the register that indexes: the compiler must not fold
+	// the test into one its caller made on another (older verifiers
+	// would not see it).
+	asm volatile("" : "+r"(idx));
+	if (idx >= MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES - 1)
 		return;
 	s->stack[idx] = (addr & PC_RUNTIME_ADDR_MASK) | PC_FLAG_RUNTIME |
 	                ((__u64)RUNTIME_V8 << RUNTIME_SHIFT) | ((__u64)kind << RUNTIME_KIND_SHIFT) |
@@ -158,8 +162,8 @@ static __always_inline bool v8_frame(struct ustack_state *st, struct sample_reco
 				v8_emit(st, s, idx, V8_FRAME_INTERPRETED, sfi,
 				        ((__u64)(__u32)(off >> (st->v8.smi_shift & 63)) << 32) |
 				                (__u32)bc);
-			else if (v8_frameless_caller(st, s->pid, &ra_top) &&
-			         idx + 3 < MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
+			else if (idx + 3 < MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES &&
+			         v8_frameless_caller(st, s->pid, &ra_top)) {
 				// The builtin, named by its pc, then the compiled
 				// frame that called it, at the return address.
 				v8_emit(st, s, idx, V8_FRAME_STUB, pc, 0);
