@@ -137,7 +137,7 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 	},
 		tb.ExportErrors, tb.ExportProfiles, tb.ExportSamples, tb.ExportLag,
 		tb.SamplesPending, tb.SamplesLate, tb.RecordsQueued,
-		tb.SamplesReceived, tb.SamplesLost, tb.SamplesSkipped, tb.RecordsLost, tb.RecordsMalformed,
+		tb.SamplesReceived, tb.SamplesRepeated, tb.SamplesLost, tb.SamplesSkipped, tb.RecordsLost, tb.RecordsMalformed,
 		tb.UnwindMappingsStale, tb.OffcpuWaits,
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
 		tb.UnwindTableCount, tb.UnwindTableRows, tb.UnwindTableSize,
@@ -186,6 +186,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.RecordsQueued, int64(s.Queued))
 	o.ObserveInt64(tb.SamplesLost, i64(s.Shutdown.Unread+s.Shutdown.Unresolved+s.Shutdown.Unflushed), lostShutdown)
 	o.ObserveInt64(tb.SamplesReceived, i64(s.Samples))
+	o.ObserveInt64(tb.SamplesRepeated, i64(s.Repeated))
 	o.ObserveInt64(tb.SamplesLost, i64(s.IntervalFull), lostIntervalFull)
 	o.ObserveInt64(tb.SamplesLost, i64(s.EmitDropped), lostExportFailed)
 	o.ObserveInt64(tb.SamplesLost, i64(s.Backlog.Samples), lostBacklog)

@@ -247,7 +247,7 @@ func TestTelemetry(t *testing.T) {
 	releaseConsumer()
 
 	for _, name := range []string{
-		"sonde.samples.received", "sonde.samples.pending", "sonde.samples.late", "sonde.samples.lost",
+		"sonde.samples.received", "sonde.samples.repeated", "sonde.samples.pending", "sonde.samples.late", "sonde.samples.lost",
 		"sonde.records.queued", "sonde.export.lag", "sonde.records.lost", "sonde.records.malformed",
 		"sonde.unwind.stacks", "sonde.unwind.errors", "sonde.unwind.frames", "sonde.unwind.processes",
 		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",
@@ -281,6 +281,11 @@ func TestTelemetry(t *testing.T) {
 	}
 	if got := exported + exportFailed + intervalFull + backlog + inFlight + pending; received != got {
 		t.Errorf("sonde.samples.received = %d, want exported + refused + interval full + dropped behind the consumer + held + open = %d", received, got)
+	}
+	// A CPU-bound workload samples the same few stacks over and over: most
+	// of them repeat one resolved earlier in their interval.
+	if repeated := m.sum("sonde.samples.repeated"); repeated <= 0 || repeated > received {
+		t.Errorf("sonde.samples.repeated = %d, want in (0, sonde.samples.received = %d]", repeated, received)
 	}
 	if stacks := m.sum("sonde.unwind.stacks"); stacks != received {
 		t.Errorf("sonde.unwind.stacks sums to %d, want sonde.samples.received = %d", stacks, received)

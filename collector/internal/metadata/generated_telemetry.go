@@ -57,6 +57,7 @@ type TelemetryBuilder struct {
 	SamplesLost             metric.Int64ObservableCounter
 	SamplesPending          metric.Int64ObservableGauge
 	SamplesReceived         metric.Int64ObservableCounter
+	SamplesRepeated         metric.Int64ObservableCounter
 	SamplesSkipped          metric.Int64ObservableCounter
 	SymbolizeCacheEvictions metric.Int64ObservableCounter
 	SymbolizeCacheLoads     metric.Int64ObservableCounter
@@ -526,6 +527,21 @@ func (builder *TelemetryBuilder) RegisterSamplesReceivedCallback(cb metric.Int64
 		cb(ctx, &observerInt64{inst: builder.SamplesReceived, obs: o})
 		return nil
 	}, builder.SamplesReceived)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSamplesRepeatedCallback sets callback for observable SamplesRepeated metric.
+func (builder *TelemetryBuilder) RegisterSamplesRepeatedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SamplesRepeated, obs: o})
+		return nil
+	}, builder.SamplesRepeated)
 	if err != nil {
 		return err
 	}
@@ -1179,6 +1195,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.SamplesReceived, err = builder.meter.Int64ObservableCounter(
 		"sonde.samples.received",
 		metric.WithDescription("Sample records the receiver read from the ring buffer and decoded. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SamplesRepeated, err = builder.meter.Int64ObservableCounter(
+		"sonde.samples.repeated",
+		metric.WithDescription("Received samples whose stack was resolved before in their interval (same process image, same frames) - added with a lookup and a count, not resolved again. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

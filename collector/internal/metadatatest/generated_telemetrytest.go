@@ -473,6 +473,22 @@ func AssertEqualSamplesReceived(t *testing.T, tt *componenttest.Telemetry, dps [
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualSamplesRepeated(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.samples.repeated",
+		Description: "Received samples whose stack was resolved before in their interval (same process image, same frames) - added with a lookup and a count, not resolved again. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.samples.repeated")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualSamplesSkipped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.samples.skipped",
