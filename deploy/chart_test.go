@@ -208,7 +208,7 @@ func TestRender(t *testing.T) {
 			name:           "defaults",
 			vals:           map[string]any{"otlp": map[string]any{"endpoint": "collector.observability:4317"}},
 			wantCaps:       minimal,
-			wantProcessors: []any{"memory_limiter", "k8s_attributes", "resource_detection"},
+			wantProcessors: []any{"memory_limiter", "k8s_attributes", "transform/otel_resource_attributes", "resource/host"},
 			wantRBAC:       true,
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:" + c.Metadata.AppVersion,
 			wantSamples:    19,
@@ -230,6 +230,7 @@ func TestRender(t *testing.T) {
 				"kernel":               map[string]any{"before511": true},
 				"extraCapabilities":    []any{"SYSLOG"},
 				"kubernetesAttributes": map[string]any{"enabled": false},
+				"hostAttributes":       map[string]any{"enabled": false},
 				"rbac":                 map[string]any{"create": false},
 				"extraProcessors": []any{
 					map[string]any{"name": "memory_limiter/second", "config": map[string]any{"check_interval": "2s", "limit_mib": 100}},
@@ -238,7 +239,7 @@ func TestRender(t *testing.T) {
 					"secretKeyRef": map[string]any{"name": "otlp", "key": "token"}}}},
 			},
 			wantCaps:       append(slices.Clone(minimal), "SYS_RESOURCE", "SYSLOG"),
-			wantProcessors: []any{"memory_limiter", "resource_detection", "memory_limiter/second"},
+			wantProcessors: []any{"memory_limiter", "memory_limiter/second"},
 			wantInsecure:   true,
 			wantHeaders:    map[string]any{"x-scope-orgid": "tenant-1", "authorization": "Bearer ${env:OTLP_TOKEN}"},
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:9.9.9",
@@ -269,7 +270,7 @@ func TestRender(t *testing.T) {
 				},
 			},
 			wantCaps:       minimal,
-			wantProcessors: []any{"memory_limiter", "k8s_attributes", "resource_detection", "resource", "transform/env"},
+			wantProcessors: []any{"memory_limiter", "k8s_attributes", "transform/otel_resource_attributes", "resource/host", "resource", "transform/env"},
 			wantRBAC:       true,
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:" + c.Metadata.AppVersion,
 			wantSamples:    19,
@@ -282,7 +283,7 @@ func TestRender(t *testing.T) {
 				"kernel": map[string]any{"privileged": true},
 			},
 			wantPrivileged: true,
-			wantProcessors: []any{"memory_limiter", "k8s_attributes", "resource_detection"},
+			wantProcessors: []any{"memory_limiter", "k8s_attributes", "transform/otel_resource_attributes", "resource/host"},
 			wantRBAC:       true,
 			wantImage:      "ghcr.io/sonde-dev/otelcol-profiling:" + c.Metadata.AppVersion,
 			wantSamples:    19,
@@ -547,6 +548,8 @@ func TestRenderRejects(t *testing.T) {
 		{"memory limit GOMEMLIMIT cannot read", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "resources": map[string]any{"limits": map[string]any{"memory": "half"}}}, "cannot read the memory limit"},
 		{"unknown log level", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "logLevel": "verbose"}, "logLevel"},
 		{"metrics port out of range", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "metrics": map[string]any{"port": 70000}}, "metrics"},
+		// resource_detection left the distribution; its values went with it.
+		{"the removed resourceDetection", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "resourceDetection": map[string]any{"enabled": true}}, "resourceDetection"},
 		{"off-CPU minimum not a duration", map[string]any{"otlp": map[string]any{"endpoint": "x:4317"}, "profiling": map[string]any{"offCPUMinDuration": "1 ms"}}, "offCPUMinDuration"},
 	}
 	for _, tt := range tests {
@@ -586,7 +589,7 @@ func TestAgentConfig(t *testing.T) {
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	want := []any{"memory_limiter", "k8s_attributes", "resource_detection"}
+	want := []any{"memory_limiter", "k8s_attributes", "transform/otel_resource_attributes", "resource/host"}
 	if diff := cmp.Diff(want, lookup(t, doc, "service", "pipelines", "profiles", "processors")); diff != "" {
 		t.Errorf("agent.yaml processors (-want +got):\n%s", diff)
 	}
@@ -949,6 +952,35 @@ func TestRenderOptions(t *testing.T) {
 				wantSecrets := []corev1.LocalObjectReference{{Name: "own"}, {Name: "mirror"}}
 				if diff := cmp.Diff(wantSecrets, o.daemonSet.Spec.Template.Spec.ImagePullSecrets); diff != "" {
 					t.Errorf("imagePullSecrets (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			// What resource_detection's env and system detectors gave,
+			// rendered as config/agent.yaml has it: host.name is the node's
+			// name, and nothing replaces a value a profile already carries.
+			name: "host attributes as in config/agent.yaml",
+			vals: map[string]any{"otlp": endpoint()},
+			check: func(t *testing.T, o objects) {
+				b, err := os.ReadFile(filepath.Join("..", "config", "agent.yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var agent map[string]any
+				if err := yaml.Unmarshal(b, &agent); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range []string{"transform/otel_resource_attributes", "resource/host"} {
+					if diff := cmp.Diff(lookup(t, agent, "processors", p), lookup(t, o.collector, "processors", p)); diff != "" {
+						t.Errorf("processor %s (-agent.yaml +chart):\n%s", p, diff)
+					}
+				}
+				want := []any{
+					map[string]any{"key": "host.name", "value": "${env:K8S_NODE_NAME}", "action": "insert"},
+					map[string]any{"key": "os.type", "value": "linux", "action": "insert"},
+				}
+				if diff := cmp.Diff(want, lookup(t, o.collector, "processors", "resource/host", "attributes")); diff != "" {
+					t.Errorf("resource/host attributes (-want +got):\n%s", diff)
 				}
 			},
 		},

@@ -94,7 +94,7 @@ G, T or none are understood; anything else fails the rendering.
 {{- define "sonde.processors" -}}
 {{- $p := list "memory_limiter" }}
 {{- if .Values.kubernetesAttributes.enabled }}{{ $p = append $p "k8s_attributes" }}{{ end }}
-{{- if .Values.resourceDetection.enabled }}{{ $p = append $p "resource_detection" }}{{ end }}
+{{- if .Values.hostAttributes.enabled }}{{ $p = concat $p (list "transform/otel_resource_attributes" "resource/host") }}{{ end }}
 {{- range .Values.extraProcessors }}{{ $p = append $p .name }}{{ end }}
 {{- toJson $p }}
 {{- end }}
@@ -154,11 +154,17 @@ processors:
           - from: resource_attribute
             name: container.id
   {{- end }}
-  {{- if .Values.resourceDetection.enabled }}
-  resource_detection:
-    detectors: {{ toJson .Values.resourceDetection.detectors }}
-    timeout: {{ .Values.resourceDetection.timeout }}
-    override: false
+  {{- if .Values.hostAttributes.enabled }}
+  # OTEL_RESOURCE_ATTRIBUTES, then the node: what resource_detection's env and
+  # system detectors gave. insert keeps a value already there.
+  transform/otel_resource_attributes:
+    error_mode: ignore
+    profile_statements:
+      - merge_maps(resource.attributes, ParseKeyValue("${env:OTEL_RESOURCE_ATTRIBUTES:-}", "=", ","), "insert") where "${env:OTEL_RESOURCE_ATTRIBUTES:-}" != ""
+  resource/host:
+    attributes:
+      - {key: host.name, value: "${env:K8S_NODE_NAME}", action: insert}
+      - {key: os.type, value: linux, action: insert}
   {{- end }}
   {{- range .Values.extraProcessors }}
   {{ .name }}:
