@@ -286,9 +286,7 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 	}
 	ci, err := n.code(pid, p, at, lookup)
 	if err != nil {
-		if e, ok := n.entries[pk]; ok {
-			n.remove(e)
-		}
+		n.cache.Remove(pk)
 		return Frame{}, err
 	}
 	fn, err := n.function(pid, p, sfi)

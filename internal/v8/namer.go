@@ -1,10 +1,10 @@
 package v8
 
 import (
-	"container/list"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sonde-dev/sonde/internal/lru"
 	"sync"
 
 	"github.com/sonde-dev/sonde/internal/python"
@@ -33,14 +33,11 @@ type NamerStats struct {
 // It is safe for concurrent use; it owns the memory files Add opens and
 // Forget closes them.
 type Namer struct {
-	mu       sync.Mutex
-	procfs   string
-	maxBytes int64
-	bytes    int64
-	procs    map[int]*namerProc
-	lru      *list.List // of *entry, most recent first
-	entries  map[entryKey]*list.Element
-	stats    NamerStats
+	mu     sync.Mutex
+	procfs string
+	procs  map[int]*namerProc
+	cache  *lru.Cache[entryKey, *entry]
+	stats  NamerStats
 }
 
 type namerProc struct {
@@ -123,8 +120,8 @@ type inlinePos struct {
 // NewNamer returns a Namer reading processes under procfs ("/proc") with
 // a cache of at most maxBytes.
 func NewNamer(procfs string, maxBytes int64) *Namer {
-	return &Namer{procfs: procfs, maxBytes: maxBytes, procs: map[int]*namerProc{},
-		lru: list.New(), entries: map[entryKey]*list.Element{}}
+	return &Namer{procfs: procfs, procs: map[int]*namerProc{},
+		cache: lru.New[entryKey, *entry](maxBytes)}
 }
 
 // Add opens pid's memory (kept open until Forget) to name its frames.
@@ -164,11 +161,7 @@ func (n *Namer) Forget(pid int) {
 
 // dropPID drops pid's entries. n.mu is held.
 func (n *Namer) dropPID(pid int) {
-	for k, el := range n.entries {
-		if k.pid == pid {
-			n.remove(el)
-		}
-	}
+	n.cache.RemoveIf(func(k entryKey) bool { return k.pid == pid })
 }
 
 // Stats returns the counters and the cache's size.
@@ -176,42 +169,22 @@ func (n *Namer) Stats() NamerStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.stats
-	s.Bytes = n.bytes
-	s.Entries = len(n.entries)
+	s.Bytes = n.cache.Cost()
+	s.Entries = n.cache.Len()
+	s.Evictions = n.cache.Evictions()
 	return s
 }
 
-func (n *Namer) remove(el *list.Element) {
-	e := n.lru.Remove(el).(*entry)
-	delete(n.entries, e.key)
-	n.bytes -= e.cost
-}
-
+// get returns a cached entry, marking it used. n.mu is held.
 func (n *Namer) get(k entryKey) *entry {
-	el, ok := n.entries[k]
-	if !ok {
-		return nil
-	}
-	n.lru.MoveToFront(el)
-	return el.Value.(*entry)
+	e, _ := n.cache.Get(k)
+	return e
 }
 
 // put caches e, evicting the least recently used entries to stay within
 // the bound. An entry larger than the bound is not kept. n.mu is held.
 func (n *Namer) put(e *entry) {
-	if el, ok := n.entries[e.key]; ok {
-		n.remove(el)
-	}
-	if e.cost > n.maxBytes {
-		n.stats.Evictions++
-		return
-	}
-	for n.bytes+e.cost > n.maxBytes && n.lru.Len() > 0 {
-		n.remove(n.lru.Back())
-		n.stats.Evictions++
-	}
-	n.entries[e.key] = n.lru.PushFront(e)
-	n.bytes += e.cost
+	n.cache.Put(e.key, e, e.cost)
 }
 
 // Frame names one frame the walker reported. returnAddr says the frame's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sonde-dev/sonde/internal/lru"
 	"github.com/sonde-dev/sonde/internal/symbolize"
 )
 
@@ -271,7 +272,7 @@ func TestNamerSynthetic(t *testing.T) {
 func TestNamerBound(t *testing.T) {
 	sy := buildSynth()
 	n := synthNamer(t, sy.img)
-	n.maxBytes = 600
+	n.cache = lru.New[entryKey, *entry](600)
 	for range 3 {
 		if _, err := n.Frame(1, FrameCompiled, sy.sfiF, sy.instrs+uint64(sy.offInner), false); err != nil {
 			t.Fatal(err)
