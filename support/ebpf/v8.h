@@ -52,13 +52,17 @@ static __always_inline bool v8_in_builtins(struct ustack_state *st, __u64 pc)
 
 // v8_code says whether a PC in mapping mi (NULL: none found) is V8 code:
 // builtins mapped from the binary anywhere (by file offset), or code no
-// file backs.
+// file backs. A PC find_mapping could not place (no entry, and the live
+// VMA could not be looked at again in this stack) is tried as V8 code too:
+// in a V8 process every file mapping has its entry, so it is most likely
+// code no file backs, and v8_frame unwinds a frame that holds no
+// JavaScript function as a native one all the same.
 static __always_inline bool v8_code(struct ustack_state *st, struct mapping_info *mi, __u64 lookup)
 {
 	if (!st->v8_active)
 		return false;
 	if (!mi)
-		return !st->unplaced;
+		return true;
 	if (mi->inode == 0)
 		return true;
 	__u64 off = lookup - mi->file_bias;
