@@ -173,7 +173,7 @@ func (jp *jvmProcs) forget(pid int) { jp.namer.Forget(pid) }
 // frame names a Java frame; one that cannot be named truthfully (its code
 // freed or its method replaced since the sample) stays a jvm frame without
 // a name, counted.
-func (jp *jvmProcs) frame(pid int, kind uint8, addr, word uint64, interrupted bool) profile.Frame {
+func (jp *jvmProcs) frame(pid int, _ time.Time, kind uint8, addr, word uint64, interrupted bool) profile.Frame {
 	f := profile.Frame{Type: profile.FrameJVM, Address: addr}
 	var jf jvm.Frame
 	var err error

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -128,7 +129,7 @@ func (pp *pythonProcs) stats(s *Stats) {
 
 // frame names the Python frame (code, instr) of pid; CPython's walker
 // reports one kind of frame.
-func (pp *pythonProcs) frame(pid int, _ uint8, code, instr uint64, _ bool) profile.Frame {
+func (pp *pythonProcs) frame(pid int, _ time.Time, _ uint8, code, instr uint64, _ bool) profile.Frame {
 	f := profile.Frame{Type: profile.FrameCPython, Address: code}
 	name, file, line, err := pp.namer.Name(pid, code, instr)
 	if err != nil {

@@ -4,6 +4,7 @@ package profiler
 
 import (
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -32,10 +33,11 @@ type langRuntime interface {
 	// forget lets go of what naming pid's frames holds: its exit has been
 	// resolved, its samples with it.
 	forget(pid int)
-	// frame names a frame the walker reported: its kind, address and
-	// second word as the tracer decoded them (tracer.RuntimeFrame), and
-	// whether its PC was interrupted rather than a return address.
-	frame(pid int, kind uint8, addr, word uint64, interrupted bool) profile.Frame
+	// frame names a frame the walker reported in a sample taken at
+	// captured: its kind, address and second word as the tracer decoded
+	// them (tracer.RuntimeFrame), and whether its PC was interrupted
+	// rather than a return address.
+	frame(pid int, captured time.Time, kind uint8, addr, word uint64, interrupted bool) profile.Frame
 	// stats writes the runtime's counters into s.
 	stats(s *Stats)
 }
@@ -64,7 +66,7 @@ func (s *runtimeSet) frame(pid int, rec *tracer.Record, i int) (f profile.Frame,
 	if rt == nil {
 		return profile.Frame{Address: rec.User[i]}, true
 	}
-	f = rt.frame(pid, kind, rec.User[i], ref.Offset, rec.UserFlags[i]&tracer.FrameInterrupted != 0)
+	f = rt.frame(pid, rec.Time, kind, rec.User[i], ref.Offset, rec.UserFlags[i]&tracer.FrameInterrupted != 0)
 	return f, len(f.Lines) > 0
 }
 

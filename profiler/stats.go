@@ -317,6 +317,10 @@ type V8Stats struct {
 	Named           uint64 // V8 frames named
 	NoLine          uint64 // frames among Named without a line (no position table collected)
 	Stale           uint64 // frames whose function or code changed between the sample and its naming
-	CacheEvictions  uint64 // entries dropped to stay within the bound
-	CacheBytes      int64  // (gauge) bytes of JavaScript names and line tables cached
+	// Reused counts the cached objects named without a read: a read made
+	// after their sample was taken found them unchanged (a receiver
+	// behind its samples).
+	Reused         uint64
+	CacheEvictions uint64 // entries dropped to stay within the bound
+	CacheBytes     int64  // (gauge) bytes of JavaScript names and line tables cached
 }

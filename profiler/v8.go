@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -129,9 +130,9 @@ func (vp *v8Procs) forget(pid int) { vp.namer.Forget(pid) }
 // frame names a V8 frame; one that cannot be named truthfully (its
 // function or code moved or replaced since the sample) stays a v8js frame
 // without a name, counted.
-func (vp *v8Procs) frame(pid int, kind uint8, addr, word uint64, interrupted bool) profile.Frame {
+func (vp *v8Procs) frame(pid int, captured time.Time, kind uint8, addr, word uint64, interrupted bool) profile.Frame {
 	f := profile.Frame{Type: profile.FrameV8JS, Address: addr}
-	vf, err := vp.namer.Frame(pid, v8.FrameKind(kind), addr, word, !interrupted)
+	vf, err := vp.namer.FrameCaptured(captured, pid, v8.FrameKind(kind), addr, word, !interrupted)
 	if err != nil {
 		if n := vp.unnamed.Add(1); n <= 20 {
 			vp.log.Debug("cannot name a v8 frame", zap.Int("pid", pid), zap.Bool("leaf", interrupted), zap.Error(err))
@@ -147,7 +148,7 @@ func (vp *v8Procs) stats(s *Stats) {
 	ns := vp.namer.Stats()
 	s.V8 = V8Stats{Processes: vp.found.Load(), Unsupported: vp.unsupported.Load(),
 		UnknownVersions: vp.unknownVersions.Load(), Failed: vp.failed.Load(),
-		Unnamed: vp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Stale: ns.Stale,
+		Unnamed: vp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Stale: ns.Stale, Reused: ns.Reused,
 		CacheEvictions: ns.Evictions, CacheBytes: ns.Bytes}
 }
 

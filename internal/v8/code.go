@@ -3,6 +3,7 @@ package v8
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/sonde-dev/sonde/internal/symbolize"
 )
@@ -87,28 +88,34 @@ func (p *namerProc) isCodeMap(w uint64) bool {
 func (n *Namer) code(pid int, p *namerProc, at, pc uint64) (*codeInfo, error) {
 	h := p.h
 	l := h.l
-	hdr := make([]byte, codeHdrBytes)
-	if err := h.mem.ReadAt(hdr, at); err != nil {
-		return nil, fmt.Errorf("code: %w: %w", err, ErrStale)
-	}
 	k := entryKey{pid: pid, kind: codeEntry, addr: at}
 	var ci *codeInfo
-	if e := n.get(k); e != nil && string(e.code.hdr) == string(hdr) {
+	if e := n.checkedSince(k); e != nil {
 		ci = e.code
-		// The Code's own fields may change (deoptimized code is marked,
-		// not moved); the instructions it points to must still be these.
-		start, err := h.field(ci.code, l.codeInstructionStart)
-		if err != nil || (!l.codeInline && start != ci.start) {
-			ci = nil
+	} else {
+		now := time.Now()
+		hdr := make([]byte, codeHdrBytes)
+		if err := h.mem.ReadAt(hdr, at); err != nil {
+			return nil, fmt.Errorf("code: %w: %w", err, ErrStale)
 		}
-	}
-	if ci == nil {
-		var err error
-		if ci, err = n.readCode(p, at, hdr); err != nil {
-			return nil, err
+		if e := n.get(k); e != nil && string(e.code.hdr) == string(hdr) {
+			// The Code's own fields may change (deoptimized code is
+			// marked, not moved); the instructions it points to must
+			// still be these.
+			start, err := h.field(e.code.code, l.codeInstructionStart)
+			if err == nil && (l.codeInline || start == e.code.start) {
+				ci = e.code
+				e.checked = now
+			}
 		}
-		cost := int64(256 + len(ci.offsets) + len(ci.bytecodes) + 16*len(ci.positions) + 16*len(ci.inlining) + 8*len(ci.inlined))
-		n.put(&entry{key: k, cost: cost, code: ci})
+		if ci == nil {
+			var err error
+			if ci, err = n.readCode(p, at, hdr); err != nil {
+				return nil, err
+			}
+			cost := int64(256 + len(ci.offsets) + len(ci.bytecodes) + 16*len(ci.positions) + 16*len(ci.inlining) + 8*len(ci.inlined))
+			n.put(&entry{key: k, cost: cost, code: ci, checked: now})
+		}
 	}
 	if pc < ci.start || pc >= ci.start+ci.size {
 		return nil, fmt.Errorf("pc %#x outside the code's instructions [%#x, %#x): %w", pc, ci.start, ci.start+ci.size, ErrStale)
@@ -242,6 +249,23 @@ func (n *Namer) readCode(p *namerProc, at uint64, hdr []byte) (*codeInfo, error)
 	return ci, nil
 }
 
+// inlinedSFIOf returns the SharedFunctionInfo of ci's inlined function i,
+// unwrapped once for as long as ci is cached: the code's literals are read
+// with it and checked with it.
+func (n *Namer) inlinedSFIOf(h heap, ci *codeInfo, i int32) (uint64, error) {
+	if ci.inlinedSFI == nil {
+		ci.inlinedSFI = make([]uint64, len(ci.inlined))
+	}
+	if s := ci.inlinedSFI[i]; s != 0 {
+		return s, nil
+	}
+	s, err := n.unwrapSFI(h, ci.inlined[i])
+	if err == nil {
+		ci.inlinedSFI[i] = s
+	}
+	return s, err
+}
+
 // unwrapSFI returns the SharedFunctionInfo v is or wraps (a weak
 // reference's, or a SharedFunctionInfoWrapper's in V8 13+).
 func (n *Namer) unwrapSFI(h heap, v uint64) (uint64, error) {
@@ -339,7 +363,7 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 			return Frame{}, fmt.Errorf("inlining id %d of %d: %w", sp.inliningID, len(ci.inlining), ErrUnreadable)
 		}
 		ip := ci.inlining[sp.inliningID]
-		isfi, err := n.unwrapSFI(h, ci.inlined[ip.fn])
+		isfi, err := n.inlinedSFIOf(h, ci, ip.fn)
 		if err != nil {
 			return Frame{}, fmt.Errorf("inlined function: %w", err)
 		}

@@ -19,8 +19,11 @@ type liveSample struct {
 	pc     uint64
 	stop   WalkStop
 	frames []WalkedFrame
-	named  []Frame
-	errs   []error
+	// taken is when the walk was done: the frames are named as of a
+	// sample taken then (Namer.FrameCaptured).
+	taken time.Time
+	named []Frame
+	errs  []error
 }
 
 // lines flattens the named frames' lines, innermost first, with each
@@ -102,7 +105,7 @@ func snapshots(t *testing.T, pid int, vm *VM, mem Memory, n int) []liveSample {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, liveSample{pc: pc, stop: stop, frames: frames})
+		out = append(out, liveSample{pc: pc, stop: stop, frames: frames, taken: time.Now()})
 	}
 	return out
 }
@@ -112,7 +115,7 @@ func nameSample(t *testing.T, pid int, nm *Namer, s *liveSample) {
 	t.Helper()
 	{
 		for _, f := range s.frames {
-			nf, err := nm.Frame(pid, f.Kind, f.Addr, f.Word, f.ReturnAddr)
+			nf, err := nm.FrameCaptured(s.taken, pid, f.Kind, f.Addr, f.Word, f.ReturnAddr)
 			if err != nil && !errors.Is(err, ErrStale) && !errors.Is(err, ErrUnreadable) {
 				t.Errorf("naming error matches neither ErrStale nor ErrUnreadable: %v", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/sonde-dev/sonde/internal/lru"
 	"sync"
+	"time"
 
 	"github.com/sonde-dev/sonde/internal/python"
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -19,7 +20,10 @@ type NamerStats struct {
 	// NoLine counts frames named without a line: their position table
 	// was not collected (V8 collects source positions lazily) or their
 	// tier keeps none the namer reads (baseline code).
-	NoLine    uint64
+	NoLine uint64
+	// Reused counts the cached objects taken without reading them again:
+	// they were read and found unchanged after the sample was taken.
+	Reused    uint64
 	Evictions uint64 // cache entries dropped to stay within the bound
 	Bytes     int64  // bytes the cache holds now
 	Entries   int    // entries it holds now
@@ -38,6 +42,9 @@ type Namer struct {
 	procs  map[int]*namerProc
 	cache  *lru.Cache[entryKey, *entry]
 	stats  NamerStats
+	// captured is when the sample of the frame being named was taken
+	// (FrameCaptured; zero: unknown).
+	captured time.Time
 }
 
 type namerProc struct {
@@ -68,10 +75,13 @@ const (
 type entry struct {
 	key  entryKey
 	cost int64
-	fn   *funcInfo
-	sc   *scriptInfo
-	code *codeInfo
-	at   uint64 // pcEntry: the code object's start
+	// checked is a time before the last read that found the object as
+	// cached (funcEntry, scriptEntry, codeEntry).
+	checked time.Time
+	fn      *funcInfo
+	sc      *scriptInfo
+	code    *codeInfo
+	at      uint64 // pcEntry: the code object's start
 }
 
 // funcInfo is what naming needs of one SharedFunctionInfo.
@@ -105,9 +115,12 @@ type codeInfo struct {
 	posOK       bool
 	inlining    []inlinePos
 	inlined     []uint64 // SharedFunctionInfos by inlined function id
-	bytecode    uint64   // baseline: its BytecodeArray
-	offsets     []byte   // baseline: its bytecode offset table
-	bytecodes   []byte   // baseline: its bytecodes
+	// inlinedSFI holds inlined's entries unwrapped (inlinedSFIOf), 0
+	// where not yet.
+	inlinedSFI []uint64
+	bytecode   uint64 // baseline: its BytecodeArray
+	offsets    []byte // baseline: its bytecode offset table
+	bytecodes  []byte // baseline: its bytecodes
 }
 
 // inlinePos is one InliningPosition: where the inlined function was
@@ -175,6 +188,17 @@ func (n *Namer) Stats() NamerStats {
 	return s
 }
 
+// checkedSince returns the cached entry k if a read after the current
+// frame's sample found it unchanged. n.mu is held.
+func (n *Namer) checkedSince(k entryKey) *entry {
+	e := n.get(k)
+	if e == nil || n.captured.IsZero() || !e.checked.After(n.captured) {
+		return nil
+	}
+	n.stats.Reused++
+	return e
+}
+
 // get returns a cached entry, marking it used. n.mu is held.
 func (n *Namer) get(k entryKey) *entry {
 	e, _ := n.cache.Get(k)
@@ -193,8 +217,21 @@ func (n *Namer) put(e *entry) {
 // ErrStale (its function or code changed since the sample) or
 // ErrUnreadable.
 func (n *Namer) Frame(pid int, kind FrameKind, addr, word uint64, returnAddr bool) (Frame, error) {
+	return n.FrameCaptured(time.Time{}, pid, kind, addr, word, returnAddr)
+}
+
+// FrameCaptured is Frame for a frame of a sample taken at captured. Every
+// cached object a frame names is checked against memory, but a check made
+// after captured stands for this sample too: the object's memory was read
+// as cached after the sample was taken, as a read now would be. A
+// receiver that has fallen behind (samples taken before the frames of
+// later ones were named) so names them without reading again; one that
+// keeps up reads every object once per sample. A zero captured checks
+// everything.
+func (n *Namer) FrameCaptured(captured time.Time, pid int, kind FrameKind, addr, word uint64, returnAddr bool) (Frame, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.captured = captured
 	p := n.procs[pid]
 	if p == nil {
 		n.stats.Unreadable++
@@ -343,12 +380,17 @@ func (n *Namer) function(pid int, p *namerProc, sfi uint64) (*funcInfo, error) {
 	if !h.isTagged(sfi) {
 		return nil, fmt.Errorf("function %#x: not a heap object: %w", sfi, ErrUnreadable)
 	}
+	k := entryKey{pid: pid, kind: funcEntry, addr: sfi}
+	if e := n.checkedSince(k); e != nil {
+		return e.fn, nil
+	}
+	now := time.Now()
 	hdr, err := h.fields(sfi, l.sfiHeaderSize())
 	if err != nil {
 		return nil, fmt.Errorf("function: %w: %w", err, ErrStale)
 	}
-	k := entryKey{pid: pid, kind: funcEntry, addr: sfi}
 	if e := n.get(k); e != nil && string(e.fn.hdr) == string(hdr) {
+		e.checked = now
 		return e.fn, nil
 	}
 	if err := h.expect(sfi, l.typeSFI, "function"); err != nil {
@@ -388,7 +430,7 @@ func (n *Namer) function(pid int, p *namerProc, sfi uint64) (*funcInfo, error) {
 			fn.anon = fmt.Sprintf("<anonymous@%d:%d>", line, col)
 		}
 	}
-	n.put(&entry{key: k, cost: int64(128 + len(hdr) + len(fn.name) + len(fn.anon) + 16*len(fn.bcPos)), fn: fn})
+	n.put(&entry{key: k, cost: int64(128 + len(hdr) + len(fn.name) + len(fn.anon) + 16*len(fn.bcPos)), fn: fn, checked: now})
 	return fn, nil
 }
 
@@ -480,12 +522,17 @@ func (l *layout) scriptHeaderSize() int {
 func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 	h := p.h
 	l := h.l
+	k := entryKey{pid: pid, kind: scriptEntry, addr: s}
+	if e := n.checkedSince(k); e != nil {
+		return e.sc, nil
+	}
+	now := time.Now()
 	hdr, err := h.fields(s, l.scriptHeaderSize())
 	if err != nil {
 		return nil, fmt.Errorf("script: %w: %w", err, ErrStale)
 	}
-	k := entryKey{pid: pid, kind: scriptEntry, addr: s}
 	if e := n.get(k); e != nil && string(e.sc.hdr) == string(hdr) {
+		e.checked = now
 		return e.sc, nil
 	}
 	if err := h.expect(s, l.typeScript, "script"); err != nil {
@@ -523,7 +570,7 @@ func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 			sc.noLines = true
 		}
 	}
-	n.put(&entry{key: k, cost: int64(96 + len(hdr) + len(sc.name) + 4*len(sc.ends)), sc: sc})
+	n.put(&entry{key: k, cost: int64(96 + len(hdr) + len(sc.name) + 4*len(sc.ends)), sc: sc, checked: now})
 	return sc, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sonde-dev/sonde/internal/lru"
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -356,4 +357,60 @@ func (m multiMem) ReadAt(p []byte, a uint64) error {
 		}
 	}
 	return fmt.Errorf("read %#x+%d: unmapped", a, len(p))
+}
+
+// countingMem counts the reads made of a Memory.
+type countingMem struct {
+	Memory
+	reads *int
+}
+
+func (m countingMem) ReadAt(p []byte, a uint64) error {
+	*m.reads++
+	return m.Memory.ReadAt(p, a)
+}
+
+// A frame of a sample taken before the namer last found its objects
+// unchanged is named without reading them again; one taken after that
+// check reads them, and sees what changed since.
+func TestNamerReusesChecksMadeAfterTheSample(t *testing.T) {
+	sy := buildSynth()
+	n := synthNamer(t, sy.img)
+	reads := 0
+	n.procs[1].h.mem = countingMem{Memory: sliceMem{base: imgBase, b: sy.img}, reads: &reads}
+	pc := sy.instrs + uint64(sy.offInner) + 4
+	name := func(captured time.Time) (Frame, error) {
+		return n.FrameCaptured(captured, 1, FrameCompiled, sy.sfiF, pc, false)
+	}
+	early := time.Now()
+	if _, err := name(early); err != nil {
+		t.Fatal(err)
+	}
+	// A second sample taken before that naming read the objects: its
+	// frame comes from the cache without a read.
+	reads = 0
+	if fr, err := name(early); err != nil || len(fr.Lines) != 2 || reads != 0 {
+		t.Errorf("sample taken before the check: %+v %v after %d reads, want 2 lines and no read", fr, err, reads)
+	}
+	if st := n.Stats(); st.Reused == 0 {
+		t.Errorf("stats %+v: want objects reused", st)
+	}
+	// The code replaced since: a sample taken now is checked against
+	// memory, and the change is seen.
+	img2 := append([]byte(nil), sy.img...)
+	binary.LittleEndian.PutUint64(img2[sy.istream-1+8-imgBase:], 0)
+	n.procs[1].h.mem = countingMem{Memory: sliceMem{base: imgBase, b: img2}, reads: &reads}
+	reads = 0
+	if _, err := name(time.Now()); !errors.Is(err, ErrStale) && !errors.Is(err, ErrUnreadable) || reads == 0 {
+		t.Errorf("sample taken after the change: %v after %d reads, want ErrStale or ErrUnreadable after reading", err, reads)
+	}
+	// Without a capture time everything is read.
+	n.procs[1].h.mem = countingMem{Memory: sliceMem{base: imgBase, b: sy.img}, reads: &reads}
+	if _, err := name(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	reads = 0
+	if _, err := name(time.Time{}); err != nil || reads == 0 {
+		t.Errorf("no capture time: %v after %d reads, want reads", err, reads)
+	}
 }
