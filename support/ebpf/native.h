@@ -616,11 +616,14 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 	// So is the V8 walker. V8's code is its builtins and the code no file
 	// backs.
 	if (vma && v8_in_builtins(st, lookup))
-		return v8_frame(st, s, idx, pc, lookup, true) ? FRAME_NEXT : FRAME_STOP;
+		return v8_frame(st, s, idx, pc, lookup, true, false) == V8_NEXT ? FRAME_NEXT
+		                                                                : FRAME_STOP;
 	struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
-	if (vma && v8_code(st, mi, lookup))
-		return v8_frame(st, s, idx, pc, lookup, mi && mi->inode != 0) ? FRAME_NEXT
-		                                                              : FRAME_STOP;
+	if (vma && v8_code(st, mi, lookup)) {
+		int r = v8_frame(st, s, idx, pc, lookup, mi && mi->inode != 0, !mi && st->unplaced);
+		if (r != V8_NOT_V8)
+			return r == V8_NEXT ? FRAME_NEXT : FRAME_STOP;
+	}
 	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
 		if (!st->py_walking) {
 			st->py_walking = 1;

@@ -55,8 +55,8 @@ static __always_inline bool v8_in_builtins(struct ustack_state *st, __u64 pc)
 // file backs. A PC find_mapping could not place (no entry, and the live
 // VMA could not be looked at again in this stack) is tried as V8 code too:
 // in a V8 process every file mapping has its entry, so it is most likely
-// code no file backs, and v8_frame unwinds a frame that holds no
-// JavaScript function as a native one all the same.
+// code no file backs. v8_frame takes it strictly: a JavaScript frame, or
+// else the native unwinder's.
 static __always_inline bool v8_code(struct ustack_state *st, struct mapping_info *mi, __u64 lookup)
 {
 	if (!st->v8_active)
@@ -126,23 +126,44 @@ static __always_inline bool v8_tagged(struct ustack_state *st, __u64 w)
 	return (w & st->v8.heap_tag_mask) == st->v8.heap_tag;
 }
 
+// What v8_frame did with a frame.
+enum v8_step {
+	V8_STOP = 0,   // the stack ends there
+	V8_NEXT = 1,   // reported, and stepped to its caller
+	V8_NOT_V8 = 2, // strict: no JavaScript frame there; nothing done
+};
+
 // v8_frame reports the frame at pc, which is V8 code (in the builtins, or
-// in memory no file backs), and steps to its caller. It returns false when
-// the stack ends there.
-static __always_inline bool v8_frame(struct ustack_state *st, struct sample_record *s, __u32 idx,
-                                     __u64 pc, __u64 lookup, bool in_builtins)
+// in memory no file backs), and steps to its caller (V8_NEXT), or says the
+// stack ends there (V8_STOP). strict: pc is in no known mapping, and only
+// a JavaScript frame is taken there (else V8_NOT_V8, nothing done).
+static __always_inline int v8_frame(struct ustack_state *st, struct sample_record *s, __u32 idx,
+                                    __u64 pc, __u64 lookup, bool in_builtins, bool strict)
 {
 	__u64 fp = st->fp;
 	if (fp == 0 || (fp & 7) || fp < st->sp)
-		return false;
+		return strict ? V8_NOT_V8 : V8_STOP;
 	if (bpf_probe_read_user(st->v8_slots, sizeof(st->v8_slots),
 	                        (void *)(fp + (__s64)st->v8.read_start))) {
+		if (strict)
+			return V8_NOT_V8;
 		s->flags |= SAMPLE_USER_READ_ERR;
 		count(COUNTER_V8_READ_ERR);
-		return false;
+		return V8_STOP;
 	}
 	__u64 marker = v8_slot(st, st->v8.fp_marker), ra_top = 0;
 	__u64 caller_fp = v8_slot(st, 0), ra = v8_slot(st, 8);
+	if (strict) {
+		// A PC in no known mapping: a JavaScript frame only (a context,
+		// a tagged JSFunction whose SharedFunctionInfo is tagged), else
+		// the native unwinder's, as any other unplaced frame.
+		__u64 fn = v8_slot(st, st->v8.fp_function), sfi = 0;
+		if ((marker & st->v8.smi_tag_mask) == 0 || !v8_tagged(st, fn) ||
+		    bpf_probe_read_user(&sfi, sizeof(sfi),
+		                        (void *)(fn - st->v8.heap_tag + st->v8.function_shared)) ||
+		    !v8_tagged(st, sfi))
+			return V8_NOT_V8;
+	}
 	if ((marker & st->v8.smi_tag_mask) == 0) {
 		v8_emit(st, s, idx, V8_FRAME_STUB, pc, marker >> (st->v8.marker_shift & 63));
 	} else {
@@ -180,10 +201,10 @@ static __always_inline bool v8_frame(struct ustack_state *st, struct sample_reco
 		}
 	}
 	if (ra == 0 || ra >= USER_ADDR_END || (caller_fp != 0 && caller_fp <= fp))
-		return false;
+		return V8_STOP;
 	st->pc = ra;
 	st->sp = fp + 16;
 	st->fp = caller_fp;
 	st->adjust = 1;
-	return true;
+	return V8_NEXT;
 }
