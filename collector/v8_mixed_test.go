@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,12 @@ type mixedWant struct {
 // native frames; that every frame from the leaf down to node::Start is named
 // and none marks the stack cut short; and that node::Start is below want.
 func matchMixed(s jvmSample, want []mixedWant) error {
+	return matchMixedTo(s, want, "node::Start")
+}
+
+// matchMixedTo is matchMixed with another native root than node::Start
+// (a function name's prefix).
+func matchMixedTo(s jvmSample, want []mixedWant, root string) error {
 	k := 0
 	first := true
 	for i, l := range s.Locs {
@@ -89,10 +96,10 @@ func matchMixed(s jvmSample, want []mixedWant) error {
 		}
 		for _, ln := range lines {
 			if ln.Function == "" || ln.Function == profiler.TruncatedFrame {
-				return fmt.Errorf("frame %d unnamed or cut short (%q) before %s", i, ln.Function, wantName(want, k))
+				return fmt.Errorf("frame %d unnamed or cut short (%q) before %s", i, ln.Function, wantName(want, k, root))
 			}
 			if k == len(want) {
-				if l.Type == "native" && strings.HasPrefix(ln.Function, "node::Start") {
+				if l.Type == "native" && strings.HasPrefix(ln.Function, root) {
 					return nil
 				}
 				continue
@@ -119,14 +126,14 @@ func matchMixed(s jvmSample, want []mixedWant) error {
 	if k < len(want) {
 		return fmt.Errorf("chain ends before %s", want[k].fn)
 	}
-	return fmt.Errorf("no node::Start below the chain")
+	return fmt.Errorf("no %s below the chain", root)
 }
 
-func wantName(want []mixedWant, k int) string {
+func wantName(want []mixedWant, k int, root string) string {
 	if k < len(want) {
 		return want[k].fn
 	}
-	return "node::Start"
+	return root
 }
 
 // v8Leaf is the innermost function of s, kernel frames left out.
@@ -201,8 +208,13 @@ func (tl *v8Tally) addPending(s jvmSample, err error, pending bool) {
 func (tl *v8Tally) report(t *testing.T, what string, n int, minWhole float64) {
 	t.Helper()
 	share := 100 * float64(tl.whole) / float64(max(tl.leaf, 1))
-	t.Logf("%s: %d of %d leaf samples whole (%.2f %%), %d before the process's first JavaScript frame, %d not whole with the leaf's caller found by frame pointers (%.2f %% whole with them); tiers of the first JavaScript frame %v",
-		what, tl.whole, tl.leaf, share, tl.early, tl.pending, 100*float64(tl.whole)/float64(max(tl.leaf+tl.pending, 1)), tl.tiers)
+	pending := ""
+	if tl.pending > 0 {
+		pending = fmt.Sprintf(", %d more not whole with the leaf's caller found by frame pointers (%.2f %% whole with them)",
+			tl.pending, 100*float64(tl.whole)/float64(max(tl.leaf+tl.pending, 1)))
+	}
+	t.Logf("%s: %d of %d leaf samples whole (%.2f %%), %d before the process's first JavaScript frame%s; tiers of the innermost JavaScript frame %v",
+		what, tl.whole, tl.leaf, share, tl.early, pending, tl.tiers)
 	for i, b := range tl.bad {
 		t.Logf("  not whole (%v after the first JavaScript frame): %s", time.Duration(tl.badAt[i]-tl.start).Round(time.Millisecond), b)
 	}
@@ -331,6 +343,88 @@ func TestV8AddonStacks(t *testing.T) {
 				}
 			}
 			tl.report(t, "addon.js, "+name+", leaf "+leaf, n, 99)
+		}
+	}
+}
+
+// TestV8AsyncStacks runs async.js on every Node, all started after the
+// receiver: on the main thread, round after round, an await chain, a
+// promise reaction and a timer, each with its own CPU-bound leaf, and in a
+// worker thread a known chain. From each process's first sample with a
+// JavaScript frame, at least 99 % of each leaf's samples carry the
+// running function's whole synchronous stack, leaf first, every frame
+// named, JavaScript frames with async.js and a line: awaitLeafBurn ←
+// awaitInner ← awaitMiddle (resumed by the microtask queue; awaitOuter,
+// which awaits it, is not on the stack) ← V8's MicrotaskQueue; thenLeafBurn
+// ← thenCallback ← the MicrotaskQueue; timerLeafBurn ← timerMiddle ←
+// timerTick ← node's timers (node::Environment::RunTimers); all down to
+// node::Start on the main thread; and in the worker thread (another
+// thread of the process, its own isolate) wGammaBurn ← wBeta ← wAlpha ←
+// wMain down to node::worker::Worker::Run.
+func TestV8AsyncStacks(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde receiver")
+	builds := nodeBuilds(t)
+	script, err := filepath.Abs("../internal/v8/testdata/async.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type leafWant struct {
+		chain  []mixedWant
+		root   string
+		worker bool
+		absent string // a function not on the synchronous stack
+	}
+	js := func(fn string) mixedWant { return mixedWant{fn, "async.js"} }
+	leaves := map[string]leafWant{
+		"awaitLeafBurn": {chain: []mixedWant{js("awaitLeafBurn"), js("awaitInner"), js("awaitMiddle"),
+			{"v8::internal::MicrotaskQueue::RunMicrotasks", ""}}, root: "node::Start", absent: "awaitOuter"},
+		"thenLeafBurn": {chain: []mixedWant{js("thenLeafBurn"), js("thenCallback"),
+			{"v8::internal::MicrotaskQueue::RunMicrotasks", ""}}, root: "node::Start"},
+		"timerLeafBurn": {chain: []mixedWant{js("timerLeafBurn"), js("timerMiddle"), js("timerTick"),
+			{"node::Environment::RunTimers", ""}}, root: "node::Start"},
+		"wGammaBurn": {chain: []mixedWant{js("wGammaBurn"), js("wBeta"), js("wAlpha"), js("wMain")},
+			root: "node::worker::Worker::Run", worker: true},
+	}
+	sink := startReceiver(t, jvmRate)
+	names := map[int64]string{}
+	for _, b := range builds {
+		cmd := exec.Command(b.bin, script)
+		cmd.Stderr = os.Stderr
+		testutil.StartReady(t, cmd, 30*time.Second)
+		names[int64(cmd.Process.Pid)] = b.name
+	}
+	const n = 200
+	all := v8Samples(sink, names, 3*time.Minute, func(got map[int64][]jvmSample) bool {
+		for pid := range names {
+			for leaf := range leaves {
+				if leafCount(got[pid], leaf) < n+50 { // the slack: start-up's
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for pid, name := range names {
+		start := v8Start(all[pid])
+		for leaf, want := range leaves {
+			tl := newV8Tally(start)
+			for _, s := range all[pid] {
+				if v8Leaf(s) != leaf {
+					continue
+				}
+				err := matchMixedTo(s, want.chain, want.root)
+				switch {
+				case err != nil:
+				case want.worker != (s.TID != s.PID):
+					err = fmt.Errorf("thread %d of process %d, want the worker: %v", s.TID, s.PID, want.worker)
+				case want.absent != "" && slices.ContainsFunc(s.Locs, func(l jvmLoc) bool {
+					return slices.ContainsFunc(l.Lines, func(ln jvmLine) bool { return ln.Function == want.absent })
+				}):
+					err = fmt.Errorf("%s on the synchronous stack", want.absent)
+				}
+				tl.add(s, err)
+			}
+			tl.report(t, "async.js, "+name+", leaf "+leaf, n, 99)
 		}
 	}
 }
