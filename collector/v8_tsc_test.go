@@ -387,9 +387,9 @@ func TestV8TscWholeStacks(t *testing.T) {
 
 // tscFloor is TestV8TscWholeStacks' floor, in percent of the samples whole
 // lines aside (tscFigures.linesAside), below what this machine measured
-// on every Node (docs/v8.md): Node 26 gives no line of tsc's script (its
-// source is an external string), and a leaf in a builtin that builds no
-// frame has none either.
+// on every Node (5-68 %, docs/v8.md): Node 26 gives few lines of tsc's
+// script, and a leaf in a builtin that builds no frame has none. It only
+// guards against the walk breaking down; raise it as the figures rise.
 const tscFloor = 2.0
 
 // TestV8TscOtherAgent measures the tsc figure of TestV8TscWholeStacks for
