@@ -208,6 +208,7 @@ type jvmLine struct {
 // jvmLoc is one location of a sample, with every Line.
 type jvmLoc struct {
 	Type, Tier string
+	Mapping    string    // the file of its mapping ("": none)
 	Lines      []jvmLine // innermost first
 }
 
@@ -234,6 +235,9 @@ func jvmFlatten(pd pprofile.Profiles) []jvmSample {
 					for _, li := range stack.LocationIndices().All() {
 						loc := dict.LocationTable().At(int(li))
 						var l jvmLoc
+						if mi := loc.MappingIndex(); mi > 0 {
+							l.Mapping = strs.At(int(dict.MappingTable().At(int(mi)).FilenameStrindex()))
+						}
 						for _, ai := range loc.AttributeIndices().All() {
 							kv := dict.AttributeTable().At(int(ai))
 							switch strs.At(int(kv.KeyStrindex())) {

