@@ -462,10 +462,13 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		// at the usual pace, not at once (a process that loads and
 		// unloads libraries all the time would be read again each time).
 		notify_unknown(pid, ft ? NOTIFY_GAP_NS : NOTIFY_STALE_GAP_NS);
-	} else if (v.file) {
-		notify_unknown(pid, NOTIFY_GAP_NS);
+		return c;
 	}
-	return c; // anonymous (JIT) code has no file: frame pointers
+	// A file mapped since user space set the process's entries (a library
+	// just loaded, V8's second mapping of its builtins): the CPU keeps it
+	// until they are set again, checked as any other.
+	notify_unknown(pid, NOTIFY_GAP_NS);
+	return cache_mapping(st, pid, c, &v);
 }
 
 // want_snapshot marks the current frame, which is in mapping mi (NULL: not
