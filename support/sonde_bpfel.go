@@ -208,6 +208,7 @@ const (
 	SondePhpFrameKindPHP_FRAME_INTERNAL SondePhpFrameKind = 2
 	SondePhpFrameKindPHP_FRAME_MAIN     SondePhpFrameKind = 3
 	SondePhpFrameKindPHP_FRAME_INCLUDE  SondePhpFrameKind = 4
+	SondePhpFrameKindPHP_FRAME_EVAL     SondePhpFrameKind = 5
 )
 
 type SondePhpProc struct {
@@ -215,6 +216,9 @@ type SondePhpProc struct {
 	CurrentEx  uint64
 	ExecStart  uint64
 	ExecEnd    uint64
+	JitStart   uint64
+	JitEnd     uint64
+	ExecBody   uint64
 	CallCode   uint32
 	CallTop    uint32
 	ExOpline   uint16
@@ -227,7 +231,8 @@ type SondePhpProc struct {
 	OpOpcodes  uint16
 	OpSize     uint16
 	OpLineno   uint16
-	Pad        uint32
+	OpFilename uint16
+	Pad        uint16
 }
 
 type SondePidStats struct {

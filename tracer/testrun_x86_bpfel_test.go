@@ -84,6 +84,9 @@ type testrunPhpProc struct {
 	CurrentEx  uint64
 	ExecStart  uint64
 	ExecEnd    uint64
+	JitStart   uint64
+	JitEnd     uint64
+	ExecBody   uint64
 	CallCode   uint32
 	CallTop    uint32
 	ExOpline   uint16
@@ -96,7 +99,8 @@ type testrunPhpProc struct {
 	OpOpcodes  uint16
 	OpSize     uint16
 	OpLineno   uint16
-	Pad        uint32
+	OpFilename uint16
+	Pad        uint16
 }
 
 type testrunPidStats struct {

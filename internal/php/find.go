@@ -15,6 +15,7 @@ import (
 	"github.com/sonde-dev/sonde/internal/elfx"
 	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/python"
+	"github.com/sonde-dev/sonde/internal/unwind"
 )
 
 // Memory reads another process's memory; python.ProcMem is one.
@@ -38,6 +39,11 @@ type Interp struct {
 	// Exec is execute_ex, the VM: a native frame there runs the PHP
 	// frames from the current one up to its entry frame.
 	Exec Range
+	// JIT is opcache's JIT buffer where the process maps one (End 0:
+	// none). The hybrid VM's JIT code runs on execute_ex's native frame:
+	// a PC there is unwound as ExecBody, a PC of execute_ex's body.
+	JIT      Range
+	ExecBody uint64
 }
 
 // ErrNotPHP is matched when a process maps no Zend Engine.
@@ -90,6 +96,9 @@ type binInfo struct {
 	zts          bool
 	eg, exec     elf.Symbol
 	hasEG, hasEx bool
+
+	bodyMu sync.Mutex
+	body   uint64 // a pc of execute_ex's body (file address), 0: not found yet
 }
 
 // binCache keeps the binInfo of the binaries read so far by device and
@@ -200,7 +209,70 @@ func findIn(p *process.Process, m process.Mapping, mem Memory, layouts LayoutFun
 	if err := in.checkGlobals(mem); err != nil {
 		return nil, fmt.Errorf("php %s: %w", bi.version, err)
 	}
+	if jit, ok := jitBuffer(p); ok {
+		body, err := bi.execBody(path)
+		if err != nil {
+			return nil, fmt.Errorf("php %s: jit: %w", bi.version, err)
+		}
+		in.JIT, in.ExecBody = jit, base+body
+	}
 	return in, nil
+}
+
+// jitBuffer finds opcache's JIT buffer in p: the executable part of its
+// shared memory, which the kernel shows as a deleted /dev/zero.
+func jitBuffer(p *process.Process) (Range, bool) {
+	for _, m := range p.Mappings {
+		if m.Path == "/dev/zero" && m.Deleted && m.Executable() {
+			return Range{m.Start, m.End}, true
+		}
+	}
+	return Range{}, false
+}
+
+// execBody returns a pc of execute_ex's body: where its CFI's frame is
+// largest (an sp-based CFA at its greatest offset), which is where every
+// handler runs and where the JIT's code runs too. Found once per binary,
+// from path (the binary as this process maps it).
+func (bi *binInfo) execBody(path string) (uint64, error) {
+	bi.bodyMu.Lock()
+	defer bi.bodyMu.Unlock()
+	if bi.body != 0 {
+		return bi.body, nil
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	t, err := unwind.FromELF(f)
+	if err != nil {
+		return 0, err
+	}
+	body, err := bodyOf(t.Rows, bi.exec.Value, bi.exec.Value+bi.exec.Size)
+	if err != nil {
+		return 0, err
+	}
+	bi.body = body
+	return body, nil
+}
+
+// bodyOf returns the pc of the row of rows (sorted) in [start, end) with
+// the greatest sp-based CFA offset.
+func bodyOf(rows []unwind.Row, start, end uint64) (uint64, error) {
+	var best unwind.Row
+	for _, r := range rows {
+		if r.PC >= end {
+			break
+		}
+		if r.PC >= start && r.CFA == unwind.CFASP && r.CFAOffset > best.CFAOffset {
+			best = r
+		}
+	}
+	if best.PC == 0 {
+		return 0, errors.New("execute_ex: no frame in its unwind table")
+	}
+	return best.PC, nil
 }
 
 // checkGlobals checks the layout against the executor globals: the VM

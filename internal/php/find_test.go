@@ -204,3 +204,18 @@ func TestStackLive(t *testing.T) {
 		})
 	}
 }
+
+// TestFindJIT finds opcache's JIT buffer and a pc of execute_ex's body in
+// a PHP run with the tracing JIT.
+func TestFindJIT(t *testing.T) {
+	cmd := startPHP(t, "php", "-d", "opcache.enable_cli=1", "-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=64M")
+	in, _ := findInterp(t, cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); in.JIT.End == 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond) // mapped by opcache as PHP starts
+		in, _ = findInterp(t, cmd.Process.Pid)
+	}
+	if in.JIT.End <= in.JIT.Start || in.ExecBody <= in.Exec.Start || in.ExecBody >= in.Exec.End {
+		t.Errorf("jit %#x..%#x, execute_ex %#x..%#x, body at %#x", in.JIT.Start, in.JIT.End, in.Exec.Start, in.Exec.End, in.ExecBody)
+	}
+	t.Logf("jit %#x..%#x, execute_ex %#x..%#x, body at +%#x", in.JIT.Start, in.JIT.End, in.Exec.Start, in.Exec.End, in.ExecBody-in.Exec.Start)
+}

@@ -78,6 +78,9 @@ func FuzzFunction(f *testing.F) {
 				r.Same(fn, addr)
 			}
 			r.Line(addr, 0x1000+uint64(at))
+			if c, err := r.Code(addr, kind); err == nil && (len(c.File) > maxPathBytes || c.Name == "") {
+				t.Fatalf("8.%d: code of file %q named %q", l.Minor, c.File, c.Name)
+			}
 		}
 	})
 }

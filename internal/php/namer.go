@@ -134,8 +134,8 @@ func (n *Namer) Known(pid int) bool {
 }
 
 // Name names the frame the walker reported for pid: its kind (Kind*), the
-// zend_function's address and its word (the line in the high 32 bits, the
-// check word in the low 32).
+// zend_function's address (a file name's for top-level code, CodeKind) and
+// its word (the line in the high 32 bits, the check word in the low 32).
 func (n *Namer) Name(pid int, kind uint8, fn, word uint64) (Frame, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -180,7 +180,13 @@ func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error
 		}
 		n.removeLocked(e)
 	}
-	f, err := p.r.Function(k.addr, k.kind)
+	var f *Func
+	var err error
+	if CodeKind(k.kind) {
+		f, err = p.r.Code(k.addr, k.kind)
+	} else {
+		f, err = p.r.Function(k.addr, k.kind)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -20,22 +20,16 @@ func TestNamerLive(t *testing.T) {
 	if err != nil || len(frames) < 2 {
 		t.Fatalf("stack %v: %v", frames, err)
 	}
-	r := NewReader(mem, in.Layout)
 	for round := 0; round < 2; round++ { // read, then from the cache
 		for _, sf := range frames {
-			fn, err := r.Function(sf.Func, sf.Kind)
-			if err != nil {
-				t.Fatal(err)
-			}
-			word := uint64(sf.Line)<<32 | uint64(fn.Check)
-			got, err := n.Name(pid, sf.Kind, sf.Func, word)
+			got, err := n.Name(pid, sf.Kind, sf.Addr, sf.Word)
 			if err != nil {
 				t.Fatalf("%s: %v", sf.Name, err)
 			}
 			if got.Name != sf.Name || got.File != sf.File || got.Line != sf.Line {
 				t.Errorf("named %+v, want %+v", got, sf)
 			}
-			if _, err := n.Name(pid, sf.Kind, sf.Func, word^1); !errors.Is(err, ErrStale) {
+			if _, err := n.Name(pid, sf.Kind, sf.Addr, sf.Word^1); !errors.Is(err, ErrStale) {
 				t.Errorf("%s with another check word: %v, want ErrStale", sf.Name, err)
 			}
 		}

@@ -23,8 +23,15 @@ const (
 	KindFunction = 1 // a user function or method
 	KindInternal = 2 // a function of the engine or an extension (C)
 	KindMain     = 3 // the script's top-level code
-	KindInclude  = 4 // an included file's top-level code, or eval'd code
+	KindInclude  = 4 // an included file's top-level code
+	KindEval     = 5 // eval'd code
 )
+
+// CodeKind says whether frames of kind are a file's top-level code, which
+// the walker reports by their file name's zend_string: the op_array of
+// such code lives only while it runs (an FPM request's script, an
+// include), the name (interned) for the process's life.
+func CodeKind(kind uint8) bool { return kind == KindMain || kind == KindInclude || kind == KindEval }
 
 // Func is what naming a frame needs of one zend_function.
 type Func struct {
@@ -118,14 +125,7 @@ func (r *Reader) Function(addr uint64, kind uint8) (*Func, error) {
 		}
 		f.LineStart = int64(binary.LittleEndian.Uint32(body[l.OpLineStart:]))
 		if name == "" {
-			switch {
-			case typ == evalCode:
-				name = "{eval}"
-			case kind == KindMain:
-				name = "{main}"
-			default:
-				name = "{include}"
-			}
+			name = codeName(typ, kind)
 		}
 	default:
 		return nil, fmt.Errorf("function at %#x: type %d: %w", addr, typ, ErrNotFunction)
@@ -143,6 +143,31 @@ func (r *Reader) Function(addr uint64, kind uint8) (*Func, error) {
 	}
 	f.Name = name
 	return f, nil
+}
+
+// codeName names a file's top-level code.
+func codeName(typ byte, kind uint8) string {
+	switch {
+	case typ == evalCode || kind == KindEval:
+		return "{eval}"
+	case kind == KindMain:
+		return "{main}"
+	}
+	return "{include}"
+}
+
+// Code reads the file name (a zend_string) at addr of top-level code of
+// kind (see CodeKind), as the walker reports such a frame.
+func (r *Reader) Code(addr uint64, kind uint8) (*Func, error) {
+	file, err := r.String(addr, maxPathBytes)
+	if err != nil {
+		return nil, fmt.Errorf("code of file at %#x: %w", addr, err)
+	}
+	hdr := make([]byte, r.l.StrVal+min(8, int64(len(file))))
+	if err := r.mem.ReadAt(hdr, addr); err != nil {
+		return nil, fmt.Errorf("code of file at %#x: %w", addr, err)
+	}
+	return &Func{Name: codeName(0, kind), File: file, Check: uint32(addr), hdr: hdr}, nil
 }
 
 // Same reports whether the function at addr still starts with the bytes f

@@ -7,13 +7,17 @@ import (
 
 // StackFrame is one PHP frame of a stack read from a process's memory.
 type StackFrame struct {
-	Ex     uint64 // the zend_execute_data
-	Func   uint64 // the zend_function
-	Kind   uint8  // Kind*
-	Opline uint64 // the frame's opline: saved, or from VMRegs
-	Name   string
-	File   string
-	Line   int64 // 0: unknown
+	Ex   uint64 // the zend_execute_data
+	Func uint64 // the zend_function
+	// Addr and Word are the frame as the walker reports it: the
+	// function's address (top-level code: its file name's, CodeKind),
+	// and its line << 32 | check word.
+	Addr, Word uint64
+	Kind       uint8  // Kind*
+	Opline     uint64 // the frame's opline: saved, or from VMRegs
+	Name       string
+	File       string
+	Line       int64 // 0: unknown
 }
 
 // VMRegs are the registers the hybrid VM (and the JIT) keeps its state in
@@ -63,21 +67,27 @@ func (in *Interp) Stack(mem Memory, regs VMRegs) ([]StackFrame, error) {
 		if fn == 0 {
 			continue
 		}
+		hdr, err := r.header(fn)
+		if err != nil {
+			return out, err
+		}
 		kind := uint8(KindFunction)
 		switch {
-		case info&l.CallCode != 0 && prev == 0:
+		case hdr[l.FnType] == internalFunction:
+			kind = KindInternal
+		case info&l.CallCode == 0:
+		case hdr[l.FnType] == evalCode:
+			kind = KindEval
+		case prev == 0:
 			kind = KindMain
-		case info&l.CallCode != 0:
+		default:
 			kind = KindInclude
 		}
 		f, err := r.Function(fn, kind)
 		if err != nil {
 			return out, err
 		}
-		if f.Internal {
-			kind = KindInternal
-		}
-		sf := StackFrame{Ex: at, Func: fn, Kind: kind, Opline: opline, Name: f.Name, File: f.File}
+		sf := StackFrame{Ex: at, Func: fn, Addr: fn, Kind: kind, Opline: opline, Name: f.Name, File: f.File}
 		if !f.Internal {
 			if at == regs.Ex && regs.Ex != 0 {
 				if line := r.Line(fn, regs.Opline); line != 0 {
@@ -85,6 +95,13 @@ func (in *Interp) Stack(mem Memory, regs VMRegs) ([]StackFrame, error) {
 				}
 			}
 			sf.Line = r.Line(fn, sf.Opline)
+		}
+		sf.Word = uint64(sf.Line)<<32 | uint64(f.Check)
+		if CodeKind(kind) {
+			if sf.Addr, err = r.u64(fn + uint64(l.OpFilename)); err != nil {
+				return out, fmt.Errorf("function at %#x: file: %w", fn, err)
+			}
+			sf.Word = uint64(sf.Line)<<32 | uint64(uint32(sf.Addr))
 		}
 		out = append(out, sf)
 	}

@@ -574,7 +574,8 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 		                                                              : FRAME_STOP;
 	// So is the PHP walker: an execute_ex frame shows as the PHP frames
 	// it runs (php.h).
-	if (vma && st->php_active && (st->php_walking || php_in_exec(st, lookup))) {
+	if (vma && st->php_active &&
+	    (st->php_walking || php_in_exec(st, lookup) || php_in_jit(st, lookup))) {
 		if (!st->php_walking) {
 			st->php_walking = 1;
 			st->php_run = 0;
@@ -587,8 +588,20 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 		st->php_walking = 0;
 		if (r == PHP_LAST)
 			s->user_len = ulen + 1;
-		if (r == PHP_LAST || st->php_run > 0)
+		if (php_in_jit(st, lookup)) {
+			// JIT code runs on execute_ex's frame: unwound from its body.
+			st->pc = pc = lookup = st->php.exec_body;
+			st->adjust = 0;
+			mi = find_mapping(st, s->pid, lookup, vma);
+		}
+		// Where the VM has no table yet (a process just started) and no
+		// PHP frame is left, it shows as a native frame too: the stack's
+		// snapshot is unwound on from it in user space.
+		if ((r == PHP_LAST || st->php_run > 0) &&
+		    (st->php_ex != 0 || (mi && mi->table_id != 0)))
 			return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
+		if (r == PHP_LAST)
+			return FRAME_NEXT; // the native frame takes the next slot
 	}
 	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
 		if (!st->py_walking) {

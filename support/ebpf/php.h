@@ -16,7 +16,9 @@
 //
 // The hybrid VM keeps the current frame in r14 and its opline in r15 and
 // writes the frame's opline field only before calls: the frame r14 names
-// takes its line from r15 (when r15 is one of its opcodes).
+// takes its line from r15 (when r15 is one of its opcodes). opcache's JIT
+// code runs on execute_ex's native frame, with the same registers: a PC in
+// it is a run of PHP frames too, stepped over as execute_ex's body.
 #pragma once
 
 #include "record.h"
@@ -76,6 +78,12 @@ static __always_inline void php_begin(struct ustack_state *st, __u32 tgid)
 static __always_inline bool php_in_exec(struct ustack_state *st, __u64 pc)
 {
 	return pc >= st->php.exec_start && pc < st->php.exec_end;
+}
+
+// php_in_jit says whether a native PC is in opcache's JIT code.
+static __always_inline bool php_in_jit(struct ustack_state *st, __u64 pc)
+{
+	return pc >= st->php.jit_start && pc < st->php.jit_end;
 }
 
 // php_word returns the 8 bytes at byte off of a block read into words
@@ -149,6 +157,7 @@ static __always_inline enum php_result php_frame(struct ustack_state *st, struct
 			word = (__u32)php_word(fs, fnw, st->php.fn_name);
 		} else if (type == 2 || type == 4) { // ZEND_USER_FUNCTION, ZEND_EVAL_CODE
 			kind = !(info & st->php.call_code) ? PHP_FRAME_FUNCTION
+			       : type == 4                 ? PHP_FRAME_EVAL
 			       : prev == 0                 ? PHP_FRAME_MAIN
 			                                   : PHP_FRAME_INCLUDE;
 			__u64 opcodes = php_word(fs, fnw, st->php.op_opcodes);
@@ -164,6 +173,17 @@ static __always_inline enum php_result php_frame(struct ustack_state *st, struct
 			                        (void *)(opline + st->php.op_lineno)))
 				line = 0;
 			word = ((__u64)line << 32) | (__u32)opcodes;
+			if (kind != PHP_FRAME_FUNCTION) {
+				// Top-level code: named by its file, which outlives it.
+				__u64 file = 0;
+				if (bpf_probe_read_user(&file, sizeof(file),
+				                        (void *)(fn + st->php.op_filename)))
+					goto read_err;
+				if (file == 0 || (file & 7) || file >= USER_ADDR_END)
+					goto bad;
+				fn = file;
+				word = ((__u64)line << 32) | (__u32)file;
+			}
 		} else {
 			goto bad;
 		}

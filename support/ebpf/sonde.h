@@ -468,6 +468,12 @@ struct php_proc {
 	__u64 current_ex; // &executor_globals.current_execute_data
 	__u64 exec_start; // execute_ex: [exec_start, exec_end)
 	__u64 exec_end;
+	// opcache's JIT buffer, [jit_start, jit_end) (0, 0: none). Its code
+	// runs on execute_ex's frame: a PC there is unwound as exec_body, a
+	// PC of execute_ex's body.
+	__u64 jit_start;
+	__u64 jit_end;
+	__u64 exec_body;
 	__u32 call_code; // ZEND_CALL_CODE in the frame's call info
 	__u32 call_top;  // ZEND_CALL_TOP: the frame's execute_ex returns with it
 	__u16 ex_opline; // zend_execute_data fields (< PHP_EX_READ)
@@ -480,19 +486,24 @@ struct php_proc {
 	__u16 op_opcodes;
 	__u16 op_size; // sizeof(zend_op)
 	__u16 op_lineno;
-	__u32 pad;
+	__u16 op_filename; // zend_op_array.filename (read apart: code frames only)
+	__u16 pad;
 };
 
-// How a PHP frame leaves (internal/php's Kind*): the address is its
-// zend_function; the file word holds the line in its high 32 bits (0:
-// none) and in its low 32 the low half of the function's opcodes (user
+// How a PHP frame leaves (internal/php's Kind*). A function's: the address
+// is its zend_function; the file word holds the line in its high 32 bits
+// (0: none) and in its low 32 the low half of the function's opcodes (user
 // code) or name (internal functions), which user space checks the
-// function against.
+// function against. A file's top-level code (main, include, eval), whose
+// op_array lives only while it runs: the address is its file name (a
+// zend_string, interned for the process's life), the low 32 bits of the
+// file word the low half of that address.
 enum php_frame_kind {
 	PHP_FRAME_FUNCTION = 1, // a user function or method
 	PHP_FRAME_INTERNAL = 2, // a function of the engine or an extension
 	PHP_FRAME_MAIN = 3,     // the script's top-level code
-	PHP_FRAME_INCLUDE = 4,  // an included file's top-level code, or eval'd code
+	PHP_FRAME_INCLUDE = 4,  // an included file's top-level code
+	PHP_FRAME_EVAL = 5,     // eval'd code
 };
 
 // A python_proc field a version does not have.
