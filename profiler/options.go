@@ -200,6 +200,9 @@ type Options struct {
 	// pythonLayouts, when set, replaces the CPython versions the walker
 	// knows (python.LayoutFor): tests hide a real interpreter's version.
 	pythonLayouts pythonLayoutFunc
+	// phpLayouts, when set, replaces the PHP versions the walker knows
+	// (php.LayoutFor): tests hide a real PHP's version.
+	phpLayouts phpLayoutFunc
 }
 
 // Filters choose the profiled processes. A process is profiled when it

@@ -5,8 +5,10 @@ package profiler
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -40,6 +42,14 @@ type phpProcs struct {
 	seen imageMemo
 	logs onceLog
 
+	// retry, when set, asks the preparer to prepare pid again soon: a PHP
+	// without a JIT buffer (opcache maps it as PHP starts, if the JIT is
+	// on) is looked at again every phpRetryDelay, phpRetries times at
+	// most per image, so that its JIT code is known from its first second.
+	retry   func(pid int)
+	retryMu sync.Mutex
+	retried map[int]int // pid -> retries asked for its current image
+
 	walked      sync.Map      // pid -> start time of the image set up for the walker
 	found       atomic.Uint64 // processes set up for the PHP walker
 	unsupported atomic.Uint64 // PHPs of a version without a layout (or a kernel without the walker)
@@ -68,13 +78,22 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 	if done, found := pp.seen.begin(proc); done {
 		return found
 	}
-	settled := true
-	defer func() { pp.seen.end(proc, settled, found) }()
+	settled, again := true, false
+	defer func() {
+		pp.seen.end(proc, settled, found)
+		if again {
+			pp.seen.again(proc)
+		}
+	}()
 
 	mem, err := python.OpenMem(pp.procfs, proc.PID)
 	if err != nil {
 		settled = false
 		return false
+	}
+	if !mapsJIT(proc) {
+		// The process table's mappings may predate opcache's JIT buffer.
+		proc = pp.fresh(proc)
 	}
 	in, err := php.FindWith(proc, mem, pp.layouts)
 	_ = mem.Close() // read only
@@ -117,6 +136,16 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 	if prev, ok := pp.walked.Swap(proc.PID, proc.StartTime); !ok || prev != proc.StartTime {
 		pp.found.Add(1)
 	}
+	pp.log.Debug("php set up for the walker", zap.Int("pid", proc.PID), zap.String("version", in.Version),
+		zap.Bool("jit", in.JIT.End != 0))
+	// Examined again until opcache's JIT buffer is found, when its files
+	// change and for its first seconds (retrySoon): a process prepared at
+	// its exec maps it later, if it runs the JIT.
+	settled = in.JIT.End != 0
+	if !settled {
+		again = true
+		pp.retrySoon(proc.PID)
+	}
 	if in.Layout.Untested {
 		pp.logs.warn("untested php "+in.Version, "php version supported from its published sources, untested",
 			zap.String("version", in.Version))
@@ -127,6 +156,64 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 func (pp *phpProcs) forgetImage(pid int) {
 	pp.seen.forget(pid)
 	pp.walked.Delete(pid)
+	pp.retryMu.Lock()
+	delete(pp.retried, pid)
+	pp.retryMu.Unlock()
+}
+
+// Retries of a PHP whose JIT buffer is not mapped yet: every 100 ms for
+// at most 3 s.
+const (
+	phpRetryDelay = 100 * time.Millisecond
+	phpRetries    = 30
+)
+
+// retrySoon asks for pid to be prepared again after phpRetryDelay, within
+// its image's retries.
+func (pp *phpProcs) retrySoon(pid int) {
+	if pp.retry == nil {
+		return
+	}
+	pp.retryMu.Lock()
+	if pp.retried == nil {
+		pp.retried = map[int]int{}
+	}
+	n := pp.retried[pid]
+	if n < phpRetries {
+		pp.retried[pid] = n + 1
+	}
+	pp.retryMu.Unlock()
+	if n < phpRetries {
+		time.AfterFunc(phpRetryDelay, func() { pp.retry(pid) })
+	}
+}
+
+// mapsJIT says whether proc maps executable shared memory (opcache's JIT
+// buffer shows as a deleted /dev/zero).
+func mapsJIT(proc *process.Process) bool {
+	for _, m := range proc.Mappings {
+		if m.Path == "/dev/zero" && m.Deleted && m.Executable() {
+			return true
+		}
+	}
+	return false
+}
+
+// fresh returns proc with its mappings read again from procfs, or proc
+// where they cannot be.
+func (pp *phpProcs) fresh(proc *process.Process) *process.Process {
+	f, err := os.Open(fmt.Sprintf("%s/%d/maps", pp.procfs, proc.PID))
+	if err != nil {
+		return proc
+	}
+	defer f.Close()
+	ms, err := process.ParseMaps(f)
+	if err != nil {
+		return proc
+	}
+	np := *proc
+	np.Mappings = ms
+	return &np
 }
 
 func (pp *phpProcs) forget(pid int) { pp.namer.Forget(pid) }
@@ -162,6 +249,9 @@ func kernelPHP(in *php.Interp) (tracer.PHPProc, error) {
 		CurrentEx:  in.CurrentEx,
 		ExecStart:  in.Exec.Start,
 		ExecEnd:    in.Exec.End,
+		JitStart:   in.JIT.Start,
+		JitEnd:     in.JIT.End,
+		ExecBody:   in.ExecBody,
 		CallCode:   l.CallCode,
 		CallTop:    l.CallTop,
 		ExOpline:   uint16(l.ExOpline),
@@ -174,6 +264,7 @@ func kernelPHP(in *php.Interp) (tracer.PHPProc, error) {
 		OpOpcodes:  uint16(l.OpOpcodes),
 		OpSize:     uint16(l.OpSize),
 		OpLineno:   uint16(l.OpLineno),
+		OpFilename: uint16(l.OpFilename),
 	}
 	// The walker reads tracer.PHPExRead bytes of a frame and
 	// tracer.PHPFnRead of a function: every field must be in them, words
@@ -197,6 +288,9 @@ func kernelPHP(in *php.Interp) (tracer.PHPProc, error) {
 		if err := check(c.what, c.off, c.size, c.block); err != nil {
 			return p, err
 		}
+	}
+	if l.OpFilename < 0 || l.OpFilename%8 != 0 || l.OpFilename > 1024 {
+		return p, fmt.Errorf("php %s: file name at %d", in.Version, l.OpFilename)
 	}
 	if l.OpSize <= 0 || l.OpLineno < 0 || l.OpLineno+4 > l.OpSize {
 		return p, fmt.Errorf("php %s: zend_op of %d bytes, line at %d", in.Version, l.OpSize, l.OpLineno)

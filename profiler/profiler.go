@@ -214,11 +214,13 @@ func New(opts Options) (*Profiler, error) {
 	p.resolver.holds = p.preparer.holds
 	jvms := newJVMProcs(log, tr, opts.ProcFS, opts.JVMCacheBytes())
 	jvms.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
+	phps := newPHPProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/phpCodeShare, opts.phpLayouts)
+	phps.retry = jvms.retry
 	p.preparer.runtimes = newRuntimeSet(
 		newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
 		jvms,
 		newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
-		newPHPProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/phpCodeShare, nil),
+		phps,
 	)
 	p.resolver.runtimes = p.preparer.runtimes
 	p.preparer.holds.procfs = opts.ProcFS
