@@ -133,7 +133,7 @@ func inLeaf(c chainCase, frames []StackFrame) bool {
 
 // matchChain checks frames (innermost first) against c: its leaf frames,
 // then the chain, each frame's file and line.
-func matchChain(t *testing.T, c chainCase, frames []StackFrame, lines func(file, text string) int64) error {
+func matchChain(c chainCase, frames []StackFrame, lines func(file, text string) int64) error {
 	i := 0
 	for i < len(frames) && i < len(c.leaf) && frames[i].Name == c.leaf[i] {
 		i++
@@ -185,7 +185,7 @@ func TestStackLive(t *testing.T) {
 					continue // between calls of the chain
 				}
 				seen++
-				if err := matchChain(t, c, frames, lines); err != nil {
+				if err := matchChain(c, frames, lines); err != nil {
 					if len(bad) < 5 {
 						bad = append(bad, fmt.Sprintf("%v: %v", err, frames))
 					}
