@@ -133,11 +133,13 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 			zap.Int("pid", proc.PID), zap.Error(err))
 		return false
 	}
-	if prev, ok := pp.walked.Swap(proc.PID, proc.StartTime); !ok || prev != proc.StartTime {
-		pp.found.Add(1)
+	if prev, ok := pp.walked.Swap(proc.PID, proc.StartTime); !ok || prev != proc.StartTime || in.JIT.End != 0 {
+		if !ok || prev != proc.StartTime {
+			pp.found.Add(1)
+		}
+		pp.log.Debug("php set up for the walker", zap.Int("pid", proc.PID), zap.String("version", in.Version),
+			zap.Bool("jit", in.JIT.End != 0))
 	}
-	pp.log.Debug("php set up for the walker", zap.Int("pid", proc.PID), zap.String("version", in.Version),
-		zap.Bool("jit", in.JIT.End != 0))
 	// Examined again until opcache's JIT buffer is found, when its files
 	// change and for its first seconds (retrySoon): a process prepared at
 	// its exec maps it later, if it runs the JIT.
