@@ -164,7 +164,7 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 BENCH_SCENARIOS ?= .*
 
 .PHONY: bench
-bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js; tables + JSON in _build/bench/ (root; ~19 min, +8 with REF_BIN)
+bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js, PHP; tables + JSON in _build/bench/ (root; ~22 min, +10 with REF_BIN)
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -run '^$$' -bench '^BenchmarkDist$$/^($(BENCH_SCENARIOS))$$' -benchtime 1x -timeout 40m ./internal/bench
 
 .PHONY: bench-micro
