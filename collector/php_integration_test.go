@@ -153,7 +153,10 @@ func (c phpChain) whole(fs []phpFrame, i int) error {
 	for first < len(fs) && fs[first].Type == "kernel" {
 		first++
 	}
-	if c.leafInternal != "" && (i < first+2 || fs[first].Type != "native" || fs[i-1].Function != c.leafInternal) {
+	// In the internal function (C), its native frames are above it; a
+	// sample between its calls has none.
+	if c.leafInternal != "" && i > 0 && fs[i-1].Type == "php" && fs[i-1].Function == c.leafInternal &&
+		(i < first+2 || fs[first].Type != "native") {
 		return fmt.Errorf("no native frames above %s", c.leafInternal)
 	}
 	for k, w := range c.chain {
