@@ -185,8 +185,10 @@ func (c phpChain) whole(fs []phpFrame, i int) error {
 // phpTally counts one process's samples in its chain's leaf.
 type phpTally struct {
 	leaf, whole int
-	first       uint64 // the first leaf sample's time (Unix ns)
-	bad         []string
+	inC         int // leaf samples in the chain's internal function (C), whole
+
+	first uint64 // the first leaf sample's time (Unix ns)
+	bad   []string
 }
 
 // collectPHP reads the sink until each process of chains (by pid) has n
@@ -232,6 +234,9 @@ func collectPHP(sink *consumertest.ProfilesSink, chains map[int64]phpChain, n in
 					continue
 				}
 				tl.whole += s.Count
+				if c.leafInternal != "" && i > 0 && fs[i-1].Function == c.leafInternal {
+					tl.inC += s.Count
+				}
 			}
 		}
 		read = len(all)
@@ -313,6 +318,12 @@ func TestPHPStacks(t *testing.T) {
 		}
 		if tl.whole*100 < tl.leaf*99 {
 			t.Errorf("%s: %d of %d leaf samples whole, want 99 %%", name, tl.whole, tl.leaf)
+		}
+		if c.leafInternal != "" {
+			t.Logf("  %d of them in %s, native frames above", tl.inC, c.leafInternal)
+			if tl.inC*10 < tl.leaf*9 {
+				t.Errorf("%s: %d of %d leaf samples in %s, want 90 %%", name, tl.inC, tl.leaf, c.leafInternal)
+			}
 		}
 	}
 }
