@@ -42,7 +42,8 @@ GOLANGCI_LINT ?= $(GO) tool -modfile=tools/go.mod golangci-lint
 # `make deps` installs the missing ones (as root) or names them.
 DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
                 xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
-                mold clang-format-19 rustc prometheus sqlite3
+                mold clang-format-19 rustc prometheus sqlite3 php-cli php-fpm \
+                php8.2-dev
 
 .DEFAULT_GOAL := help
 
@@ -163,7 +164,7 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 BENCH_SCENARIOS ?= .*
 
 .PHONY: bench
-bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js; tables + JSON in _build/bench/ (root; ~19 min, +8 with REF_BIN)
+bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js, PHP; tables + JSON in _build/bench/ (root; ~22 min, +10 with REF_BIN)
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -run '^$$' -bench '^BenchmarkDist$$/^($(BENCH_SCENARIOS))$$' -benchtime 1x -timeout 40m ./internal/bench
 
 .PHONY: bench-micro

@@ -82,6 +82,14 @@ var (
 	v8FrameUnreadable   = attrs("outcome", "unreadable")
 	v8ErrReadError      = attrs("reason", "read_error")
 	v8ErrNotJS          = attrs("reason", "not_js")
+	phpSetupWalked      = attrs("outcome", "walked")
+	phpSetupUnsupported = attrs("outcome", "unsupported")
+	phpSetupFailed      = attrs("outcome", "failed")
+	phpFrameNamed       = attrs("outcome", "named")
+	phpFrameStale       = attrs("outcome", "stale")
+	phpFrameUnreadable  = attrs("outcome", "unreadable")
+	phpErrReadError     = attrs("reason", "read_error")
+	phpErrBadFrame      = attrs("reason", "bad_frame")
 	pySetupWalked       = attrs("outcome", "walked")
 	pySetupUnsupported  = attrs("outcome", "unsupported")
 	pySetupFailed       = attrs("outcome", "failed")
@@ -152,6 +160,8 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.JvmCodeCacheSize, tb.JvmCodeCacheEvictions, tb.JvmCodeCacheLoads,
 		tb.V8Processes, tb.V8VersionsUnknown, tb.V8Walks, tb.V8Frames, tb.V8Errors,
 		tb.V8CodeCacheSize, tb.V8CodeCacheEvictions,
+		tb.PhpProcesses, tb.PhpVersionsUnknown, tb.PhpWalks, tb.PhpFrames, tb.PhpErrors,
+		tb.PhpFunctionCacheSize, tb.PhpFunctionCacheEvictions,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
@@ -261,7 +271,21 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.V8CodeCacheSize, vs.CacheBytes)
 	o.ObserveInt64(tb.V8CodeCacheEvictions, i64(vs.CacheEvictions))
 
+	hs := s.PHP
+	o.ObserveInt64(tb.PhpProcesses, i64(hs.Processes), phpSetupWalked)
+	o.ObserveInt64(tb.PhpProcesses, i64(hs.Unsupported), phpSetupUnsupported)
+	o.ObserveInt64(tb.PhpProcesses, i64(hs.Failed), phpSetupFailed)
+	o.ObserveInt64(tb.PhpVersionsUnknown, i64(hs.UnknownVersions))
+	o.ObserveInt64(tb.PhpFrames, i64(hs.Named), phpFrameNamed)
+	o.ObserveInt64(tb.PhpFrames, i64(hs.Stale), phpFrameStale)
+	o.ObserveInt64(tb.PhpFrames, i64(hs.Unnamed-min(hs.Unnamed, hs.Stale)), phpFrameUnreadable)
+	o.ObserveInt64(tb.PhpFunctionCacheSize, hs.CacheBytes)
+	o.ObserveInt64(tb.PhpFunctionCacheEvictions, i64(hs.CacheEvictions))
+
 	c := s.Kernel
+	o.ObserveInt64(tb.PhpWalks, i64(c.PHPSamples))
+	o.ObserveInt64(tb.PhpErrors, i64(c.PHPReadErrs), phpErrReadError)
+	o.ObserveInt64(tb.PhpErrors, i64(c.PHPBadFrames), phpErrBadFrame)
 	o.ObserveInt64(tb.V8Walks, i64(c.V8Samples))
 	o.ObserveInt64(tb.V8Errors, i64(c.V8ReadErrs), v8ErrReadError)
 	o.ObserveInt64(tb.V8Errors, i64(c.V8NotJS), v8ErrNotJS)

@@ -55,6 +55,10 @@ const (
 	// (1/16: 4 MiB of the default): function names, scripts' line ends
 	// and code's position tables.
 	v8CodeShare = 16
+	// phpCodeShare is the part of SymbolCacheBytes the PHP namer may hold
+	// (1/32: 2 MiB of the default): function, class and file names, some
+	// 200 bytes a function.
+	phpCodeShare = 32
 )
 
 // JVMCacheBytes is the part of o.SymbolCacheBytes the JVM namer may hold
@@ -196,6 +200,9 @@ type Options struct {
 	// pythonLayouts, when set, replaces the CPython versions the walker
 	// knows (python.LayoutFor): tests hide a real interpreter's version.
 	pythonLayouts pythonLayoutFunc
+	// phpLayouts, when set, replaces the PHP versions the walker knows
+	// (php.LayoutFor): tests hide a real PHP's version.
+	phpLayouts phpLayoutFunc
 }
 
 // Filters choose the profiled processes. A process is profiled when it

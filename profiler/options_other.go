@@ -5,3 +5,7 @@ package profiler
 // pythonLayoutFunc is the type of Options.pythonLayouts, which only the
 // Linux pipeline reads: internal/python is Linux only.
 type pythonLayoutFunc = func()
+
+// phpLayoutFunc is the type of Options.phpLayouts, which only the Linux
+// pipeline reads.
+type phpLayoutFunc = func()

@@ -214,10 +214,13 @@ func New(opts Options) (*Profiler, error) {
 	p.resolver.holds = p.preparer.holds
 	jvms := newJVMProcs(log, tr, opts.ProcFS, opts.JVMCacheBytes())
 	jvms.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
+	phps := newPHPProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/phpCodeShare, opts.phpLayouts)
+	phps.retry = jvms.retry
 	p.preparer.runtimes = newRuntimeSet(
 		newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
 		jvms,
 		newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
+		phps,
 	)
 	p.resolver.runtimes = p.preparer.runtimes
 	p.preparer.holds.procfs = opts.ProcFS
@@ -248,11 +251,12 @@ func checkProcFS(root string) error {
 }
 
 // nativeSymbolBytes is the part of SymbolCacheBytes the native symbolizer
-// holds: all but the CPython code objects', the JVM namer's and the V8
-// namer's shares. A quarter of it is the per-file inflation cap (at most
-// 32 MiB) that README.md documents.
+// holds: all but the CPython code objects', the JVM namer's, the V8
+// namer's and the PHP namer's shares. A quarter of it is the per-file
+// inflation cap (at most 32 MiB) that README.md documents.
 func nativeSymbolBytes(symbolCacheBytes int64) int64 {
-	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare - symbolCacheBytes/v8CodeShare
+	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare - symbolCacheBytes/v8CodeShare -
+		symbolCacheBytes/phpCodeShare
 }
 
 // CPUs is how many CPUs are sampled.

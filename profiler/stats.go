@@ -94,6 +94,9 @@ type Stats struct {
 	JVM JVMStats
 	// V8 is the finding of V8 (Node.js) and the naming of its frames.
 	V8 V8Stats
+	// PHP is the finding of PHP (the Zend Engine) and the naming of its
+	// frames.
+	PHP PHPStats
 	// OffCPU is the off-CPU join; OffCPUEnabled says whether waits are
 	// traced at all.
 	OffCPU        OffCPUStats
@@ -303,6 +306,22 @@ func (p *Profiler) Stats() Stats {
 	s.Kernel = p.kernel
 	p.tracerMu.Unlock()
 	return s
+}
+
+// PHPStats count PHP processes and their frames.
+type PHPStats struct {
+	Processes   uint64 // processes set up for the eBPF PHP walker
+	Unsupported uint64 // PHPs of a version without a layout, ZTS builds, or a kernel without the walker: native stacks only
+	// UnknownVersions is how many versions without support were found
+	// (each logged once).
+	UnknownVersions uint64
+	Failed          uint64 // PHPs that could not be set up: native stacks only
+	Unnamed         uint64 // PHP frames that could not be named (stale or unreadable)
+	Named           uint64 // PHP frames named
+	NoLine          uint64 // user frames among Named without a line
+	Stale           uint64 // frames whose function changed between the sample and its naming
+	CacheEvictions  uint64 // functions dropped to stay within the bound
+	CacheBytes      int64  // (gauge) bytes of PHP function names cached
 }
 
 // V8Stats count V8 (Node.js) processes and their frames.

@@ -68,7 +68,11 @@ const (
 	SondeCounterCOUNTER_V8READ_ERR           SondeCounter = 38
 	SondeCounterCOUNTER_SNAPSHOTS            SondeCounter = 39
 	SondeCounterCOUNTER_SNAPSHOTS_SKIPPED    SondeCounter = 40
-	SondeCounterCOUNTER_MAX                  SondeCounter = 41
+	SondeCounterCOUNTER_PHP_SAMPLES          SondeCounter = 41
+	SondeCounterCOUNTER_PHP_FRAMES           SondeCounter = 42
+	SondeCounterCOUNTER_PHP_READ_ERR         SondeCounter = 43
+	SondeCounterCOUNTER_PHP_BAD_FRAME        SondeCounter = 44
+	SondeCounterCOUNTER_MAX                  SondeCounter = 45
 )
 
 type SondeFileKey struct {
@@ -203,6 +207,40 @@ const (
 	SondePcFlagsPC_RUNTIME_ADDR_MASK  SondePcFlags = 281474976710655
 )
 
+type SondePhpFrameKind uint32
+
+const (
+	SondePhpFrameKindPHP_FRAME_FUNCTION SondePhpFrameKind = 1
+	SondePhpFrameKindPHP_FRAME_INTERNAL SondePhpFrameKind = 2
+	SondePhpFrameKindPHP_FRAME_MAIN     SondePhpFrameKind = 3
+	SondePhpFrameKindPHP_FRAME_INCLUDE  SondePhpFrameKind = 4
+	SondePhpFrameKindPHP_FRAME_EVAL     SondePhpFrameKind = 5
+)
+
+type SondePhpProc struct {
+	_          structs.HostLayout
+	CurrentEx  uint64
+	ExecStart  uint64
+	ExecEnd    uint64
+	JitStart   uint64
+	JitEnd     uint64
+	ExecBody   uint64
+	CallCode   uint32
+	CallTop    uint32
+	ExOpline   uint16
+	ExFunc     uint16
+	ExCallInfo uint16
+	ExPrev     uint16
+	FnType     uint16
+	FnName     uint16
+	OpLast     uint16
+	OpOpcodes  uint16
+	OpSize     uint16
+	OpLineno   uint16
+	OpFilename uint16
+	Pad        uint16
+}
+
 type SondePidStats struct {
 	_        structs.HostLayout
 	Samples  uint64
@@ -268,6 +306,7 @@ const (
 	SondeRuntimeIdRUNTIME_PYTHON     SondeRuntimeId = 0
 	SondeRuntimeIdRUNTIME_JVM        SondeRuntimeId = 1
 	SondeRuntimeIdRUNTIME_V8         SondeRuntimeId = 2
+	SondeRuntimeIdRUNTIME_PHP        SondeRuntimeId = 3
 )
 
 type SondeSampleFlags uint32
@@ -372,21 +411,31 @@ type SondeUstackState struct {
 		Next    uint64
 		Row     SondeUnwindRow
 	}
-	PyFrame   uint64
-	PyActive  uint32
-	PyWalking uint32
-	PyRun     uint32
-	PyPad     uint32
-	Py        SondePythonProc
-	JvmActive uint32
-	JvmPad    uint32
-	Jvm       SondeJvmProc
-	JvmSlots  [16]uint64
-	V8Active  uint32
-	V8Pad     uint32
-	V8        SondeV8Proc
-	V8Slots   [8]uint64
-	JvmBlobs  [128]struct {
+	PyFrame    uint64
+	PyActive   uint32
+	PyWalking  uint32
+	PyRun      uint32
+	PyPad      uint32
+	Py         SondePythonProc
+	JvmActive  uint32
+	JvmPad     uint32
+	Jvm        SondeJvmProc
+	JvmSlots   [16]uint64
+	V8Active   uint32
+	V8Pad      uint32
+	V8         SondeV8Proc
+	V8Slots    [8]uint64
+	PhpEx      uint64
+	PhpR14     uint64
+	PhpR15     uint64
+	PhpActive  uint32
+	PhpWalking uint32
+	PhpRun     uint32
+	PhpPad     uint32
+	Php        SondePhpProc
+	PhpExSlots [7]uint64
+	PhpFnSlots [12]uint64
+	JvmBlobs   [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
 		Blob       uint64
@@ -457,6 +506,7 @@ const (
 	SondeMapOffcpuStarts               = "offcpu_starts"
 	SondeMapOffcpuUnwindScratch        = "offcpu_unwind_scratch"
 	SondeMapOffcpuUnwinders            = "offcpu_unwinders"
+	SondeMapPhpProcs                   = "php_procs"
 	SondeMapPidCosts                   = "pid_costs"
 	SondeMapPidFilter                  = "pid_filter"
 	SondeMapPythonProcs                = "python_procs"
@@ -497,6 +547,7 @@ const (
 	SondeVarUnusedOffcpuEndFlags       = "unused_offcpu_end_flags"
 	SondeVarUnusedOffcpuEndRecord      = "unused_offcpu_end_record"
 	SondeVarUnusedPcFlags              = "unused_pc_flags"
+	SondeVarUnusedPhpFrameKind         = "unused_php_frame_kind"
 	SondeVarUnusedPidStats             = "unused_pid_stats"
 	SondeVarUnusedPythonProc           = "unused_python_proc"
 	SondeVarUnusedRecordType           = "unused_record_type"
@@ -579,6 +630,7 @@ type SondeMapSpecs struct {
 	OffcpuStarts        *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.MapSpec `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.MapSpec `ebpf:"offcpu_unwinders"`
+	PhpProcs            *ebpf.MapSpec `ebpf:"php_procs"`
 	PidCosts            *ebpf.MapSpec `ebpf:"pid_costs"`
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
@@ -617,6 +669,7 @@ type SondeVariableSpecs struct {
 	UnusedOffcpuEndFlags   *ebpf.VariableSpec `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord  *ebpf.VariableSpec `ebpf:"unused_offcpu_end_record"`
 	UnusedPcFlags          *ebpf.VariableSpec `ebpf:"unused_pc_flags"`
+	UnusedPhpFrameKind     *ebpf.VariableSpec `ebpf:"unused_php_frame_kind"`
 	UnusedPidStats         *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
 	UnusedPythonProc       *ebpf.VariableSpec `ebpf:"unused_python_proc"`
 	UnusedRecordType       *ebpf.VariableSpec `ebpf:"unused_record_type"`
@@ -663,6 +716,7 @@ type SondeMaps struct {
 	OffcpuStarts        *ebpf.Map `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.Map `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.Map `ebpf:"offcpu_unwinders"`
+	PhpProcs            *ebpf.Map `ebpf:"php_procs"`
 	PidCosts            *ebpf.Map `ebpf:"pid_costs"`
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
@@ -688,6 +742,7 @@ func (m *SondeMaps) Close() error {
 		m.OffcpuStarts,
 		m.OffcpuUnwindScratch,
 		m.OffcpuUnwinders,
+		m.PhpProcs,
 		m.PidCosts,
 		m.PidFilter,
 		m.PythonProcs,
@@ -727,6 +782,7 @@ type SondeVariables struct {
 	UnusedOffcpuEndFlags   *ebpf.Variable `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord  *ebpf.Variable `ebpf:"unused_offcpu_end_record"`
 	UnusedPcFlags          *ebpf.Variable `ebpf:"unused_pc_flags"`
+	UnusedPhpFrameKind     *ebpf.Variable `ebpf:"unused_php_frame_kind"`
 	UnusedPidStats         *ebpf.Variable `ebpf:"unused_pid_stats"`
 	UnusedPythonProc       *ebpf.Variable `ebpf:"unused_python_proc"`
 	UnusedRecordType       *ebpf.Variable `ebpf:"unused_record_type"`

@@ -80,6 +80,7 @@ const (
 	RuntimePython = uint8(support.SondeRuntimeIdRUNTIME_PYTHON)
 	RuntimeJVM    = uint8(support.SondeRuntimeIdRUNTIME_JVM)
 	RuntimeV8     = uint8(support.SondeRuntimeIdRUNTIME_V8)
+	RuntimePHP    = uint8(support.SondeRuntimeIdRUNTIME_PHP)
 )
 
 // RuntimeFrame says which runtime reported the FrameRuntime frame whose

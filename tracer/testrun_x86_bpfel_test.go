@@ -85,6 +85,30 @@ type testrunMappingKey struct {
 	AddrBe    uint64
 }
 
+type testrunPhpProc struct {
+	_          structs.HostLayout
+	CurrentEx  uint64
+	ExecStart  uint64
+	ExecEnd    uint64
+	JitStart   uint64
+	JitEnd     uint64
+	ExecBody   uint64
+	CallCode   uint32
+	CallTop    uint32
+	ExOpline   uint16
+	ExFunc     uint16
+	ExCallInfo uint16
+	ExPrev     uint16
+	FnType     uint16
+	FnName     uint16
+	OpLast     uint16
+	OpOpcodes  uint16
+	OpSize     uint16
+	OpLineno   uint16
+	OpFilename uint16
+	Pad        uint16
+}
+
 type testrunPidStats struct {
 	_        structs.HostLayout
 	Samples  uint64
@@ -244,21 +268,31 @@ type testrunUstackState struct {
 			Rule      uint8
 		}
 	}
-	PyFrame   uint64
-	PyActive  uint32
-	PyWalking uint32
-	PyRun     uint32
-	PyPad     uint32
-	Py        testrunPythonProc
-	JvmActive uint32
-	JvmPad    uint32
-	Jvm       testrunJvmProc
-	JvmSlots  [16]uint64
-	V8Active  uint32
-	V8Pad     uint32
-	V8        testrunV8Proc
-	V8Slots   [8]uint64
-	JvmBlobs  [128]struct {
+	PyFrame    uint64
+	PyActive   uint32
+	PyWalking  uint32
+	PyRun      uint32
+	PyPad      uint32
+	Py         testrunPythonProc
+	JvmActive  uint32
+	JvmPad     uint32
+	Jvm        testrunJvmProc
+	JvmSlots   [16]uint64
+	V8Active   uint32
+	V8Pad      uint32
+	V8         testrunV8Proc
+	V8Slots    [8]uint64
+	PhpEx      uint64
+	PhpR14     uint64
+	PhpR15     uint64
+	PhpActive  uint32
+	PhpWalking uint32
+	PhpRun     uint32
+	PhpPad     uint32
+	Php        testrunPhpProc
+	PhpExSlots [7]uint64
+	PhpFnSlots [12]uint64
+	JvmBlobs   [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
 		Blob       uint64
@@ -320,6 +354,7 @@ const (
 	testrunMapOffcpuStarts         = "offcpu_starts"
 	testrunMapOffcpuUnwindScratch  = "offcpu_unwind_scratch"
 	testrunMapOffcpuUnwinders      = "offcpu_unwinders"
+	testrunMapPhpProcs             = "php_procs"
 	testrunMapPidCosts             = "pid_costs"
 	testrunMapPidFilter            = "pid_filter"
 	testrunMapPythonProcs          = "python_procs"
@@ -407,6 +442,7 @@ type testrunMapSpecs struct {
 	OffcpuStarts        *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.MapSpec `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.MapSpec `ebpf:"offcpu_unwinders"`
+	PhpProcs            *ebpf.MapSpec `ebpf:"php_procs"`
 	PidCosts            *ebpf.MapSpec `ebpf:"pid_costs"`
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
@@ -466,6 +502,7 @@ type testrunMaps struct {
 	OffcpuStarts        *ebpf.Map `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.Map `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.Map `ebpf:"offcpu_unwinders"`
+	PhpProcs            *ebpf.Map `ebpf:"php_procs"`
 	PidCosts            *ebpf.Map `ebpf:"pid_costs"`
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
@@ -491,6 +528,7 @@ func (m *testrunMaps) Close() error {
 		m.OffcpuStarts,
 		m.OffcpuUnwindScratch,
 		m.OffcpuUnwinders,
+		m.PhpProcs,
 		m.PidCosts,
 		m.PidFilter,
 		m.PythonProcs,

@@ -474,6 +474,10 @@ type Counters struct {
 	V8Frames        uint64 // V8 frames reported (JavaScript and typed frames)
 	V8NotJS         uint64 // frames in V8 code without a JavaScript function, unwound as native
 	V8ReadErrs      uint64 // V8 walks ended at unreadable memory
+	PHPSamples      uint64 // user stacks of processes set with SetPHP
+	PHPFrames       uint64 // PHP frames reported
+	PHPReadErrs     uint64 // PHP walks ended at unreadable memory
+	PHPBadFrames    uint64 // PHP walks ended at a frame without a function the walker knows
 
 	Snapshots        uint64 // samples sent with a stack snapshot (Record.Snapshot)
 	SnapshotsSkipped uint64 // snapshots not taken: the ring buffer was half full
@@ -533,6 +537,10 @@ var counters = [support.SondeCounterCOUNTER_MAX]counter{
 	support.SondeCounterCOUNTER_V8FRAMES:             {"v8_frames", func(c *Counters) *uint64 { return &c.V8Frames }},
 	support.SondeCounterCOUNTER_V8NOT_JS:             {"v8_not_js", func(c *Counters) *uint64 { return &c.V8NotJS }},
 	support.SondeCounterCOUNTER_V8READ_ERR:           {"v8_read_err", func(c *Counters) *uint64 { return &c.V8ReadErrs }},
+	support.SondeCounterCOUNTER_PHP_SAMPLES:          {"php_samples", func(c *Counters) *uint64 { return &c.PHPSamples }},
+	support.SondeCounterCOUNTER_PHP_FRAMES:           {"php_frames", func(c *Counters) *uint64 { return &c.PHPFrames }},
+	support.SondeCounterCOUNTER_PHP_READ_ERR:         {"php_read_err", func(c *Counters) *uint64 { return &c.PHPReadErrs }},
+	support.SondeCounterCOUNTER_PHP_BAD_FRAME:        {"php_bad_frame", func(c *Counters) *uint64 { return &c.PHPBadFrames }},
 	support.SondeCounterCOUNTER_SNAPSHOTS:            {"snapshots", func(c *Counters) *uint64 { return &c.Snapshots }},
 	support.SondeCounterCOUNTER_SNAPSHOTS_SKIPPED:    {"snapshots_skipped", func(c *Counters) *uint64 { return &c.SnapshotsSkipped }},
 }

@@ -572,3 +572,31 @@ func (t *Tracer) ForgetV8(pid uint32) error {
 	}
 	return nil
 }
+
+// PHPProc is what the eBPF PHP walker needs of one PHP process.
+type PHPProc = support.SondePhpProc
+
+// PHPExRead and PHPFnRead are how many bytes of a zend_execute_data and of
+// a zend_function the PHP walker reads: the offsets of a PHPProc must be
+// in them.
+const (
+	PHPExRead = len(support.SondeUstackState{}.PhpExSlots) * 8
+	PHPFnRead = len(support.SondeUstackState{}.PhpFnSlots) * 8
+)
+
+// SetPHP makes the unwinder replace pid's execute_ex frames with the PHP
+// frames they run.
+func (t *Tracer) SetPHP(pid uint32, p PHPProc) error {
+	if err := t.objs.PhpProcs.Put(pid, p); err != nil {
+		return fmt.Errorf("pid %d: set php: %w", pid, err)
+	}
+	return nil
+}
+
+// ForgetPHP removes pid's PHP entry.
+func (t *Tracer) ForgetPHP(pid uint32) error {
+	if err := t.objs.PhpProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: forget php: %w", pid, err)
+	}
+	return nil
+}

@@ -132,6 +132,19 @@ func BenchmarkDist(b *testing.B) {
 		env.write(b, "v8.json", cmp)
 	})
 
+	b.Run("php", func(b *testing.B) {
+		argv := phpBurn(b)
+		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
+		cmp := env.runtimeVsNative(b, rtBench{kind: "php", metric: "sonde.php", argv: argv}, c)
+		sc := scenario{name: "php", title: "two busy PHP processes (burn.php)", window: env.pythonWindow,
+			workloads: []workload{{name: "php-1", argv: argv}, {name: "php-2", argv: argv}}}
+		r := env.run(b, sc)
+		r.SideBySide = env.sideBySide(b, sc)
+		keep(r)
+		cmp.print("php")
+		env.write(b, "php.json", cmp)
+	})
+
 	env.write(b, "summary.json", all)
 	fmt.Printf("bench: results in %s\n", env.results)
 }
@@ -525,6 +538,24 @@ func nodeBurn(b *testing.B) []string {
 		b.Fatal(err)
 	}
 	return []string{node, script}
+}
+
+// phpBurn is the PHP scenario's workload: burn.php (main -> alpha -> beta
+// -> gamma_burn) on Debian's PHP 8.2.
+func phpBurn(b *testing.B) []string {
+	b.Helper()
+	const php = "/usr/bin/php8.2"
+	if _, err := os.Stat(php); err != nil {
+		if testutil.InCI() {
+			b.Fatalf("no php for the PHP scenario: %v", err)
+		}
+		b.Skipf("no php for the PHP scenario: %v", err)
+	}
+	script, err := filepath.Abs("../php/testdata/burn.php")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []string{php, script}
 }
 
 // running is a scenario's started workloads.

@@ -46,6 +46,7 @@ func TestString(t *testing.T) {
 		{"cpython", FrameCPython.String(), "cpython"},
 		{"jvm", FrameJVM.String(), "jvm"},
 		{"v8js", FrameV8JS.String(), "v8js"},
+		{"php", FramePHP.String(), "php"},
 		{"unknown frame", FrameUnknown.String(), ""},
 		{"frame out of range", FrameType(99).String(), ""},
 		{"on-CPU", OnCPU.String(), "on_cpu"},

@@ -38,10 +38,14 @@ const (
 	// address is the SharedFunctionInfo's (JavaScript frames) or the pc
 	// (stub frames).
 	FrameV8JS
+	// FramePHP is PHP run by the Zend Engine: a user function, method,
+	// closure or file's top-level code, or an internal function (C) PHP
+	// called; its address is the zend_function's.
+	FramePHP
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go", "rust", "cpython", "jvm", "v8js"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust", "cpython", "jvm", "v8js", "php"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -58,6 +62,8 @@ func (t FrameType) String() string {
 		return "jvm"
 	case FrameV8JS:
 		return "v8js"
+	case FramePHP:
+		return "php"
 	}
 	return ""
 }

@@ -143,6 +143,17 @@ struct ustack_state {
 	__u32 v8_pad;
 	struct v8_proc v8;
 	__u64 v8_slots[V8_FRAME_READ / 8]; // a V8 frame's block, as read
+	// The PHP walker's state (php.h).
+	__u64 php_ex;  // the next PHP frame (zend_execute_data) to report; 0: none
+	__u64 php_r14; // the VM's registers at the sample: its frame and opline
+	__u64 php_r15;
+	__u32 php_active;  // the process runs PHP: execute_ex frames are replaced
+	__u32 php_walking; // reporting the PHP frames of one execute_ex frame
+	__u32 php_run;     // PHP frames reported for that execute_ex frame
+	__u32 php_pad;
+	struct php_proc php;
+	__u64 php_ex_slots[PHP_EX_READ / 8]; // a zend_execute_data, as read
+	__u64 php_fn_slots[PHP_FN_READ / 8]; // a zend_function, as read
 	// The CPU's code blob cache (kept across stacks), direct-mapped by PC.
 	struct jvm_blob_entry jvm_blobs[JVM_BLOB_CACHE];
 	// The mapping cache (kept across stacks): entry i is mapping
@@ -362,6 +373,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct v8_proc);
 } v8_procs SEC(".maps");
+
+// PHP processes and how to walk them. Filled by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct php_proc);
+} php_procs SEC(".maps");
 
 // The thread state last found for a thread (host tid). Checked against
 // the thread pointer on every use: a thread that exited and whose state

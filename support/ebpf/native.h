@@ -11,6 +11,7 @@
 #include "python.h"
 #include "jvm.h"
 #include "v8.h"
+#include "php.h"
 
 // Offsets in the signal frame __restore_rt returns through: the ucontext
 // sits at the stack pointer; its mcontext starts 40 bytes in.
@@ -62,6 +63,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	py_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
 	jvm_begin(st, tgid);
 	v8_begin(st, tgid);
+	php_begin(st, tgid);
 	st->runs = 0;
 	st->adjust = 0;
 	st->have_mi = 0;
@@ -71,7 +73,8 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->last_table = 0;
 	st->snap_set = 0;
 	st->snap2_set = 0;
-	if (snapshot_all && !st->py_active && !st->jvm_active && !st->v8_active) {
+	if (snapshot_all && !st->py_active && !st->jvm_active && !st->v8_active &&
+	    !st->php_active) {
 		st->snap_set = 1;
 		st->snap_frame = 0;
 		st->snap_pc = st->pc | PC_FLAG_NO_ADJUST;
@@ -480,7 +483,10 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 static __always_inline void want_snapshot(struct ustack_state *st, struct sample_record *s,
                                           struct mapping_info *mi, __u64 pc)
 {
-	if (st->py_active || st->jvm_active || st->v8_active) {
+	// A PHP stack whose PHP frames are all reported (php_ex 0) is native
+	// from here on: it may take one.
+	if (st->py_active || st->jvm_active || st->v8_active ||
+	    (st->php_active && (st->php_ex != 0 || st->php_walking))) {
 		// No snapshot: a file mapped since the process was prepared (a
 		// JNI library, a C extension) is unwound by frame pointers until
 		// its table comes, so it is asked for sooner than the usual pace.
@@ -626,6 +632,37 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 		int r = v8_frame(st, s, idx, pc, lookup, mi && mi->inode != 0, !mi && st->unplaced);
 		if (r != V8_NOT_V8)
 			return r == V8_NEXT ? FRAME_NEXT : FRAME_STOP;
+	}
+	// So is the PHP walker: an execute_ex frame shows as the PHP frames
+	// it runs (php.h).
+	if (vma && st->php_active &&
+	    (st->php_walking || php_in_exec(st, lookup) || php_in_jit(st, lookup))) {
+		if (!st->php_walking) {
+			st->php_walking = 1;
+			st->php_run = 0;
+		}
+		enum php_result r = php_frame(st, s, idx);
+		if (r == PHP_MORE) {
+			s->user_len = ulen + 1;
+			return FRAME_NEXT;
+		}
+		st->php_walking = 0;
+		if (r == PHP_LAST)
+			s->user_len = ulen + 1;
+		if (php_in_jit(st, lookup)) {
+			// JIT code runs on execute_ex's frame: unwound from its body.
+			st->pc = pc = lookup = st->php.exec_body;
+			st->adjust = 0;
+			mi = find_mapping(st, s->pid, lookup, vma);
+		}
+		// Where the VM has no table yet (a process just started) and no
+		// PHP frame is left, it shows as a native frame too: the stack's
+		// snapshot is unwound on from it in user space.
+		if ((r == PHP_LAST || st->php_run > 0) &&
+		    (st->php_ex != 0 || (mi && mi->table_id != 0)))
+			return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
+		if (r == PHP_LAST)
+			return FRAME_NEXT; // the native frame takes the next slot
 	}
 	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {
 		if (!st->py_walking) {

@@ -57,6 +57,7 @@ enum runtime_id {
 	RUNTIME_PYTHON = 0,
 	RUNTIME_JVM = 1,
 	RUNTIME_V8 = 2,
+	RUNTIME_PHP = 3,
 };
 
 // The kinds of HotSpot frame jvm.h reports.
@@ -327,6 +328,10 @@ enum counter {
 	COUNTER_V8_READ_ERR,       // a V8 frame could not be read: walk ended
 	COUNTER_SNAPSHOTS,         // samples sent with a stack snapshot
 	COUNTER_SNAPSHOTS_SKIPPED, // snapshots not taken: the ring buffer was half full
+	COUNTER_PHP_SAMPLES,       // user stacks of PHP processes (php_procs)
+	COUNTER_PHP_FRAMES,        // PHP frames emitted
+	COUNTER_PHP_READ_ERR,      // a PHP frame could not be read: walk ended
+	COUNTER_PHP_BAD_FRAME,     // a PHP frame held no function the walker knows: walk ended
 	COUNTER_MAX,
 };
 
@@ -460,6 +465,57 @@ struct jvm_blob_entry {
 	__s32 frame_words;
 	__u8 leaf; // enum jvm_leaf: for the PC as a leaf
 	__u8 pad[3];
+};
+
+// Bytes of a zend_execute_data and of a zend_function the PHP walker
+// (php.h) reads in one go: every field it reads of each is in them.
+#define PHP_EX_READ 56
+#define PHP_FN_READ 96
+
+// php_proc tells the PHP walker (php.h) where one PHP process (the Zend
+// Engine, NTS) keeps its current frame and VM, and how its version lays
+// out what the walker reads; user space derives it from the binary's
+// symbols and internal/php's per-version table. Offsets are in bytes.
+struct php_proc {
+	__u64 current_ex; // &executor_globals.current_execute_data
+	__u64 exec_start; // execute_ex: [exec_start, exec_end)
+	__u64 exec_end;
+	// opcache's JIT buffer, [jit_start, jit_end) (0, 0: none). Its code
+	// runs on execute_ex's frame: a PC there is unwound as exec_body, a
+	// PC of execute_ex's body.
+	__u64 jit_start;
+	__u64 jit_end;
+	__u64 exec_body;
+	__u32 call_code; // ZEND_CALL_CODE in the frame's call info
+	__u32 call_top;  // ZEND_CALL_TOP: the frame's execute_ex returns with it
+	__u16 ex_opline; // zend_execute_data fields (< PHP_EX_READ)
+	__u16 ex_func;
+	__u16 ex_call_info; // This.u1.type_info
+	__u16 ex_prev;
+	__u16 fn_type; // zend_function fields (< PHP_FN_READ)
+	__u16 fn_name;
+	__u16 op_last;
+	__u16 op_opcodes;
+	__u16 op_size; // sizeof(zend_op)
+	__u16 op_lineno;
+	__u16 op_filename; // zend_op_array.filename (read apart: code frames only)
+	__u16 pad;
+};
+
+// How a PHP frame leaves (internal/php's Kind*). A function's: the address
+// is its zend_function; the file word holds the line in its high 32 bits
+// (0: none) and in its low 32 the low half of the function's opcodes (user
+// code) or name (internal functions), which user space checks the
+// function against. A file's top-level code (main, include, eval), whose
+// op_array lives only while it runs: the address is its file name (a
+// zend_string, interned for the process's life), the low 32 bits of the
+// file word the low half of that address.
+enum php_frame_kind {
+	PHP_FRAME_FUNCTION = 1, // a user function or method
+	PHP_FRAME_INTERNAL = 2, // a function of the engine or an extension
+	PHP_FRAME_MAIN = 3,     // the script's top-level code
+	PHP_FRAME_INCLUDE = 4,  // an included file's top-level code
+	PHP_FRAME_EVAL = 5,     // eval'd code
 };
 
 // A python_proc field a version does not have.

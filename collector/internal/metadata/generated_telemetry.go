@@ -25,69 +25,76 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                   metric.Meter
-	mu                      sync.Mutex
-	registrations           []metric.Registration
-	ExportErrors            metric.Int64ObservableCounter
-	ExportLag               metric.Float64ObservableGauge
-	ExportProfiles          metric.Int64ObservableCounter
-	ExportSamples           metric.Int64ObservableCounter
-	JvmCodeCacheEvictions   metric.Int64ObservableCounter
-	JvmCodeCacheLoads       metric.Int64ObservableCounter
-	JvmCodeCacheSize        metric.Int64ObservableGauge
-	JvmErrors               metric.Int64ObservableCounter
-	JvmFrames               metric.Int64ObservableCounter
-	JvmProcesses            metric.Int64ObservableCounter
-	JvmVersionsUnknown      metric.Int64ObservableCounter
-	JvmWalks                metric.Int64ObservableCounter
-	OffcpuWaits             metric.Int64ObservableCounter
-	ProcessesTracked        metric.Int64ObservableGauge
-	PythonCodeCacheResets   metric.Int64ObservableCounter
-	PythonCodeCacheSize     metric.Int64ObservableGauge
-	PythonErrors            metric.Int64ObservableCounter
-	PythonFrames            metric.Int64ObservableCounter
-	PythonFramesUnnamed     metric.Int64ObservableCounter
-	PythonProcesses         metric.Int64ObservableCounter
-	PythonVersionsUnknown   metric.Int64ObservableCounter
-	PythonWalks             metric.Int64ObservableCounter
-	RecordsLost             metric.Int64ObservableCounter
-	RecordsMalformed        metric.Int64ObservableCounter
-	RecordsQueued           metric.Int64ObservableGauge
-	SamplesLate             metric.Int64ObservableCounter
-	SamplesLost             metric.Int64ObservableCounter
-	SamplesPending          metric.Int64ObservableGauge
-	SamplesReceived         metric.Int64ObservableCounter
-	SamplesRepeated         metric.Int64ObservableCounter
-	SamplesSkipped          metric.Int64ObservableCounter
-	SymbolizeCacheEvictions metric.Int64ObservableCounter
-	SymbolizeCacheLoads     metric.Int64ObservableCounter
-	SymbolizeCacheRequests  metric.Int64ObservableCounter
-	SymbolizeCacheSize      metric.Int64ObservableGauge
-	SymbolizeRefused        metric.Int64ObservableCounter
-	UnwindErrors            metric.Int64ObservableCounter
-	UnwindFrames            metric.Int64ObservableCounter
-	UnwindMappingsStale     metric.Int64ObservableCounter
-	UnwindProcesses         metric.Int64ObservableGauge
-	UnwindRequestsDropped   metric.Int64ObservableCounter
-	UnwindSnapshots         metric.Int64ObservableCounter
-	UnwindStacks            metric.Int64ObservableCounter
-	UnwindTableBuilds       metric.Int64ObservableCounter
-	UnwindTableCount        metric.Int64ObservableGauge
-	UnwindTableDelay        metric.Float64Histogram
-	UnwindTableEvictions    metric.Int64ObservableCounter
-	UnwindTableFailures     metric.Int64ObservableCounter
-	UnwindTableLazy         metric.Int64ObservableGauge
-	UnwindTableRefused      metric.Int64ObservableGauge
-	UnwindTableRetried      metric.Int64ObservableCounter
-	UnwindTableRows         metric.Int64ObservableGauge
-	UnwindTableSize         metric.Int64ObservableGauge
-	V8CodeCacheEvictions    metric.Int64ObservableCounter
-	V8CodeCacheSize         metric.Int64ObservableGauge
-	V8Errors                metric.Int64ObservableCounter
-	V8Frames                metric.Int64ObservableCounter
-	V8Processes             metric.Int64ObservableCounter
-	V8VersionsUnknown       metric.Int64ObservableCounter
-	V8Walks                 metric.Int64ObservableCounter
+	meter                     metric.Meter
+	mu                        sync.Mutex
+	registrations             []metric.Registration
+	ExportErrors              metric.Int64ObservableCounter
+	ExportLag                 metric.Float64ObservableGauge
+	ExportProfiles            metric.Int64ObservableCounter
+	ExportSamples             metric.Int64ObservableCounter
+	JvmCodeCacheEvictions     metric.Int64ObservableCounter
+	JvmCodeCacheLoads         metric.Int64ObservableCounter
+	JvmCodeCacheSize          metric.Int64ObservableGauge
+	JvmErrors                 metric.Int64ObservableCounter
+	JvmFrames                 metric.Int64ObservableCounter
+	JvmProcesses              metric.Int64ObservableCounter
+	JvmVersionsUnknown        metric.Int64ObservableCounter
+	JvmWalks                  metric.Int64ObservableCounter
+	OffcpuWaits               metric.Int64ObservableCounter
+	PhpErrors                 metric.Int64ObservableCounter
+	PhpFrames                 metric.Int64ObservableCounter
+	PhpFunctionCacheEvictions metric.Int64ObservableCounter
+	PhpFunctionCacheSize      metric.Int64ObservableGauge
+	PhpProcesses              metric.Int64ObservableCounter
+	PhpVersionsUnknown        metric.Int64ObservableCounter
+	PhpWalks                  metric.Int64ObservableCounter
+	ProcessesTracked          metric.Int64ObservableGauge
+	PythonCodeCacheResets     metric.Int64ObservableCounter
+	PythonCodeCacheSize       metric.Int64ObservableGauge
+	PythonErrors              metric.Int64ObservableCounter
+	PythonFrames              metric.Int64ObservableCounter
+	PythonFramesUnnamed       metric.Int64ObservableCounter
+	PythonProcesses           metric.Int64ObservableCounter
+	PythonVersionsUnknown     metric.Int64ObservableCounter
+	PythonWalks               metric.Int64ObservableCounter
+	RecordsLost               metric.Int64ObservableCounter
+	RecordsMalformed          metric.Int64ObservableCounter
+	RecordsQueued             metric.Int64ObservableGauge
+	SamplesLate               metric.Int64ObservableCounter
+	SamplesLost               metric.Int64ObservableCounter
+	SamplesPending            metric.Int64ObservableGauge
+	SamplesReceived           metric.Int64ObservableCounter
+	SamplesRepeated           metric.Int64ObservableCounter
+	SamplesSkipped            metric.Int64ObservableCounter
+	SymbolizeCacheEvictions   metric.Int64ObservableCounter
+	SymbolizeCacheLoads       metric.Int64ObservableCounter
+	SymbolizeCacheRequests    metric.Int64ObservableCounter
+	SymbolizeCacheSize        metric.Int64ObservableGauge
+	SymbolizeRefused          metric.Int64ObservableCounter
+	UnwindErrors              metric.Int64ObservableCounter
+	UnwindFrames              metric.Int64ObservableCounter
+	UnwindMappingsStale       metric.Int64ObservableCounter
+	UnwindProcesses           metric.Int64ObservableGauge
+	UnwindRequestsDropped     metric.Int64ObservableCounter
+	UnwindSnapshots           metric.Int64ObservableCounter
+	UnwindStacks              metric.Int64ObservableCounter
+	UnwindTableBuilds         metric.Int64ObservableCounter
+	UnwindTableCount          metric.Int64ObservableGauge
+	UnwindTableDelay          metric.Float64Histogram
+	UnwindTableEvictions      metric.Int64ObservableCounter
+	UnwindTableFailures       metric.Int64ObservableCounter
+	UnwindTableLazy           metric.Int64ObservableGauge
+	UnwindTableRefused        metric.Int64ObservableGauge
+	UnwindTableRetried        metric.Int64ObservableCounter
+	UnwindTableRows           metric.Int64ObservableGauge
+	UnwindTableSize           metric.Int64ObservableGauge
+	V8CodeCacheEvictions      metric.Int64ObservableCounter
+	V8CodeCacheSize           metric.Int64ObservableGauge
+	V8Errors                  metric.Int64ObservableCounter
+	V8Frames                  metric.Int64ObservableCounter
+	V8Processes               metric.Int64ObservableCounter
+	V8VersionsUnknown         metric.Int64ObservableCounter
+	V8Walks                   metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -287,6 +294,111 @@ func (builder *TelemetryBuilder) RegisterOffcpuWaitsCallback(cb metric.Int64Call
 		cb(ctx, &observerInt64{inst: builder.OffcpuWaits, obs: o})
 		return nil
 	}, builder.OffcpuWaits)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPhpErrorsCallback sets callback for observable PhpErrors metric.
+func (builder *TelemetryBuilder) RegisterPhpErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PhpErrors, obs: o})
+		return nil
+	}, builder.PhpErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPhpFramesCallback sets callback for observable PhpFrames metric.
+func (builder *TelemetryBuilder) RegisterPhpFramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PhpFrames, obs: o})
+		return nil
+	}, builder.PhpFrames)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPhpFunctionCacheEvictionsCallback sets callback for observable PhpFunctionCacheEvictions metric.
+func (builder *TelemetryBuilder) RegisterPhpFunctionCacheEvictionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PhpFunctionCacheEvictions, obs: o})
+		return nil
+	}, builder.PhpFunctionCacheEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPhpFunctionCacheSizeCallback sets callback for observable PhpFunctionCacheSize metric.
+func (builder *TelemetryBuilder) RegisterPhpFunctionCacheSizeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PhpFunctionCacheSize, obs: o})
+		return nil
+	}, builder.PhpFunctionCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPhpProcessesCallback sets callback for observable PhpProcesses metric.
+func (builder *TelemetryBuilder) RegisterPhpProcessesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PhpProcesses, obs: o})
+		return nil
+	}, builder.PhpProcesses)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPhpVersionsUnknownCallback sets callback for observable PhpVersionsUnknown metric.
+func (builder *TelemetryBuilder) RegisterPhpVersionsUnknownCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PhpVersionsUnknown, obs: o})
+		return nil
+	}, builder.PhpVersionsUnknown)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPhpWalksCallback sets callback for observable PhpWalks metric.
+func (builder *TelemetryBuilder) RegisterPhpWalksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PhpWalks, obs: o})
+		return nil
+	}, builder.PhpWalks)
 	if err != nil {
 		return err
 	}
@@ -1100,6 +1212,48 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.offcpu.waits",
 		metric.WithDescription("Waits the off-CPU program traced, by outcome - sampled (in the off-CPU profile), short (under off_cpu_min_duration), filtered (excluded process), ring_buffer_full or map_full (dropped in the kernel), expired, evicted or orphan_end (dropped while user space joined the wait's start and end). [Development]"),
 		metric.WithUnit("{wait}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PhpErrors, err = builder.meter.Int64ObservableCounter(
+		"sonde.php.errors",
+		metric.WithDescription("PHP walks the eBPF walker ended early, by reason - read_error (a frame or function could not be read) or bad_frame (a frame without a function the walker knows, read while it changed or corrupt); the rest of the execute_ex frames show as native frames. [Development]"),
+		metric.WithUnit("{walk}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PhpFrames, err = builder.meter.Int64ObservableCounter(
+		"sonde.php.frames",
+		metric.WithDescription("PHP frames on the host, by outcome - named, stale (its function was freed or replaced between the sample and its naming, shown without a name) or unreadable (shown without a name). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PhpFunctionCacheEvictions, err = builder.meter.Int64ObservableCounter(
+		"sonde.php.function_cache.evictions",
+		metric.WithDescription("PHP functions dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("{function}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PhpFunctionCacheSize, err = builder.meter.Int64ObservableGauge(
+		"sonde.php.function_cache.size",
+		metric.WithDescription("Bytes of PHP function, class and file names cached to name PHP frames, within a thirty-second of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PhpProcesses, err = builder.meter.Int64ObservableCounter(
+		"sonde.php.processes",
+		metric.WithDescription("PHP processes found, by outcome - walked (PHP frames), unsupported (a version without a layout, a ZTS build, or a kernel before 5.17) or failed (could not be set up); the last two keep native stacks. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PhpVersionsUnknown, err = builder.meter.Int64ObservableCounter(
+		"sonde.php.versions.unknown",
+		metric.WithDescription("PHP versions found without support, each logged once. [Development]"),
+		metric.WithUnit("{version}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PhpWalks, err = builder.meter.Int64ObservableCounter(
+		"sonde.php.walks",
+		metric.WithDescription("User stacks of PHP processes the eBPF PHP walker was ready for. [Development]"),
+		metric.WithUnit("{stack}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ProcessesTracked, err = builder.meter.Int64ObservableGauge(

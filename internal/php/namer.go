@@ -1,0 +1,217 @@
+package php
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sonde-dev/sonde/internal/python"
+)
+
+// DefaultCacheBytes bounds a Namer's functions unless told otherwise.
+const DefaultCacheBytes = 4 << 20
+
+// ErrStale is matched by the error for a frame whose function was freed or
+// replaced since the sample (its check word differs): it is left unnamed
+// rather than named after whatever took its place.
+var ErrStale = errors.New("php function changed since the sample")
+
+// NamerStats count what naming did.
+type NamerStats struct {
+	Named      uint64 // frames named
+	Stale      uint64 // frames whose function changed since the sample
+	Unreadable uint64 // frames whose function could not be read or made no sense
+	NoLine     uint64 // user frames named without a line (the walker found none)
+	Evictions  uint64 // functions dropped from the cache to stay within its bound
+	Bytes      int64  // bytes the cache holds now
+	Entries    int    // functions it holds now
+}
+
+// Frame is one named PHP frame.
+type Frame struct {
+	Name string
+	File string
+	Line int64 // 0: unknown
+}
+
+// Namer names the PHP frames of the processes added to it. Functions are
+// read once per (process, address) and kept within a byte bound, least
+// recently used first out (counted in Stats). A cached function is checked
+// against the process's memory at each use (its first bytes must be
+// unchanged) and against the check word the walker read at the sample, so
+// a function freed and replaced at the same address (the next request of
+// an FPM worker) is read again or reported stale, never misnamed. It is
+// safe for concurrent use; it owns the memory files Add opens and Forget
+// closes them.
+type Namer struct {
+	mu       sync.Mutex
+	procfs   string
+	maxBytes int64
+	bytes    int64
+	procs    map[int]*namerProc
+	lru      *list.List // of *entry, most recent first
+	entries  map[entryKey]*list.Element
+	stats    NamerStats
+}
+
+type namerProc struct {
+	in  *Interp
+	mem *python.ProcMem
+	r   *Reader
+}
+
+type entryKey struct {
+	pid  int
+	addr uint64
+	kind uint8
+}
+
+type entry struct {
+	key entryKey
+	f   *Func
+}
+
+// NewNamer returns a Namer that reads memory under procfs and keeps at
+// most maxBytes of functions (0: DefaultCacheBytes).
+func NewNamer(procfs string, maxBytes int64) *Namer {
+	if maxBytes <= 0 {
+		maxBytes = DefaultCacheBytes
+	}
+	return &Namer{procfs: procfs, maxBytes: maxBytes, procs: map[int]*namerProc{},
+		lru: list.New(), entries: map[entryKey]*list.Element{}}
+}
+
+// Add registers pid's engine, replacing what was known of pid.
+func (n *Namer) Add(pid int, in *Interp) error {
+	mem, err := python.OpenMem(n.procfs, pid)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.forgetLocked(pid)
+	n.procs[pid] = &namerProc{in: in, mem: mem, r: NewReader(mem, in.Layout)}
+	return nil
+}
+
+// Forget drops pid and its functions (exit, exec).
+func (n *Namer) Forget(pid int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.forgetLocked(pid)
+}
+
+func (n *Namer) forgetLocked(pid int) {
+	p, ok := n.procs[pid]
+	if !ok {
+		return
+	}
+	_ = p.mem.Close() // read only
+	delete(n.procs, pid)
+	for e := n.lru.Front(); e != nil; {
+		next := e.Next()
+		if en := e.Value.(*entry); en.key.pid == pid {
+			n.removeLocked(e)
+		}
+		e = next
+	}
+}
+
+func (n *Namer) removeLocked(e *list.Element) {
+	en := e.Value.(*entry)
+	n.lru.Remove(e)
+	delete(n.entries, en.key)
+	n.bytes -= en.f.memSize()
+}
+
+// Known reports whether pid has a registered engine.
+func (n *Namer) Known(pid int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.procs[pid]
+	return ok
+}
+
+// Name names the frame the walker reported for pid: its kind (Kind*), the
+// zend_function's address (a file name's for top-level code, CodeKind) and
+// its word (the line in the high 32 bits, the check word in the low 32).
+func (n *Namer) Name(pid int, kind uint8, fn, word uint64) (Frame, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p, ok := n.procs[pid]
+	if !ok {
+		n.stats.Unreadable++
+		return Frame{}, fmt.Errorf("php frame of %d: process not known", pid)
+	}
+	check := uint32(word)
+	f, err := n.funcLocked(p, entryKey{pid, fn, kind}, check)
+	if err != nil {
+		if errors.Is(err, ErrStale) {
+			n.stats.Stale++
+		} else {
+			n.stats.Unreadable++
+		}
+		return Frame{}, err
+	}
+	n.stats.Named++
+	fr := Frame{Name: f.Name, File: f.File}
+	if !f.Internal {
+		fr.Line = int64(word >> 32)
+		if fr.Line == 0 {
+			n.stats.NoLine++
+		}
+	}
+	return fr, nil
+}
+
+// funcLocked returns the function at k.addr whose check word is check,
+// from the cache if memory still holds it, else read.
+func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error) {
+	if e, ok := n.entries[k]; ok {
+		en := e.Value.(*entry)
+		if p.r.Same(en.f, k.addr) {
+			n.lru.MoveToFront(e)
+			if en.f.Check != check {
+				// The sample's function was another, freed since.
+				return nil, fmt.Errorf("php function at %#x: %w", k.addr, ErrStale)
+			}
+			return en.f, nil
+		}
+		n.removeLocked(e)
+	}
+	var f *Func
+	var err error
+	if CodeKind(k.kind) {
+		f, err = p.r.Code(k.addr, k.kind)
+	} else {
+		f, err = p.r.Function(k.addr, k.kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if f.Check != check {
+		return nil, fmt.Errorf("php function at %#x: %w", k.addr, ErrStale)
+	}
+	size := f.memSize()
+	if size > n.maxBytes {
+		return f, nil // named, but too large to keep
+	}
+	for n.bytes+size > n.maxBytes && n.lru.Len() > 0 {
+		n.removeLocked(n.lru.Back())
+		n.stats.Evictions++
+	}
+	n.entries[k] = n.lru.PushFront(&entry{key: k, f: f})
+	n.bytes += size
+	return f, nil
+}
+
+// Stats returns the counters and the cache's size.
+func (n *Namer) Stats() NamerStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.stats
+	s.Bytes = n.bytes
+	s.Entries = len(n.entries)
+	return s
+}
