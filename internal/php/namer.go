@@ -1,9 +1,9 @@
 package php
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
+	"github.com/sonde-dev/sonde/internal/lru"
 	"sync"
 
 	"github.com/sonde-dev/sonde/internal/python"
@@ -45,14 +45,11 @@ type Frame struct {
 // safe for concurrent use; it owns the memory files Add opens and Forget
 // closes them.
 type Namer struct {
-	mu       sync.Mutex
-	procfs   string
-	maxBytes int64
-	bytes    int64
-	procs    map[int]*namerProc
-	lru      *list.List // of *entry, most recent first
-	entries  map[entryKey]*list.Element
-	stats    NamerStats
+	mu     sync.Mutex
+	procfs string
+	procs  map[int]*namerProc
+	cache  *lru.Cache[entryKey, *Func]
+	stats  NamerStats
 }
 
 type namerProc struct {
@@ -67,19 +64,14 @@ type entryKey struct {
 	kind uint8
 }
 
-type entry struct {
-	key entryKey
-	f   *Func
-}
-
 // NewNamer returns a Namer that reads memory under procfs and keeps at
 // most maxBytes of functions (0: DefaultCacheBytes).
 func NewNamer(procfs string, maxBytes int64) *Namer {
 	if maxBytes <= 0 {
 		maxBytes = DefaultCacheBytes
 	}
-	return &Namer{procfs: procfs, maxBytes: maxBytes, procs: map[int]*namerProc{},
-		lru: list.New(), entries: map[entryKey]*list.Element{}}
+	return &Namer{procfs: procfs, procs: map[int]*namerProc{},
+		cache: lru.New[entryKey, *Func](maxBytes)}
 }
 
 // Add registers pid's engine, replacing what was known of pid.
@@ -109,20 +101,7 @@ func (n *Namer) forgetLocked(pid int) {
 	}
 	_ = p.mem.Close() // read only
 	delete(n.procs, pid)
-	for e := n.lru.Front(); e != nil; {
-		next := e.Next()
-		if en := e.Value.(*entry); en.key.pid == pid {
-			n.removeLocked(e)
-		}
-		e = next
-	}
-}
-
-func (n *Namer) removeLocked(e *list.Element) {
-	en := e.Value.(*entry)
-	n.lru.Remove(e)
-	delete(n.entries, en.key)
-	n.bytes -= en.f.memSize()
+	n.cache.RemoveIf(func(k entryKey) bool { return k.pid == pid })
 }
 
 // Known reports whether pid has a registered engine.
@@ -168,17 +147,15 @@ func (n *Namer) Name(pid int, kind uint8, fn, word uint64) (Frame, error) {
 // funcLocked returns the function at k.addr whose check word is check,
 // from the cache if memory still holds it, else read.
 func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error) {
-	if e, ok := n.entries[k]; ok {
-		en := e.Value.(*entry)
-		if p.r.Same(en.f, k.addr) {
-			n.lru.MoveToFront(e)
-			if en.f.Check != check {
+	if f, ok := n.cache.Get(k); ok {
+		if p.r.Same(f, k.addr) {
+			if f.Check != check {
 				// The sample's function was another, freed since.
 				return nil, fmt.Errorf("php function at %#x: %w", k.addr, ErrStale)
 			}
-			return en.f, nil
+			return f, nil
 		}
-		n.removeLocked(e)
+		n.cache.Remove(k)
 	}
 	var f *Func
 	var err error
@@ -193,16 +170,8 @@ func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error
 	if f.Check != check {
 		return nil, fmt.Errorf("php function at %#x: %w", k.addr, ErrStale)
 	}
-	size := f.memSize()
-	if size > n.maxBytes {
-		return f, nil // named, but too large to keep
-	}
-	for n.bytes+size > n.maxBytes && n.lru.Len() > 0 {
-		n.removeLocked(n.lru.Back())
-		n.stats.Evictions++
-	}
-	n.entries[k] = n.lru.PushFront(&entry{key: k, f: f})
-	n.bytes += size
+	// One too large to keep is named all the same.
+	n.cache.Put(k, f, f.memSize())
 	return f, nil
 }
 
@@ -211,7 +180,8 @@ func (n *Namer) Stats() NamerStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.stats
-	s.Bytes = n.bytes
-	s.Entries = len(n.entries)
+	s.Bytes = n.cache.Cost()
+	s.Entries = n.cache.Len()
+	s.Evictions = n.cache.Evictions()
 	return s
 }
