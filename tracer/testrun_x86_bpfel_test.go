@@ -137,6 +137,7 @@ type testrunSampleScratch struct {
 		Bytes  uint32
 		Bytes2 uint32
 		Pad2   uint32
+		Lr     uint64
 	}
 	Bytes [24576]uint8
 }
@@ -180,6 +181,7 @@ type testrunTestrunIo struct {
 		Bytes  uint32
 		Bytes2 uint32
 		Pad2   uint32
+		Lr     uint64
 	}
 	SnapFirst  uint64
 	SnapLast   uint64
@@ -192,6 +194,9 @@ type testrunUstackState struct {
 	Pc        uint64
 	Sp        uint64
 	Fp        uint64
+	Lr        uint64
+	LrValid   uint32
+	LrPad     uint32
 	Runs      uint32
 	Adjust    uint32
 	HaveMi    uint32
@@ -205,6 +210,7 @@ type testrunUstackState struct {
 	SnapPc    uint64
 	SnapSp    uint64
 	SnapFp    uint64
+	SnapLr    uint64
 	Snap2Sp   uint64
 	Snap2Set  uint32
 	Snap2Pad  uint32

@@ -25,6 +25,12 @@ const (
 	CFAPLT     = uint8(support.SondeCfaTypeCFA_PLT)
 	CFASignal  = uint8(support.SondeCfaTypeCFA_SIGNAL)
 	CFAEnd     = uint8(support.SondeCfaTypeCFA_END)
+	// aarch64's rules (sonde.h says where each finds the return address).
+	CFASPLR     = uint8(support.SondeCfaTypeCFA_SP_LR)
+	CFASPRecord = uint8(support.SondeCfaTypeCFA_SP_RECORD)
+	CFAFPRecord = uint8(support.SondeCfaTypeCFA_FP_RECORD)
+	CFASPRA     = uint8(support.SondeCfaTypeCFA_SP_RA)
+	CFASPGo     = uint8(support.SondeCfaTypeCFA_SP_GO)
 
 	FPSame    = uint8(support.SondeFpRuleFP_SAME)
 	FPOffset  = uint8(support.SondeFpRuleFP_OFFSET)
@@ -37,13 +43,16 @@ const (
 	rowFPRuleShift = uint8(support.SondeRowBitsROW_FP_RULE_SHIFT)
 	rowFPRuleMask  = uint8(support.SondeRowBitsROW_FP_RULE_MASK)
 	rowCFAScaled   = uint8(support.SondeRowBitsROW_CFA_SCALED)
+	rowFPFromBase  = uint8(support.SondeRowBitsROW_FP_FROM_BASE)
 )
 
 // MakeRow packs a rule into a Row at pc: CFA = (SP, FP, ...) + cfaOffset,
-// and with FPOffset the caller's RBP at CFA + fpOffset. ok is false when
-// the offsets do not fit a row (a CFA offset beyond 512 KiB or not a
-// multiple of 8 beyond 64 KiB; an RBP slot not 8-aligned or beyond 1 KiB):
-// the caller then keeps a weaker rule.
+// and with FPOffset the caller's RBP at CFA + fpOffset (with CFASPRA,
+// fpOffset is the return address's slot instead). ok is false when the
+// offsets do not fit a row (a CFA offset beyond 512 KiB or not a multiple
+// of 8 beyond 64 KiB; a slot not 8-aligned or beyond 1 KiB of the CFA, or
+// for aarch64's rules of the CFA's register): the caller then keeps a
+// weaker rule.
 func MakeRow(pc uint32, cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset int32) (r Row, ok bool) {
 	r = Row{Pc: pc, Rule: cfaType&rowCFATypeMask | (fpRule&rowFPRuleMask)<<rowFPRuleShift}
 	switch {
@@ -57,11 +66,19 @@ func MakeRow(pc uint32, cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset i
 	default:
 		return r, false
 	}
-	if fpRule == FPOffset {
-		if fpOffset%8 != 0 || fpOffset/8 < -128 || fpOffset/8 > 127 {
+	if fpRule == FPOffset || cfaType == CFASPRA {
+		fits := func(off int32) bool { return off%8 == 0 && off/8 >= -128 && off/8 <= 127 }
+		switch {
+		case fits(fpOffset):
+			r.FpOffset8 = int8(fpOffset / 8)
+		case cfaType >= CFASPLR && fits(fpOffset+cfaOffset):
+			// aarch64: the slot is near the CFA's register (the bottom
+			// of a big frame, where GCC saves x29 and x30).
+			r.FpOffset8 = int8((fpOffset + cfaOffset) / 8)
+			r.Rule |= rowFPFromBase
+		default:
 			return r, false
 		}
-		r.FpOffset8 = int8(fpOffset / 8)
 	}
 	return r, true
 }
@@ -72,7 +89,11 @@ func RowRule(r Row) (cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset int3
 	if r.Rule&rowCFAScaled != 0 {
 		cfaOffset *= 8
 	}
-	return r.Rule & rowCFATypeMask, cfaOffset, (r.Rule >> rowFPRuleShift) & rowFPRuleMask, int32(r.FpOffset8) * 8
+	fpOffset = int32(r.FpOffset8) * 8
+	if r.Rule&rowFPFromBase != 0 {
+		fpOffset -= cfaOffset
+	}
+	return r.Rule & rowCFATypeMask, cfaOffset, (r.Rule >> rowFPRuleShift) & rowFPRuleMask, fpOffset
 }
 
 // RowSize is the size of one row, the value size of a table's array (the
