@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/support"
@@ -207,6 +208,7 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 		return fmt.Errorf("unwind table %d: %d rows, more than the %d the unwinder searches", id, len(rows), MaxTableRows)
 	}
 	index := pageIndex(rows)
+	key, value := rowBTF()
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "sonde_rows",
 		Type:       ebpf.Array,
@@ -216,6 +218,12 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 		// Must match the outer map's template: BPF_F_INNER_MAP lets sizes
 		// differ, BPF_F_MMAPABLE lets fill write through a mapping.
 		Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
+		// So must what the kernel derives from the value's BTF: before
+		// 6.2 it compares the offset of a bpf_timer in the value, which
+		// is "none" for a struct without one but "unknown" for a map
+		// without BTF, and refuses the table (EINVAL on 6.1).
+		Key:   key,
+		Value: value,
 	})
 	if err != nil {
 		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
@@ -231,6 +239,21 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 		return fmt.Errorf("unwind table %d: install: %w", id, err)
 	}
 	return nil
+}
+
+// rowBTF returns BTF for a table's key (__u32) and value (struct
+// unwind_row), as the object declares them.
+func rowBTF() (key, value btf.Type) {
+	u8 := &btf.Int{Name: "__u8", Size: 1}
+	s8 := &btf.Int{Name: "__s8", Size: 1, Encoding: btf.Signed}
+	u16 := &btf.Int{Name: "__u16", Size: 2}
+	u32 := &btf.Int{Name: "__u32", Size: 4}
+	return u32, &btf.Struct{Name: "unwind_row", Size: uint32(RowSize), Members: []btf.Member{
+		{Name: "pc", Type: u32, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.Pc))},
+		{Name: "cfa_offset", Type: u16, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.CfaOffset))},
+		{Name: "fp_offset8", Type: s8, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.FpOffset8))},
+		{Name: "rule", Type: u8, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.Rule))},
+	}}
 }
 
 // fillChunk is the rows fill writes through one mapping of the array: 128
