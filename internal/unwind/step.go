@@ -158,7 +158,7 @@ func Step(r Regs, row tracer.Row, haveRow bool, s Stack) (Regs, StepResult) {
 		raAt = func() uint64 { return r.SP }
 	}
 	var ra uint64
-	ok := true
+	var ok bool
 	if cfaType == tracer.CFASPLR {
 		// The return address is still in x30, known only for the frame
 		// the sample interrupted.

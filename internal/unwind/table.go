@@ -30,10 +30,11 @@ const (
 	// address still in the link register x30: a leaf, a prologue before
 	// it stores x30, a PLT stub.
 	CFASPLR
-	// CFASPRecord and CFAFPRecord (aarch64) mean CFA = SP (x29) +
-	// CFAOffset; FP is FPOffset and the return address is saved right
-	// above the caller's x29, at CFA + FPOffset + 8 (a frame record).
+	// CFASPRecord (aarch64) means CFA = SP + CFAOffset; FP is FPOffset
+	// and the return address is saved right above the caller's x29, at
+	// CFA + FPOffset + 8 (a frame record).
 	CFASPRecord
+	// CFAFPRecord (aarch64) is CFASPRecord with CFA = x29 + CFAOffset.
 	CFAFPRecord
 	// CFASPRA (aarch64) means CFA = SP + CFAOffset with the return address
 	// at CFA + FPOffset; FP is FPSame or FPUnknown (x29 is not saved, or
