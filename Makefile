@@ -57,7 +57,7 @@ generate: ## Regenerate eBPF objects and Go bindings (clang-19, llvm-strip-19) a
 
 .PHONY: check-generated
 check-generated: generate ## Fail if committed generated files differ from their sources
-	@git diff --exit-code --stat -- support collector exporter connector tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o || \
+	@git diff --exit-code --stat -- support collector exporter connector tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o tracer/testrunarm64_bpfel_test.go tracer/testrunarm64_bpfel_test.o || \
 	  { echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
 
 .PHONY: build

@@ -20,3 +20,6 @@ package support
 // The test programs of package tracer (ebpf/testrun.c): BPF_PROG_TEST_RUN
 // harnesses of the unwinder's functions, generated into tracer's tests.
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target amd64 -go-package tracer -output-dir ../tracer -output-suffix _test -type testrun_io testrun ebpf/testrun.c -- -I./ebpf
+// The same, built as for aarch64 (arch.h) for any little-endian host: the
+// aarch64 rules run in this machine's kernel too.
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_arm64" -target bpfel -go-package tracer -output-dir ../tracer -output-suffix _test -type testrun_io testrunArm64 ebpf/testrun.c -- -I./ebpf

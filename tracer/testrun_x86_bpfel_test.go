@@ -187,6 +187,7 @@ type testrunTestrunIo struct {
 	SnapLast   uint64
 	Snap2In    uint64
 	Snap2First uint64
+	Lr         uint64
 }
 
 type testrunUstackState struct {
