@@ -24,11 +24,11 @@ import (
 const workloadDir = "/w"
 
 // The profiler samples the workloads until each has wantLeaf samples in its
-// leaf (after its warm-up), or samplingLimit of guest time passes. Under
+// leaf after its warm-up, or samplingLimit of guest time passes. Under
 // emulation (TCG) a guest second costs several host seconds.
 const (
 	wantLeaf      = 200
-	samplingLimit = 90 * time.Second
+	samplingLimit = 120 * time.Second
 )
 
 // guestWorkload is one workload the guest runs and what its stacks must be:
@@ -50,8 +50,10 @@ var guestWorkloads = map[string]guestWorkload{
 // samplingResult is what the profiler found of one workload's stacks.
 type samplingResult struct {
 	Samples int `json:"samples"` // every sample of the process
-	// Leaf: samples in the chain's leaf, from the first whole one on (the
-	// samples before are the warm-up a new file has: its table is built).
+	// Leaf: samples in the chain's leaf taken once every workload's
+	// unwind table was in the kernel; Warmup: those before. Before, a
+	// stack is walked from a snapshot of it, and where the ring buffer is
+	// half full (emulation makes the reader slow) by frame pointers.
 	Leaf   int `json:"leaf"`
 	Warmup int `json:"warmup"`
 	// Whole: of Leaf, those whose user stack is the chain from the leaf,
@@ -87,6 +89,17 @@ func runSampling() (map[string]samplingResult, *profilerStats) {
 	opts := profiler.DefaultOptions()
 	opts.SamplesPerSecond = 99
 	opts.ReporterInterval = time.Second
+	// Only the workloads: their tables are the ones the warm-up waits for.
+	opts.Filters.IncludeExecutables = []string{workloadDir + "/*"}
+	wantTables := 0
+	for _, e := range entries {
+		if _, ok := guestWorkloads[e.Name()]; ok {
+			wantTables++
+		}
+	}
+	// When the profiler was first seen holding every workload's table:
+	// the samples from then on are unwound in the kernel with them.
+	var tablesAt time.Time
 	var logBuf syncBuffer
 	opts.Logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), &logBuf, zap.DebugLevel))
 	defer func() {
@@ -131,8 +144,14 @@ func runSampling() (map[string]samplingResult, *profilerStats) {
 	deadline := time.Now().Add(samplingLimit)
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Second)
+		if tablesAt.IsZero() {
+			if p.Stats().Unwind.Tables < wantTables {
+				continue
+			}
+			tablesAt = time.Now()
+		}
 		mu.Lock()
-		res := summarize(got, pids)
+		res := summarize(got, pids, tablesAt)
 		mu.Unlock()
 		enough := true
 		for _, r := range res {
@@ -159,7 +178,12 @@ func runSampling() (map[string]samplingResult, *profilerStats) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for name, r := range summarize(got, pids) {
+	at := tablesAt
+	if at.IsZero() {
+		out["setup"] = samplingResult{Error: fmt.Sprintf("%d of %d workload tables loaded within %v", ps.Unwind.Tables, wantTables, samplingLimit)}
+		at = time.Now()
+	}
+	for name, r := range summarize(got, pids, at) {
 		if _, failed := out[name]; !failed {
 			out[name] = r
 		}
@@ -167,15 +191,16 @@ func runSampling() (map[string]samplingResult, *profilerStats) {
 	return out, st
 }
 
-// summarize finds each workload's (pids: name by pid) stacks in got.
-func summarize(got []pprofile.Profiles, pids map[int]string) map[string]samplingResult {
+// summarize finds each workload's (pids: name by pid) stacks in got; the
+// samples taken before tables are its warm-up.
+func summarize(got []pprofile.Profiles, pids map[int]string, tables time.Time) map[string]samplingResult {
 	out := map[string]samplingResult{}
 	for pid, name := range pids {
 		w := guestWorkloads[name]
 		var r samplingResult
-		seenWhole := false
 		for _, pd := range got {
-			for _, st := range userStacks(pd, pid) {
+			for _, ts := range userStacks(pd, pid) {
+				st := ts.frames
 				r.Samples++
 				if line := strings.Join(st, " <- "); len(r.Seen) < 8 && !slices.Contains(r.Seen, line) {
 					r.Seen = append(r.Seen, line)
@@ -185,12 +210,9 @@ func summarize(got []pprofile.Profiles, pids map[int]string) map[string]sampling
 				}
 				whole := len(st) > len(w.chain) && slices.Equal(st[:len(w.chain)], w.chain) &&
 					st[len(st)-1] == w.root && !slices.Contains(st, "")
-				if !seenWhole {
-					if !whole {
-						r.Warmup++
-						continue
-					}
-					seenWhole = true
+				if ts.at.Before(tables) {
+					r.Warmup++
+					continue
 				}
 				r.Leaf++
 				if whole {
@@ -205,12 +227,18 @@ func summarize(got []pprofile.Profiles, pids map[int]string) map[string]sampling
 	return out
 }
 
-// userStacks returns the user frames' function names (leaf first; "" for
-// an unnamed frame) of pid's samples in pd, one per sample.
-func userStacks(pd pprofile.Profiles, pid int) [][]string {
+// timedStack is a sample's user frames' function names (leaf first; "" for
+// an unnamed frame) and when it was taken.
+type timedStack struct {
+	frames []string
+	at     time.Time
+}
+
+// userStacks returns pid's samples in pd, one per sample.
+func userStacks(pd pprofile.Profiles, pid int) []timedStack {
 	dict := pd.Dictionary()
 	strs := dict.StringTable()
-	var out [][]string
+	var out []timedStack
 	for _, rp := range pd.ResourceProfiles().All() {
 		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
 			continue
@@ -239,8 +267,8 @@ func userStacks(pd pprofile.Profiles, pid int) [][]string {
 							st = append(st, strs.At(int(dict.FunctionTable().At(int(l.FunctionIndex())).NameStrindex())))
 						}
 					}
-					for range s.TimestampsUnixNano().Len() {
-						out = append(out, st)
+					for _, ns := range s.TimestampsUnixNano().All() {
+						out = append(out, timedStack{st, time.Unix(0, int64(ns))})
 					}
 				}
 			}
@@ -251,7 +279,7 @@ func userStacks(pd pprofile.Profiles, pid int) [][]string {
 
 // String is a one-line summary for the host's log.
 func (r samplingResult) String() string {
-	return fmt.Sprintf("%d samples, %d in the leaf after %d warm-up, %d whole", r.Samples, r.Leaf, r.Warmup, r.Whole)
+	return fmt.Sprintf("%d samples; in the leaf: %d before the tables were loaded, %d after, %d of them whole", r.Samples, r.Warmup, r.Leaf, r.Whole)
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
