@@ -38,18 +38,18 @@ GOLANGCI_LINT ?= $(GO) tool -modfile=tools/go.mod golangci-lint
 # workloads are built and checked with, perf and addr2line as oracles, the
 # kernel check's QEMU, linkers and BOLT for the workloads that need them,
 # Prometheus and sqlite3 for the tests of the profile metrics and the SQLite
-# exporter.
+# exporter, and the aarch64 cross toolchain and QEMU the arm64 tests use.
 # `make deps` installs the missing ones (as root) or names them.
 DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
                 xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
                 mold clang-format-19 rustc prometheus sqlite3 php-cli php-fpm \
-                php8.2-dev
+                php8.2-dev gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-system-arm
 
 .DEFAULT_GOAL := help
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: generate
 generate: ## Regenerate eBPF objects and Go bindings (clang-19, llvm-strip-19) and collector metadata
@@ -57,7 +57,7 @@ generate: ## Regenerate eBPF objects and Go bindings (clang-19, llvm-strip-19) a
 
 .PHONY: check-generated
 check-generated: generate ## Fail if committed generated files differ from their sources
-	@git diff --exit-code --stat -- support collector exporter connector tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o || \
+	@git diff --exit-code --stat -- support collector exporter connector tracer/testrun_x86_bpfel_test.go tracer/testrun_x86_bpfel_test.o tracer/testrunarm64_bpfel_test.go tracer/testrunarm64_bpfel_test.o || \
 	  { echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
 
 .PHONY: build
@@ -69,6 +69,26 @@ dist: $(DIST) ## Build the otelcol-profiling distribution with OCB into _build/
 
 $(DIST): builder-config.yaml go.mod $(shell git ls-files '*.go' 2>/dev/null)
 	$(OCB) --config builder-config.yaml
+
+# The distribution for another architecture (`make dist-arm64`): OCB itself
+# is built for this machine, the distribution with GOARCH set (no cgo, so no
+# cross C toolchain is needed).
+DIST_ARM64   := _build/linux-arm64/otelcol-profiling
+OCB_BIN      := _build/bin/builder-$(COLLECTOR_VERSION)
+
+$(OCB_BIN):
+	mkdir -p $(dir $@) && GOBIN=$(abspath _build/tmp-ocb) $(GO) install go.opentelemetry.io/collector/cmd/builder@$(COLLECTOR_VERSION)
+	mv _build/tmp-ocb/builder $@ && rmdir _build/tmp-ocb
+
+.PHONY: dist-arm64
+dist-arm64: $(DIST_ARM64) ## Cross-build otelcol-profiling for linux/arm64 into _build/linux-arm64/
+
+$(DIST_ARM64): $(OCB_BIN) builder-config.yaml go.mod $(shell git ls-files '*.go' 2>/dev/null)
+	mkdir -p $(dir $@)
+	sed -e 's|^  output_path: .*|  output_path: $(abspath $(dir $@))|' \
+	    -e 's|^  - github.com/sonde-dev/sonde => .*|  - github.com/sonde-dev/sonde => $(CURDIR)|' \
+	    builder-config.yaml > $(dir $@)builder-config.yaml
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(OCB_BIN) --config $(dir $@)builder-config.yaml
 
 .PHONY: run
 run: dist ## Profile this host with config/local.yaml (needs root or the capabilities in README)
@@ -121,7 +141,9 @@ lint: cross ## gofmt, go vet, golangci-lint (.golangci.yml), clang-format of the
 	$(CLANG_FORMAT) --dry-run -Werror $$(git ls-files 'support/ebpf/*.[ch]' | grep -v '/vmlinux\.h$$')
 
 .PHONY: cross
-cross: ## Build the public packages for other systems: a distribution that includes the receiver builds there (Start says Linux only)
+cross: ## Build for linux/arm64 (every package, vetted) and the public packages for other systems: a distribution that includes the receiver builds there (Start says Linux only)
+	GOOS=linux GOARCH=arm64 $(GO) build ./...
+	GOOS=linux GOARCH=arm64 $(GO) vet ./...
 	GOOS=darwin $(GO) build ./collector/... ./profiler/...
 	GOOS=windows $(GO) build ./collector/... ./profiler/...
 

@@ -212,17 +212,19 @@ func New(opts Options) (*Profiler, error) {
 	p.resolver.debugDirs = opts.DebugDirs
 	p.resolver.checkSnapshots = opts.checkSnapshots
 	p.resolver.holds = p.preparer.holds
-	jvms := newJVMProcs(log, tr, opts.ProcFS, opts.JVMCacheBytes())
-	jvms.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
-	phps := newPHPProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/phpCodeShare, opts.phpLayouts)
-	phps.retry = jvms.retry
-	p.preparer.runtimes = newRuntimeSet(
-		newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
-		jvms,
-		newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
-		phps,
-	)
-	p.resolver.runtimes = p.preparer.runtimes
+	if runtimeWalkers {
+		jvms := newJVMProcs(log, tr, opts.ProcFS, opts.JVMCacheBytes())
+		jvms.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
+		phps := newPHPProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/phpCodeShare, opts.phpLayouts)
+		phps.retry = jvms.retry
+		p.preparer.runtimes = newRuntimeSet(
+			newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
+			jvms,
+			newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
+			phps,
+		)
+		p.resolver.runtimes = p.preparer.runtimes
+	}
 	p.preparer.holds.procfs = opts.ProcFS
 	p.offCPU = newOffCPUJoin(maxPendingOffCPU, maxPendingOffCPUFrame, offCPUExpiry(opts.ReporterInterval))
 	return p, nil

@@ -3,6 +3,7 @@
 package profiler
 
 import (
+	"runtime"
 	"sync"
 	"time"
 
@@ -41,6 +42,12 @@ type langRuntime interface {
 	// stats writes the runtime's counters into s.
 	stats(s *Stats)
 }
+
+// runtimeWalkers says whether the interpreter walkers (CPython, HotSpot,
+// V8) run on this architecture. Their eBPF side reads x86-64 frames and code
+// (the JVM's and CPython's trampolines, the thread pointer): on arm64 no
+// process is set up for them, and those processes keep native stacks.
+const runtimeWalkers = runtime.GOARCH == "amd64"
 
 // runtimeSet is the runtimes by the id their walkers report.
 type runtimeSet struct {

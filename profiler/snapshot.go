@@ -82,7 +82,7 @@ func (r *resolver) snapshotWalk(rec *tracer.Record, p *process.Process, err erro
 	r.snapFlags = append(r.snapFlags[:0], rec.UserFlags[:snap.Frame]...)
 	r.snapFiles = append(r.snapFiles[:0], rec.UserFiles[:snap.Frame]...)
 	stack := unwind.Stack{SP: snap.SP, Bytes: snap.Stack, SP2: snap.SP2, Bytes2: snap.Stack2}
-	regs := unwind.Regs{PC: rec.User[snap.Frame], SP: snap.SP, FP: snap.FP, Return: !snap.Interrupted}
+	regs := unwind.Regs{PC: rec.User[snap.Frame], SP: snap.SP, FP: snap.FP, LR: snap.LR, Return: !snap.Interrupted}
 	// The snapshot's frame was found as the eBPF side found it (by frame
 	// pointers, where it came after a frame without a table); its callers
 	// as the walk finds them.

@@ -16,12 +16,17 @@ import (
 type SondeCfaType uint32
 
 const (
-	SondeCfaTypeCFA_UNKNOWN SondeCfaType = 0
-	SondeCfaTypeCFA_SP      SondeCfaType = 1
-	SondeCfaTypeCFA_FP      SondeCfaType = 2
-	SondeCfaTypeCFA_PLT     SondeCfaType = 3
-	SondeCfaTypeCFA_SIGNAL  SondeCfaType = 4
-	SondeCfaTypeCFA_END     SondeCfaType = 5
+	SondeCfaTypeCFA_UNKNOWN   SondeCfaType = 0
+	SondeCfaTypeCFA_SP        SondeCfaType = 1
+	SondeCfaTypeCFA_FP        SondeCfaType = 2
+	SondeCfaTypeCFA_PLT       SondeCfaType = 3
+	SondeCfaTypeCFA_SIGNAL    SondeCfaType = 4
+	SondeCfaTypeCFA_END       SondeCfaType = 5
+	SondeCfaTypeCFA_SP_LR     SondeCfaType = 6
+	SondeCfaTypeCFA_SP_RECORD SondeCfaType = 7
+	SondeCfaTypeCFA_FP_RECORD SondeCfaType = 8
+	SondeCfaTypeCFA_SP_RA     SondeCfaType = 9
+	SondeCfaTypeCFA_SP_GO     SondeCfaType = 10
 )
 
 type SondeCounter uint32
@@ -289,6 +294,7 @@ const (
 	SondeRowBitsROW_FP_RULE_SHIFT SondeRowBits = 4
 	SondeRowBitsROW_FP_RULE_MASK  SondeRowBits = 3
 	SondeRowBitsROW_CFA_SCALED    SondeRowBits = 64
+	SondeRowBitsROW_FP_FROM_BASE  SondeRowBits = 128
 )
 
 type SondeRowPage uint32
@@ -354,6 +360,7 @@ type SondeStackSnapshot struct {
 	Bytes  uint32
 	Bytes2 uint32
 	Pad2   uint32
+	Lr     uint64
 }
 
 type SondeTaskRecord struct {
@@ -377,6 +384,9 @@ type SondeUstackState struct {
 	Pc        uint64
 	Sp        uint64
 	Fp        uint64
+	Lr        uint64
+	LrValid   uint32
+	LrPad     uint32
 	Runs      uint32
 	Adjust    uint32
 	HaveMi    uint32
@@ -394,6 +404,7 @@ type SondeUstackState struct {
 	SnapPc    uint64
 	SnapSp    uint64
 	SnapFp    uint64
+	SnapLr    uint64
 	Snap2Sp   uint64
 	Snap2Set  uint32
 	Snap2Pad  uint32

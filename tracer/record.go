@@ -152,6 +152,9 @@ type Snapshot struct {
 	// return address (FrameInterrupted).
 	Interrupted bool
 	SP, FP      uint64
+	// LR is the link register (aarch64) where it holds the frame's return
+	// address (the interrupted frame's); 0: not known.
+	LR uint64
 	// Stack holds the user stack's bytes from SP on, as far as the eBPF
 	// side could read them (at most MaxSnapshotBytes). ReleaseSnapshot, or
 	// the next read into this Record, lets go of it.
@@ -214,6 +217,7 @@ const (
 	snapOffFrame  = int(unsafe.Offsetof(snapRec.Frame))
 	snapOffBytes  = int(unsafe.Offsetof(snapRec.Bytes))
 	snapOffBytes2 = int(unsafe.Offsetof(snapRec.Bytes2))
+	snapOffLR     = int(unsafe.Offsetof(snapRec.Lr))
 	snapSize      = int(unsafe.Sizeof(snapRec))
 
 	maxWords        = len(sampleRec.Stack)
@@ -438,6 +442,7 @@ func (rec *Record) decodeSnapshot(b []byte) error {
 		Interrupted: pc&pcFlagNoAdjust != 0,
 		SP:          le.Uint64(b[snapOffSP:]),
 		FP:          le.Uint64(b[snapOffFP:]),
+		LR:          le.Uint64(b[snapOffLR:]),
 		Stack:       buf[:n:n],
 		Stack2:      buf[n:],
 	}

@@ -167,6 +167,7 @@ type testrunSampleScratch struct {
 		Bytes  uint32
 		Bytes2 uint32
 		Pad2   uint32
+		Lr     uint64
 	}
 	Bytes [24576]uint8
 }
@@ -210,11 +211,13 @@ type testrunTestrunIo struct {
 		Bytes  uint32
 		Bytes2 uint32
 		Pad2   uint32
+		Lr     uint64
 	}
 	SnapFirst  uint64
 	SnapLast   uint64
 	Snap2In    uint64
 	Snap2First uint64
+	Lr         uint64
 }
 
 type testrunUstackState struct {
@@ -222,6 +225,9 @@ type testrunUstackState struct {
 	Pc        uint64
 	Sp        uint64
 	Fp        uint64
+	Lr        uint64
+	LrValid   uint32
+	LrPad     uint32
 	Runs      uint32
 	Adjust    uint32
 	HaveMi    uint32
@@ -239,6 +245,7 @@ type testrunUstackState struct {
 	SnapPc    uint64
 	SnapSp    uint64
 	SnapFp    uint64
+	SnapLr    uint64
 	Snap2Sp   uint64
 	Snap2Set  uint32
 	Snap2Pad  uint32

@@ -330,13 +330,14 @@ func New(opts Options) (_ *Tracer, err error) {
 }
 
 // CheckHost reports, in one error, what this host lacks to run Sonde: an
-// x86-64 CPU, capabilities, kernel BTF, BPF ring buffers, BTF tracepoints, and locked
+// x86-64 or aarch64 CPU, capabilities, kernel BTF, BPF ring buffers, BTF tracepoints, and locked
 // memory on kernels that still account BPF memory to RLIMIT_MEMLOCK.
 func CheckHost() error {
-	if runtime.GOARCH != "amd64" {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		// support's objects for other architectures exist only so the
-		// packages build; they read x86-64 registers and signal frames.
-		return fmt.Errorf("sonde cannot start: its eBPF programs support x86-64 (amd64) only, not %s: %w", runtime.GOARCH, ErrNotSupported)
+		// packages build; the programs read each CPU's own registers and
+		// signal frames.
+		return fmt.Errorf("sonde cannot start: its eBPF programs support x86-64 (amd64) and aarch64 (arm64) only, not %s: %w", runtime.GOARCH, ErrNotSupported)
 	}
 	var problems []string
 	missing, err := caps.Missing(caps.Profiler()...)

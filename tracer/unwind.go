@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/support"
@@ -25,6 +26,12 @@ const (
 	CFAPLT     = uint8(support.SondeCfaTypeCFA_PLT)
 	CFASignal  = uint8(support.SondeCfaTypeCFA_SIGNAL)
 	CFAEnd     = uint8(support.SondeCfaTypeCFA_END)
+	// aarch64's rules (sonde.h says where each finds the return address).
+	CFASPLR     = uint8(support.SondeCfaTypeCFA_SP_LR)
+	CFASPRecord = uint8(support.SondeCfaTypeCFA_SP_RECORD)
+	CFAFPRecord = uint8(support.SondeCfaTypeCFA_FP_RECORD)
+	CFASPRA     = uint8(support.SondeCfaTypeCFA_SP_RA)
+	CFASPGo     = uint8(support.SondeCfaTypeCFA_SP_GO)
 
 	FPSame    = uint8(support.SondeFpRuleFP_SAME)
 	FPOffset  = uint8(support.SondeFpRuleFP_OFFSET)
@@ -37,13 +44,16 @@ const (
 	rowFPRuleShift = uint8(support.SondeRowBitsROW_FP_RULE_SHIFT)
 	rowFPRuleMask  = uint8(support.SondeRowBitsROW_FP_RULE_MASK)
 	rowCFAScaled   = uint8(support.SondeRowBitsROW_CFA_SCALED)
+	rowFPFromBase  = uint8(support.SondeRowBitsROW_FP_FROM_BASE)
 )
 
 // MakeRow packs a rule into a Row at pc: CFA = (SP, FP, ...) + cfaOffset,
-// and with FPOffset the caller's RBP at CFA + fpOffset. ok is false when
-// the offsets do not fit a row (a CFA offset beyond 512 KiB or not a
-// multiple of 8 beyond 64 KiB; an RBP slot not 8-aligned or beyond 1 KiB):
-// the caller then keeps a weaker rule.
+// and with FPOffset the caller's RBP at CFA + fpOffset (with CFASPRA,
+// fpOffset is the return address's slot instead). ok is false when the
+// offsets do not fit a row (a CFA offset beyond 512 KiB or not a multiple
+// of 8 beyond 64 KiB; a slot not 8-aligned or beyond 1 KiB of the CFA, or
+// for aarch64's rules of the CFA's register): the caller then keeps a
+// weaker rule.
 func MakeRow(pc uint32, cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset int32) (r Row, ok bool) {
 	r = Row{Pc: pc, Rule: cfaType&rowCFATypeMask | (fpRule&rowFPRuleMask)<<rowFPRuleShift}
 	switch {
@@ -57,11 +67,19 @@ func MakeRow(pc uint32, cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset i
 	default:
 		return r, false
 	}
-	if fpRule == FPOffset {
-		if fpOffset%8 != 0 || fpOffset/8 < -128 || fpOffset/8 > 127 {
+	if fpRule == FPOffset || cfaType == CFASPRA {
+		fits := func(off int32) bool { return off%8 == 0 && off/8 >= -128 && off/8 <= 127 }
+		switch {
+		case fits(fpOffset):
+			r.FpOffset8 = int8(fpOffset / 8)
+		case cfaType >= CFASPLR && fits(fpOffset+cfaOffset):
+			// aarch64: the slot is near the CFA's register (the bottom
+			// of a big frame, where GCC saves x29 and x30).
+			r.FpOffset8 = int8((fpOffset + cfaOffset) / 8)
+			r.Rule |= rowFPFromBase
+		default:
 			return r, false
 		}
-		r.FpOffset8 = int8(fpOffset / 8)
 	}
 	return r, true
 }
@@ -72,7 +90,11 @@ func RowRule(r Row) (cfaType uint8, cfaOffset int32, fpRule uint8, fpOffset int3
 	if r.Rule&rowCFAScaled != 0 {
 		cfaOffset *= 8
 	}
-	return r.Rule & rowCFATypeMask, cfaOffset, (r.Rule >> rowFPRuleShift) & rowFPRuleMask, int32(r.FpOffset8) * 8
+	fpOffset = int32(r.FpOffset8) * 8
+	if r.Rule&rowFPFromBase != 0 {
+		fpOffset -= cfaOffset
+	}
+	return r.Rule & rowCFATypeMask, cfaOffset, (r.Rule >> rowFPRuleShift) & rowFPRuleMask, fpOffset
 }
 
 // RowSize is the size of one row, the value size of a table's array (the
@@ -186,6 +208,7 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 		return fmt.Errorf("unwind table %d: %d rows, more than the %d the unwinder searches", id, len(rows), MaxTableRows)
 	}
 	index := pageIndex(rows)
+	key, value := rowBTF()
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "sonde_rows",
 		Type:       ebpf.Array,
@@ -195,6 +218,12 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 		// Must match the outer map's template: BPF_F_INNER_MAP lets sizes
 		// differ, BPF_F_MMAPABLE lets fill write through a mapping.
 		Flags: unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE,
+		// So must what the kernel derives from the value's BTF: before
+		// 6.2 it compares the offset of a bpf_timer in the value, which
+		// is "none" for a struct without one but "unknown" for a map
+		// without BTF, and refuses the table (EINVAL on 6.1).
+		Key:   key,
+		Value: value,
 	})
 	if err != nil {
 		return fmt.Errorf("unwind table %d: create %d-row map: %w", id, len(rows), err)
@@ -210,6 +239,21 @@ func loadTable(tables *ebpf.Map, id uint32, rows []Row, copied func(n int)) erro
 		return fmt.Errorf("unwind table %d: install: %w", id, err)
 	}
 	return nil
+}
+
+// rowBTF returns BTF for a table's key (__u32) and value (struct
+// unwind_row), as the object declares them.
+func rowBTF() (key, value btf.Type) {
+	u8 := &btf.Int{Name: "__u8", Size: 1}
+	s8 := &btf.Int{Name: "__s8", Size: 1, Encoding: btf.Signed}
+	u16 := &btf.Int{Name: "__u16", Size: 2}
+	u32 := &btf.Int{Name: "__u32", Size: 4}
+	return u32, &btf.Struct{Name: "unwind_row", Size: uint32(RowSize), Members: []btf.Member{
+		{Name: "pc", Type: u32, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.Pc))},
+		{Name: "cfa_offset", Type: u16, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.CfaOffset))},
+		{Name: "fp_offset8", Type: s8, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.FpOffset8))},
+		{Name: "rule", Type: u8, Offset: btf.Bits(8 * unsafe.Offsetof(Row{}.Rule))},
+	}}
 }
 
 // fillChunk is the rows fill writes through one mapping of the array: 128

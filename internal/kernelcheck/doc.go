@@ -10,5 +10,12 @@
 // directory (sonde-kernels/). SONDE_KERNELCHECK_PACKAGES names the kernel
 // packages to boot (space-separated; default: the one linux-image-amd64
 // depends on, Linux 6.1 on Debian 12); SONDE_KERNELCHECK_VMLINUZ boots a
-// given kernel image instead.
+// given kernel image instead. The guest also loads an unwind table.
+//
+// TestARM64UnderQEMU (under CI=true) boots Debian's arm64 kernel the same
+// way under emulated qemu-system-aarch64, with the test binary built for
+// arm64 and cross-built workloads in the initramfs, and also runs the
+// profiler over them there. Its kernel comes from the archive through an
+// apt state of its own ($SONDE_KERNEL_CACHE/apt-arm64);
+// SONDE_KERNELCHECK_ARM64_VMLINUZ boots a given image instead.
 package kernelcheck

@@ -42,6 +42,10 @@ type report struct {
 	Programs []programResult `json:"programs"`
 	Tracer   tracerResult    `json:"tracer"`
 	Setup    string          `json:"setup,omitempty"` // what failed before any program was loaded
+	// Sampling: the profiler's run over the workloads the initramfs
+	// carries (the arm64 check's), by workload.
+	Sampling map[string]samplingResult `json:"sampling,omitempty"`
+	Profiler *profilerStats            `json:"profiler,omitempty"`
 }
 
 // programResult is the verdict of the kernel's verifier on one program.
@@ -68,7 +72,11 @@ type tracerResult struct {
 	OffCPU          bool           `json:"off_cpu"`
 	Records         map[string]int `json:"records"`
 	DecodeErrors    int            `json:"decode_errors"`
-	Counters        map[string]int `json:"counters,omitempty"`
+	// TableLoaded: an unwind table went into the kernel (LoadTable);
+	// TableError says why not.
+	TableLoaded bool           `json:"table_loaded"`
+	TableError  string         `json:"table_error,omitempty"`
+	Counters    map[string]int `json:"counters,omitempty"`
 }
 
 var recordNames = map[tracer.RecordType]string{
@@ -149,6 +157,9 @@ func guest() report {
 	}
 	r.Programs = programs
 	r.Tracer = runTracer()
+	if _, err := os.Stat(workloadDir); err == nil {
+		r.Sampling, r.Profiler = runSampling()
+	}
 	return r
 }
 
@@ -244,6 +255,16 @@ func runTracer() tracerResult {
 	}
 	res.CheckedMappings = tr.CheckedMappings()
 	res.OffCPU = tr.OffCPU()
+	if row, ok := tracer.MakeRow(0, tracer.CFASP, 8, tracer.FPSame, 0); !ok {
+		res.TableError = "no row"
+	} else if err := tr.LoadTable(1, []tracer.Row{row}, nil); err != nil {
+		res.TableError = err.Error()
+	} else {
+		res.TableLoaded = true
+		if err := tr.UnloadTable(1); err != nil {
+			res.TableError = "unload: " + err.Error()
+		}
+	}
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,51 +49,60 @@ func TestVerifierOnOlderKernels(t *testing.T) {
 
 	for _, k := range kernels {
 		t.Run(k.release, func(t *testing.T) {
-			r := boot(t, qemu, k, initrd)
-			if r.Setup != "" {
-				t.Fatalf("guest setup on %s: %s", r.Kernel, r.Setup)
-			}
-			if r.Kernel != k.release {
-				t.Errorf("guest runs kernel %q, want %q", r.Kernel, k.release)
-			}
-			var got []string
-			for _, p := range r.Programs {
-				got = append(got, p.Name)
-				switch {
-				case p.Loaded:
-					t.Logf("%-30s %-10s verified: %d instructions processed in %d ms", p.Name, p.Type, p.VerifiedInsns, p.LoadMillis)
-				case p.Unsupported != "" && !r.FindVMA:
-					t.Logf("%-30s %-10s not loaded: %s", p.Name, p.Type, p.Unsupported)
-				default:
-					t.Errorf("%s (%s) rejected by Linux %s: %s\nverifier log:\n%s",
-						p.Name, p.Type, r.Kernel, p.Error, strings.Join(p.VerifierLog, "\n"))
-				}
-			}
-			if !slices.Equal(got, wantPrograms) {
-				t.Errorf("guest checked programs %v, want %v", got, wantPrograms)
-			}
-
-			tr := r.Tracer
-			t.Logf("tracer on %s (%d CPUs, bpf_find_vma %v): checked mappings %v, off-CPU %v, records %v, counters %v",
-				r.Kernel, r.CPUs, r.FindVMA, tr.CheckedMappings, tr.OffCPU, tr.Records, tr.Counters)
-			if tr.Error != "" {
-				t.Fatalf("tracer on Linux %s: %s", r.Kernel, tr.Error)
-			}
-			if !tr.OffCPU {
-				t.Error("tracer started without off-CPU profiling")
-			}
-			if tr.CheckedMappings != r.FindVMA {
-				t.Errorf("tracer checks mappings: %v; kernel has bpf_find_vma: %v", tr.CheckedMappings, r.FindVMA)
-			}
-			for _, w := range wantRecords {
-				if tr.Records[w] == 0 {
-					t.Errorf("no %s record arrived from the tracer on Linux %s", w, r.Kernel)
-				}
-			}
-			if tr.DecodeErrors != 0 {
-				t.Errorf("%d records failed to decode", tr.DecodeErrors)
-			}
+			checkGuest(t, k, wantPrograms, boot(t, qemu, k, initrd))
 		})
+	}
+}
+
+// checkGuest fails t on every program of wantPrograms the guest's verifier
+// rejected and if its Tracer did not produce every kind of record.
+func checkGuest(t *testing.T, k kernel, wantPrograms []string, r report) {
+	t.Helper()
+	if r.Setup != "" {
+		t.Fatalf("guest setup on %s: %s", r.Kernel, r.Setup)
+	}
+	if r.Kernel != k.release {
+		t.Errorf("guest runs kernel %q, want %q", r.Kernel, k.release)
+	}
+	var got []string
+	for _, p := range r.Programs {
+		got = append(got, p.Name)
+		switch {
+		case p.Loaded:
+			t.Logf("%-30s %-10s verified: %d instructions processed in %d ms", p.Name, p.Type, p.VerifiedInsns, p.LoadMillis)
+		case p.Unsupported != "" && !r.FindVMA:
+			t.Logf("%-30s %-10s not loaded: %s", p.Name, p.Type, p.Unsupported)
+		default:
+			t.Errorf("%s (%s) rejected by Linux %s: %s\nverifier log:\n%s",
+				p.Name, p.Type, r.Kernel, p.Error, strings.Join(p.VerifierLog, "\n"))
+		}
+	}
+	if !slices.Equal(got, wantPrograms) {
+		t.Errorf("guest checked programs %v, want %v", got, wantPrograms)
+	}
+
+	tr := r.Tracer
+	t.Logf("tracer on %s (%d CPUs, bpf_find_vma %v): checked mappings %v, off-CPU %v, records %v, counters %v",
+		r.Kernel, r.CPUs, r.FindVMA, tr.CheckedMappings, tr.OffCPU, tr.Records, tr.Counters)
+	if tr.Error != "" {
+		t.Fatalf("tracer on Linux %s: %s", r.Kernel, tr.Error)
+	}
+	if !tr.OffCPU {
+		t.Error("tracer started without off-CPU profiling")
+	}
+	if tr.CheckedMappings != r.FindVMA {
+		t.Errorf("tracer checks mappings: %v; kernel has bpf_find_vma: %v", tr.CheckedMappings, r.FindVMA)
+	}
+	for _, w := range wantRecords {
+		if tr.Records[w] == 0 {
+			t.Errorf("no %s record arrived from the tracer on Linux %s", w, r.Kernel)
+		}
+	}
+	if tr.DecodeErrors != 0 {
+		t.Errorf("%d records failed to decode", tr.DecodeErrors)
+	}
+	if !tr.TableLoaded || tr.TableError != "" {
+		t.Errorf("unwind table on Linux %s: loaded %v: %s", r.Kernel, tr.TableLoaded, tr.TableError)
 	}
 }
 
@@ -172,6 +182,11 @@ func cacheDir() (string, error) {
 // downloading the package (apt-get download) and taking /boot/vmlinuz-* out
 // of it (dpkg-deb --fsys-tarfile).
 func fetchKernel(cache, pkg string) (kernel, error) {
+	return fetchKernelWith(cache, pkg, aptDownload)
+}
+
+// fetchKernelWith is fetchKernel with the package downloaded by download.
+func fetchKernelWith(cache, pkg string, download func(dir, pkg string) error) (kernel, error) {
 	dir := filepath.Join(cache, pkg)
 	if ms, _ := filepath.Glob(filepath.Join(dir, "vmlinuz-*")); len(ms) == 1 {
 		return kernel{release: strings.TrimPrefix(filepath.Base(ms[0]), "vmlinuz-"), path: ms[0]}, nil
@@ -184,13 +199,13 @@ func fetchKernel(cache, pkg string) (kernel, error) {
 		return kernel{}, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }() // a leftover in the cache is harmless
-	if err := aptDownload(tmp, pkg); err != nil && testutil.InCI() && os.Geteuid() == 0 {
+	if err := download(tmp, pkg); err != nil && testutil.InCI() && os.Geteuid() == 0 {
 		// A CI machine that had every package of .ci/run may have no
 		// package lists yet.
 		if out, uerr := exec.Command("apt-get", "update", "-q").CombinedOutput(); uerr != nil {
 			return kernel{}, fmt.Errorf("%w; apt-get update: %w\n%s", err, uerr, out)
 		}
-		if err := aptDownload(tmp, pkg); err != nil {
+		if err := download(tmp, pkg); err != nil {
 			return kernel{}, err
 		}
 	} else if err != nil {
@@ -273,11 +288,22 @@ func copyVmlinuz(tr *tar.Reader, dir string) (string, error) {
 // as /init of an initramfs, with the /dev/console the kernel opens for init.
 func buildInitramfs(t *testing.T) string {
 	t.Helper()
+	return buildInitramfsFor(t, "", nil)
+}
+
+// buildInitramfsFor is buildInitramfs for GOARCH goarch ("": this
+// machine's), with the files in extra (name in the archive: path here)
+// added under workloadDir.
+func buildInitramfsFor(t *testing.T, goarch string, extra map[string]string) string {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "init")
 	goTool := testutil.RequireTool(t, "go")
 	cmd := exec.Command(goTool, "test", "-c", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if goarch != "" {
+		cmd.Env = append(cmd.Env, "GOOS=linux", "GOARCH="+goarch)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the guest: %v\n%s", err, out)
 	}
@@ -285,17 +311,29 @@ func buildInitramfs(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	entries := []cpioEntry{
+		{name: "dev", mode: modeDir | 0o755},
+		{name: "dev/console", mode: modeCharDev | 0o600, rdevMajor: 5, rdevMinor: 1},
+		{name: "init", mode: modeRegular | 0o755, data: data},
+	}
+	if len(extra) > 0 {
+		entries = append(entries, cpioEntry{name: strings.TrimPrefix(workloadDir, "/"), mode: modeDir | 0o755})
+		names := slices.Sorted(maps.Keys(extra))
+		for _, name := range names {
+			b, err := os.ReadFile(extra[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries = append(entries, cpioEntry{name: strings.TrimPrefix(workloadDir, "/") + "/" + name, mode: modeRegular | 0o755, data: b})
+		}
+	}
 	path := filepath.Join(dir, "initramfs.cpio")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriter(f)
-	err = writeCpio(w, []cpioEntry{
-		{name: "dev", mode: modeDir | 0o755},
-		{name: "dev/console", mode: modeCharDev | 0o600, rdevMajor: 5, rdevMinor: 1},
-		{name: "init", mode: modeRegular | 0o755, data: data},
-	})
+	err = writeCpio(w, entries)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -365,6 +403,13 @@ func boot(t *testing.T, qemu string, k kernel, initrd string) report {
 		timeout = 20 * time.Minute
 		accel = "TCG"
 	}
+	return runGuest(t, qemu, args, timeout, accel, k.release)
+}
+
+// runGuest runs QEMU with args until the guest powers off, within timeout,
+// and returns the report it printed on its console.
+func runGuest(t *testing.T, qemu string, args []string, timeout time.Duration, accel, release string) report {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	console := filepath.Join(t.TempDir(), "console.log")
@@ -386,7 +431,7 @@ func boot(t *testing.T, qemu string, k kernel, initrd string) report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("booted %s under QEMU (%s) in %v", k.release, accel, elapsed.Round(time.Millisecond))
+	t.Logf("booted %s under QEMU (%s) in %v", release, accel, elapsed.Round(time.Millisecond))
 	if ctx.Err() != nil {
 		t.Fatalf("QEMU did not power off within %v; console:\n%s", timeout, tail(log, 60))
 	}

@@ -153,6 +153,10 @@ func Open(pclntab []byte, textStart uint64, gofunc []byte) (*Table, error) {
 // NumFuncs returns the number of functions in the table.
 func (t *Table) NumFuncs() int { return int(t.nfunc) }
 
+// PCQuantum is the size of the smallest instruction of the table's
+// architecture: 1 on x86, 4 on arm64 (and other fixed-width ISAs).
+func (t *Table) PCQuantum() uint32 { return t.quantum }
+
 // Size returns the bytes the Table holds: the section and, when it lies
 // outside it, the funcdata region.
 func (t *Table) Size() int64 {

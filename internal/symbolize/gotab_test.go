@@ -21,21 +21,30 @@ import (
 // symbolizer's inline chain collapses to that.
 func TestSymbolizeGo(t *testing.T) {
 	tests := []struct {
-		name  string
-		flags []string
+		name   string
+		flags  []string
+		goarch string // "": this machine's; naming must not depend on it
 	}{
-		{"exe", nil},
-		{"pie", []string{"-buildmode=pie"}},
-		{"stripped", []string{"-ldflags=-s -w"}},
+		{"exe", nil, ""},
+		{"pie", []string{"-buildmode=pie"}, ""},
+		{"stripped", []string{"-ldflags=-s -w"}, ""},
+		{"arm64-exe", nil, "arm64"},
+		{"arm64-pie", []string{"-buildmode=pie"}, "arm64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			bin := testutil.BuildGo(t, "goprog", testdata("goprog"), tt.flags...)
+			build := func(name string, flags ...string) string {
+				if tt.goarch != "" {
+					return testutil.BuildGoFor(t, name, testdata("goprog"), tt.goarch, flags...)
+				}
+				return testutil.BuildGo(t, name, testdata("goprog"), flags...)
+			}
+			bin := build("goprog", tt.flags...)
 			nmBin := bin
 			if tt.name == "stripped" {
 				// go tool nm needs the ELF symbols -s removes; the unstripped
 				// build has the same code at the same addresses.
-				nmBin = testutil.BuildGo(t, "goprog-ref", testdata("goprog"))
+				nmBin = build("goprog-ref")
 			}
 			all := goNMFunctions(t, nmBin)
 			syms := pick(t, all, "main.a", "main.b", "main.c", "main.main")

@@ -22,7 +22,14 @@ import (
 // cannot name gives nil.
 func addr2lineChains(t testing.TB, bin string, addrs []uint64) [][]sourcePos {
 	t.Helper()
-	tool := testutil.RequireTool(t, "addr2line")
+	return addr2lineChainsWith(t, "addr2line", bin, addrs)
+}
+
+// addr2lineChainsWith is addr2lineChains with the addr2line named (a
+// cross toolchain's, for another architecture's binaries).
+func addr2lineChainsWith(t testing.TB, addr2line, bin string, addrs []uint64) [][]sourcePos {
+	t.Helper()
+	tool := testutil.RequireTool(t, addr2line)
 	var out [][]sourcePos
 	for len(addrs) > 0 { // keep command lines short
 		batch := addrs[:min(len(addrs), 2000)]
@@ -72,11 +79,17 @@ func agreement(t testing.TB, s *Symbolizer, bin, oracleBin string, addrs []uint6
 // table names the source file) is compared without its file.
 func agreementWith(t testing.TB, s *Symbolizer, bin, oracleBin string, addrs []uint64, artificial bool) (agree, cleanAgree int, diffs []string) {
 	t.Helper()
+	return agreementTool(t, "addr2line", s, bin, oracleBin, addrs, artificial)
+}
+
+// agreementTool is agreementWith with the addr2line named.
+func agreementTool(t testing.TB, addr2line string, s *Symbolizer, bin, oracleBin string, addrs []uint64, artificial bool) (agree, cleanAgree int, diffs []string) {
+	t.Helper()
 	info, err := s.Open(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := addr2lineChains(t, oracleBin, addrs)
+	want := addr2lineChainsWith(t, addr2line, oracleBin, addrs)
 	for i, a := range addrs {
 		got, err := s.Symbolize(info.ID, vaddrToOffset(t, bin, a))
 		if err != nil {

@@ -23,6 +23,19 @@ func BuildC(tb testing.TB, name string, flags []string, sources ...string) strin
 	return out
 }
 
+// BuildCWith compiles sources with the compiler tool (found as RequireTool
+// finds it: a cross compiler such as aarch64-linux-gnu-gcc), as BuildC does
+// with the system's.
+func BuildCWith(tb testing.TB, tool, name string, flags []string, sources ...string) string {
+	tb.Helper()
+	cc := RequireTool(tb, tool)
+	out := filepath.Join(tb.TempDir(), name)
+	args := append(append([]string{}, flags...), "-o", out)
+	args = append(args, sources...)
+	run(tb, exec.Command(cc, args...))
+	return out
+}
+
 // BuildCXX compiles C++ sources with the system C++ compiler (c++), as
 // BuildC does for C.
 func BuildCXX(tb testing.TB, name string, flags []string, sources ...string) string {
@@ -50,6 +63,13 @@ func BuildCgo(tb testing.TB, name, dir string, cflags []string, flags ...string)
 	tb.Helper()
 	RequireTool(tb, "cc")
 	return buildGo(tb, name, dir, []string{"CGO_ENABLED=1", "CC=cc", "CGO_CFLAGS=" + strings.Join(cflags, " ")}, flags)
+}
+
+// BuildGoFor builds the Go main package in dir for linux/goarch, without
+// cgo (a cross build), as BuildGo does for this machine.
+func BuildGoFor(tb testing.TB, name, dir, goarch string, flags ...string) string {
+	tb.Helper()
+	return buildGo(tb, name, dir, []string{"GOOS=linux", "GOARCH=" + goarch, "CGO_ENABLED=0"}, flags)
 }
 
 func buildGo(tb testing.TB, name, dir string, env, flags []string) string {

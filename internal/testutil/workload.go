@@ -127,6 +127,44 @@ func BuildWorkload(tb testing.TB, name string) string {
 	return ""
 }
 
+// CrossCC and CrossCXX are Debian's aarch64 cross compilers
+// (gcc-aarch64-linux-gnu, g++-aarch64-linux-gnu) the arm64 tests build
+// their C and C++ workloads with.
+const (
+	CrossCC  = "aarch64-linux-gnu-gcc"
+	CrossCXX = "aarch64-linux-gnu-g++"
+)
+
+// BuildWorkloadARM64 builds the named workload for linux/arm64, static so
+// that it runs in a guest with no libraries (the QEMU check): C and C++ with
+// the cross compilers and the flags BuildWorkload uses, Go with GOARCH.
+// CPAC is CChainNoFP with return addresses signed (-mbranch-protection).
+func BuildWorkloadARM64(tb testing.TB, name string) string {
+	tb.Helper()
+	dir := workloadDir(tb)
+	static := func(flags []string) []string { return append([]string{"-static"}, flags...) }
+	switch name {
+	case CChainNoFP:
+		return BuildCWith(tb, CrossCC, name, static(noFramePointers), filepath.Join(dir, CChain+".c"))
+	case CPAC:
+		return BuildCWith(tb, CrossCC, name, static(append([]string{"-mbranch-protection=standard"}, noFramePointers...)), filepath.Join(dir, CChain+".c"))
+	case CChain:
+		return BuildCWith(tb, CrossCC, name, static([]string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}), filepath.Join(dir, name+".c"))
+	case QSort, Recurse, Signal:
+		return BuildCWith(tb, CrossCC, name, static(noFramePointers), filepath.Join(dir, name+".c"))
+	case Throw:
+		return BuildCWith(tb, CrossCXX, name, static(noFramePointers), filepath.Join(dir, name+".cc"))
+	case GoChain, GoLeaf:
+		return BuildGoFor(tb, name, filepath.Join(dir, name), "arm64")
+	}
+	tb.Fatalf("no arm64 build of workload %q", name)
+	return ""
+}
+
+// CPAC names BuildWorkloadARM64's cchain.c without frame pointers and with
+// pointer authentication (-mbranch-protection=standard).
+const CPAC = "cpac"
+
 // StartWorkload runs a binary until the test ends and returns its command.
 // The workload is killed with the test, and also when the test binary dies
 // without running its cleanups (killed, or its output pipe closed): a

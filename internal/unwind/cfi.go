@@ -126,9 +126,13 @@ func (m *machine) exec(b *buf, st, initial *frameState, loc *uint64, emit func(u
 		}
 		return emit(n)
 	}
+	fpReg := uint64(regRBP)
+	if c.arm64 {
+		fpReg = regX29
+	}
 	set := func(reg uint64, r regRule) {
 		switch reg {
-		case regRBP:
+		case fpReg:
 			st.fp = r
 		case c.raReg:
 			st.ra = r
@@ -140,7 +144,7 @@ func (m *machine) exec(b *buf, st, initial *frameState, loc *uint64, emit func(u
 			return
 		}
 		switch reg {
-		case regRBP:
+		case fpReg:
 			st.fp = initial.fp
 		case c.raReg:
 			st.ra = initial.ra
@@ -267,6 +271,12 @@ func (m *machine) exec(b *buf, st, initial *frameState, loc *uint64, emit func(u
 			reg := b.uleb()
 			b.bytes(b.uleb())
 			set(reg, regRule{kind: ruleValExpr})
+		case 0x2d: // DW_CFA_AARCH64_negate_ra_state (DW_CFA_GNU_window_save elsewhere)
+			if !c.arm64 {
+				return fmt.Errorf("%w: unknown op %#x", errCFI, op)
+			}
+			// The return address is signed (PAC) from here, or no more:
+			// the eBPF unwinder strips every return address alike.
 		case 0x2e: // DW_CFA_GNU_args_size
 			b.uleb()
 		case 0x2f: // DW_CFA_GNU_negative_offset_extended
@@ -289,6 +299,9 @@ func (s *frameState) row(pc uint64, c *cie) Row {
 		r.CFA = CFASignal
 		r.FP = FPUnknown
 		return r
+	}
+	if c.arm64 {
+		return s.rowARM64(r)
 	}
 	switch {
 	case s.ra.kind == ruleUndefined:
@@ -327,6 +340,48 @@ func (s *frameState) row(pc uint64, c *cie) Row {
 			r.FP = FPUnknown
 			break
 		}
+		r.FP, r.FPOffset = FPOffset, int16(s.fp.off)
+	default:
+		r.FP = FPUnknown
+	}
+	return r
+}
+
+// rowARM64 is row for an aarch64 file: the return address is in x30 until a
+// prologue stores it, mostly next to x29 as the frame record; the CFA is
+// sp or x29 plus an offset.
+func (s *frameState) rowARM64(r Row) Row {
+	if s.ra.kind == ruleUndefined {
+		r.CFA = CFAEnd
+		return r
+	}
+	if s.cfaKind != cfaReg || s.cfaOff < 0 || s.cfaOff > math.MaxInt32 {
+		return r
+	}
+	r.CFAOffset = int32(s.cfaOff)
+	fpSaved := s.fp.kind == ruleOffset && s.fp.off >= math.MinInt16 && s.fp.off <= math.MaxInt16
+	switch {
+	case s.cfaReg == regARMSP && (s.ra.kind == ruleUnset || s.ra.kind == ruleSame):
+		r.CFA = CFASPLR
+	case s.ra.kind != ruleOffset:
+		return Row{PC: r.PC}
+	case fpSaved && s.ra.off == s.fp.off+8 && (s.cfaReg == regARMSP || s.cfaReg == regX29):
+		r.CFA, r.FP, r.FPOffset = CFASPRecord, FPOffset, int16(s.fp.off)
+		if s.cfaReg == regX29 {
+			r.CFA = CFAFPRecord
+		}
+		return r
+	case s.cfaReg == regARMSP && s.ra.off >= math.MinInt16 && s.ra.off <= math.MaxInt16:
+		// x30 saved apart from x29 (code without frame pointers): the
+		// row holds the return address's slot in FPOffset.
+		r.CFA, r.FPOffset = CFASPRA, int16(s.ra.off)
+	default:
+		return Row{PC: r.PC}
+	}
+	switch {
+	case s.fp.kind == ruleUnset || s.fp.kind == ruleSame:
+		r.FP = FPSame
+	case r.CFA == CFASPLR && fpSaved:
 		r.FP, r.FPOffset = FPOffset, int16(s.fp.off)
 	default:
 		r.FP = FPUnknown

@@ -14,7 +14,7 @@ import (
 // ErrNoCFI is returned when a file has neither .eh_frame nor .debug_frame.
 var ErrNoCFI = errors.New("no call frame information")
 
-// FromELF builds the unwind table of an x86-64 ELF file from its .eh_frame
+// FromELF builds the unwind table of an x86-64 or aarch64 ELF file from its .eh_frame
 // and .debug_frame; where both describe an address, .eh_frame wins (it is
 // what the runtime itself unwinds with). Broken single entries are counted in
 // Stats and leave a CFAUnknown gap; an error is returned only when no table
@@ -32,11 +32,11 @@ func FromELF(f *elf.File) (*Table, error) {
 }
 
 // frameSections returns f's .eh_frame and .debug_frame (nil when absent),
-// after checking f is an x86-64 file. img, if not nil, holds f's bytes:
+// after checking f is an x86-64 or aarch64 file. img, if not nil, holds f's bytes:
 // sections stored as they are are read there, in place.
 func frameSections(f *elf.File, img []byte) (eh, dbg *section, err error) {
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
-		return nil, nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 is supported", f.Class, f.Machine)
+	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
+		return nil, nil, fmt.Errorf("unwind tables: machine %v %v: only x86-64 and aarch64 are supported", f.Class, f.Machine)
 	}
 	if eh, err = sectionOf(f, img, ".eh_frame", false); err != nil {
 		return nil, nil, err
@@ -44,7 +44,29 @@ func frameSections(f *elf.File, img []byte) (eh, dbg *section, err error) {
 	if dbg, err = sectionOf(f, img, ".debug_frame", true); err != nil {
 		return nil, nil, err
 	}
+	if f.Machine == elf.EM_AARCH64 {
+		plt := pltRanges(f)
+		for _, s := range []*section{eh, dbg} {
+			if s != nil {
+				s.plt = plt
+			}
+		}
+	}
 	return eh, dbg, nil
+}
+
+// pltRanges returns the PLT sections of an aarch64 file. Its stubs (adrp,
+// ldr, add, br x17) touch neither sp nor x30, and no linker writes CFI for
+// them: they unwind as CFASPLR rows, the return address in the link
+// register.
+func pltRanges(f *elf.File) []pcRange {
+	var out []pcRange
+	for _, s := range f.Sections {
+		if (s.Name == ".plt" || s.Name == ".iplt") && s.Flags&elf.SHF_EXECINSTR != 0 && s.Size > 0 && s.Addr+s.Size > s.Addr {
+			out = append(out, pcRange{s.Addr, s.Addr + s.Size})
+		}
+	}
+	return out
 }
 
 // FromSeparateDebug builds the table of f (the loaded file) and adds the
@@ -107,7 +129,7 @@ func sectionOf(f *elf.File, img []byte, name string, debug bool) (*section, erro
 			return nil, fmt.Errorf("section %s: %w", name, err)
 		}
 	}
-	sec := &section{data: data, addr: s.Addr, debug: debug}
+	sec := &section{data: data, addr: s.Addr, debug: debug, arm64: f.Machine == elf.EM_AARCH64}
 	if spill != nil {
 		// Whatever reads data holds sec (a Finder its sections, a build
 		// its own until the rows are made): data goes with it.
@@ -158,11 +180,14 @@ func fromSections(eh, dbg *section, skip pcRange, drop func()) (*Table, error) {
 	// sized from what GCC output averages, 5 bytes of CFI per row and 40
 	// per FDE, and grow.
 	size := 0
+	var plt []pcRange
 	for _, s := range []*section{eh, dbg} {
 		if s != nil {
 			size += len(s.data)
+			plt = s.plt
 		}
 	}
+	size += len(plt)
 	var scratch releases
 	defer scratch.run()
 	p.rows = reserve[Row](&scratch, size+1, min(size/5+1, maxPrealloc))
@@ -182,6 +207,14 @@ func fromSections(eh, dbg *section, skip pcRange, drop func()) (*Table, error) {
 	}
 	if ehErr != nil && len(p.fdes) == 0 {
 		return nil, ehErr
+	}
+	// After both sections: a PLT an FDE covers keeps the FDE's rows.
+	for _, r := range plt {
+		if skip.holds(r.lo, r.hi) {
+			continue
+		}
+		p.fdes = append(p.fdes, fdeRows{begin: r.lo, end: r.hi, first: len(p.rows), n: 1})
+		p.rows = append(p.rows, Row{PC: r.lo, CFA: CFASPLR})
 	}
 	fdes := p.fdes
 	if nEH > 0 && len(fdes) > nEH {

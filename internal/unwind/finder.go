@@ -298,7 +298,7 @@ func (fd *Finder) goRow(v uint64) Row {
 			if sr.start > v {
 				break
 			}
-			r = spRow(sr.start, sr.delta)
+			r = spRow(sr.start, sr.delta, linkRegister(fd.gt))
 		}
 		return r
 	}

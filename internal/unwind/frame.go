@@ -25,12 +25,24 @@ const (
 	regRA  = 16
 )
 
+// aarch64 DWARF register numbers: the frame pointer x29, the link register
+// x30 (the return address column), sp.
+const (
+	regX29   = 29
+	regX30   = 30
+	regARMSP = 31
+)
+
 // section is one CFI section to parse.
 type section struct {
 	data  []byte
 	addr  uint64 // virtual address of data[0] (for pcrel pointers)
 	debug bool   // .debug_frame layout (CIE ids, absolute addresses) rather than .eh_frame
-	ctx   ptrCtx
+	arm64 bool   // an aarch64 file's (else x86-64's)
+	// plt: code without CFI that unwinds as a PLT stub (aarch64's .plt,
+	// for which linkers write no CFI).
+	plt []pcRange
+	ctx ptrCtx
 }
 
 // cie is the parsed common information of a CIE.
@@ -41,6 +53,7 @@ type cie struct {
 	fdeEnc    uint8
 	hasAugLen bool // 'z': FDEs carry an augmentation length
 	signal    bool // 'S'
+	arm64     bool // aarch64's registers and rules (else x86-64's)
 	addrSize  int  // .debug_frame v4 address size (default 8)
 	initial   []byte
 	err       error // non-nil if the CIE could not be parsed
@@ -125,7 +138,7 @@ func (s *section) next(off int) (e entry, ok bool, err error) {
 
 // parseCIE parses the CIE entry e.
 func (s *section) parseCIE(e entry) *cie {
-	c := &cie{addrSize: 8, codeAlign: 1}
+	c := &cie{addrSize: 8, codeAlign: 1, arm64: s.arm64}
 	b := buf{data: s.data[:e.end], off: e.body}
 	version := b.u8()
 	if b.err == nil && version != 1 && version != 3 && version != 4 {

@@ -41,13 +41,17 @@ func FuzzEHFrame(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, addr uint64) {
 		deref := func(uint64) (uint64, error) { return addr, nil }
-		for _, debug := range []bool{false, true} {
-			s := &section{data: data, addr: addr, debug: debug, ctx: ptrCtx{secAddr: addr, deref: deref}}
+		for i := range 4 {
+			debug, arm64 := i&1 != 0, i&2 != 0
+			s := &section{data: data, addr: addr, debug: debug, arm64: arm64, ctx: ptrCtx{secAddr: addr, deref: deref}}
+			if arm64 && addr+64 > addr {
+				s.plt = []pcRange{{addr, addr + 64}}
+			}
 			tab, err := fromSections(s, nil, pcRange{}, nil)
 			if err != nil {
 				continue
 			}
-			checkTable(t, tab, len(data))
+			checkTable(t, tab, len(data)+len(s.plt))
 			tab.Lookup(addr)
 		}
 	})
@@ -85,8 +89,19 @@ func FuzzCFIProgram(f *testing.F) {
 	f.Add([]byte{0x04, 0xff, 0xff, 0xff, 0xff, 0x02, 1, 0x03, 1, 0})
 	f.Add([]byte{0x0a, 0x0a, 0x0a, 0x0b, 0x0b, 0x0b, 0x0b})
 	f.Add([]byte{0x10, 6, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{0x44, 0x0e, 32, 0x9d, 4, 0x9e, 3, 0x2d, 0x41, 0x0d, 29})
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		c := &cie{codeAlign: 1, dataAlign: -8, raReg: regRA, fdeEnc: peUdata4, addrSize: 8, initial: defaultInitial}
+		x86 := &cie{codeAlign: 1, dataAlign: -8, raReg: regRA, fdeEnc: peUdata4, addrSize: 8, initial: defaultInitial}
+		arm := &cie{codeAlign: 4, dataAlign: -8, raReg: regX30, fdeEnc: peUdata4, addrSize: 8, initial: []byte{0x0c, regARMSP, 0}, arm64: true}
+		for _, c := range []*cie{x86, arm} {
+			fuzzProgram(t, c, prog)
+		}
+	})
+}
+
+// fuzzProgram runs prog as the body of an FDE of c and checks the rows.
+func fuzzProgram(t *testing.T, c *cie, prog []byte) {
+	{
 		var m machine
 		rows, err := m.run(nil, program{cie: c, initial: c.initial, body: prog, begin: 0x1000, end: 0x2000, ctx: &ptrCtx{}})
 		if err != nil {
@@ -103,7 +118,7 @@ func FuzzCFIProgram(f *testing.F) {
 		if len(m.stack) > maxStateDepth {
 			t.Fatalf("state stack %d deep", len(m.stack))
 		}
-	})
+	}
 }
 
 // FuzzFinder opens arbitrary bytes as an ELF file with a Finder and looks

@@ -14,7 +14,7 @@ const maxGoRows = 1 << 22
 
 // FromGo derives rows from a Go binary's stack-pointer delta tables: at a PC
 // where the stack pointer is delta bytes below its value at entry, the CFA is
-// SP + delta + 8. Once the prologue has pushed the frame pointer (delta >= 8)
+// SP + delta + 8 (SP + delta on arm64, whose rows spRow describes). Once the prologue has pushed the frame pointer (delta >= 8)
 // the caller's RBP is at CFA-16; before that, and in frameless leaves, RBP is
 // still the caller's. A frameless leaf thus unwinds to its caller from SP,
 // which a frame-pointer walk cannot do.
@@ -169,6 +169,7 @@ const dropEvery = 1 << 7
 // place from a mapping lets go of the pages read so far (a big binary's is
 // 40 MB, which would otherwise all count in the agent's RSS at once).
 func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
+	lr := linkRegister(t)
 	funcs, err := goFuncs(t, code, drop)
 	if err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 			held = append(held, spRange{start, stop, delta})
 			return true
 		}
-		add(spRow(start, delta))
+		add(spRow(start, delta, lr))
 		return len(rows) < maxGoRows
 	})
 	if err == nil && len(funcs) > 0 {
@@ -265,9 +266,20 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 // spRow is the row of compiled Go code at pc whose SP sits delta bytes
 // below its value at the function's entry; a negative delta is unknown.
 // The return address is at SP+delta, and the caller's RBP below it once the
-// prologue pushed it.
-func spRow(pc uint64, delta int32) Row {
+// prologue pushed it. With lr (arm64) the return address is in the link
+// register at entry (delta 0); a prologue that moves SP stores it at the
+// new SP, the caller's x29 right below (CFASPGo).
+func spRow(pc uint64, delta int32, lr bool) Row {
 	r := Row{PC: pc}
+	if lr {
+		switch {
+		case delta == 0:
+			r.CFA = CFASPLR
+		case delta > 0:
+			r.CFA, r.CFAOffset = CFASPGo, delta
+		}
+		return r
+	}
 	if delta >= 0 {
 		r.CFA, r.CFAOffset = CFASP, delta+8
 		if delta >= 8 {
@@ -276,6 +288,11 @@ func spRow(pc uint64, delta int32) Row {
 	}
 	return r
 }
+
+// linkRegister reports whether t's architecture calls through a link
+// register (arm64, where instructions are 4 bytes) rather than pushing the
+// return address (x86, 1-byte quantum).
+func linkRegister(t *pclntab.Table) bool { return t.PCQuantum() != 1 }
 
 // goFuncs returns, in address order, the functions of t whose rows their
 // SP deltas alone do not give: the stack ends, and when code is known the

@@ -1234,6 +1234,16 @@ func kernelRow(r Row, pc uint32) tracer.Row {
 		cfa = tracer.CFASignal
 	case CFAEnd:
 		cfa = tracer.CFAEnd
+	case CFASPLR:
+		cfa = tracer.CFASPLR
+	case CFASPRecord:
+		cfa = tracer.CFASPRecord
+	case CFAFPRecord:
+		cfa = tracer.CFAFPRecord
+	case CFASPRA:
+		cfa = tracer.CFASPRA
+	case CFASPGo:
+		cfa = tracer.CFASPGo
 	default:
 		cfa = tracer.CFAUnknown
 	}
@@ -1245,7 +1255,7 @@ func kernelRow(r Row, pc uint32) tracer.Row {
 		fp = tracer.FPOffset
 	}
 	kr, ok := tracer.MakeRow(pc, cfa, r.CFAOffset, fp, int32(r.FPOffset))
-	if !ok && fp == tracer.FPOffset {
+	if !ok && fp == tracer.FPOffset && cfa != tracer.CFASPRecord && cfa != tracer.CFAFPRecord {
 		// The caller's RBP is out of the row's reach: unknown.
 		kr, ok = tracer.MakeRow(pc, cfa, r.CFAOffset, tracer.FPUnknown, 0)
 	}

@@ -19,7 +19,8 @@ import (
 )
 
 // readelfRow is one row of `readelf --debug-dump=frames-interp`: the CFA
-// rule and the rbp and return-address cells ("" when the column is absent).
+// rule and the frame pointer's (rbp, or x29 on aarch64) and return-address
+// cells ("" when the column is absent).
 type readelfRow struct {
 	loc     uint64
 	cfa     string
@@ -45,7 +46,12 @@ var (
 // parseReadelf runs readelf on path and returns every FDE it interprets.
 func parseReadelf(t *testing.T, path string) []readelfFDE {
 	t.Helper()
-	readelf := testutil.RequireTool(t, "readelf")
+	return parseReadelfWith(t, testutil.RequireTool(t, "readelf"), path)
+}
+
+// parseReadelfWith is parseReadelf with the given readelf.
+func parseReadelfWith(t *testing.T, readelf, path string) []readelfFDE {
+	t.Helper()
 	// readelf exits 1 after warnings about sections it does not need here
 	// (for example unknown notes); the frame dump is still complete.
 	var stderr bytes.Buffer
@@ -107,7 +113,7 @@ func parseReadelf(t *testing.T, path string) []readelfFDE {
 		r.loc, _ = strconv.ParseUint(fields[0], 16, 64)
 		for i, c := range cols {
 			switch c {
-			case "rbp":
+			case "rbp", "x29":
 				r.rbp = fields[i]
 			case "ra":
 				r.ra = fields[i]

@@ -26,6 +26,24 @@ const (
 	// CFAEnd is the outermost frame: the return address is undefined
 	// (_start, clone/thread start): the stack is complete.
 	CFAEnd
+	// CFASPLR (aarch64) means CFA = SP + CFAOffset with the return
+	// address still in the link register x30: a leaf, a prologue before
+	// it stores x30, a PLT stub.
+	CFASPLR
+	// CFASPRecord (aarch64) means CFA = SP + CFAOffset; FP is FPOffset
+	// and the return address is saved right above the caller's x29, at
+	// CFA + FPOffset + 8 (a frame record).
+	CFASPRecord
+	// CFAFPRecord (aarch64) is CFASPRecord with CFA = x29 + CFAOffset.
+	CFAFPRecord
+	// CFASPRA (aarch64) means CFA = SP + CFAOffset with the return address
+	// at CFA + FPOffset; FP is FPSame or FPUnknown (x29 is not saved, or
+	// not next to it).
+	CFASPRA
+	// CFASPGo (aarch64 Go) means CFA = SP + CFAOffset with the return
+	// address at SP and the caller's x29 right below it, at SP - 8: the
+	// frame a Go function's prologue builds.
+	CFASPGo
 )
 
 // String returns a short name for the rule, for test output.
@@ -43,6 +61,16 @@ func (c CFAType) String() string {
 		return "signal"
 	case CFAEnd:
 		return "end"
+	case CFASPLR:
+		return "sp+lr"
+	case CFASPRecord:
+		return "sp+record"
+	case CFAFPRecord:
+		return "fp+record"
+	case CFASPRA:
+		return "sp+ra"
+	case CFASPGo:
+		return "sp+go"
 	}
 	return "invalid"
 }
@@ -75,7 +103,8 @@ func (r FPRule) String() string {
 
 // Row says how to unwind from any PC in [PC, next row's PC). The return
 // address is always at CFA-8 on x86-64; a CFI row whose return-address rule
-// is anything else becomes CFAUnknown (CFAEnd when undefined).
+// is anything else becomes CFAUnknown (CFAEnd when undefined). On aarch64
+// the CFA type says where it is (CFASPLR and the types after it).
 //
 // Fields that the CFA type does not use are zero, so equal rules compare
 // equal. A Row is 16 bytes: a big Go binary has over a million of them

@@ -95,8 +95,9 @@ func snapshot(tid int, k *Kernel, mem Memory) ([]WalkedFrame, WalkStop, uint64, 
 	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
 		return nil, 0, 0, fmt.Errorf("regs %d: %w", tid, err)
 	}
-	frames, stop, _ := k.Walk(mem, jitOf(tid), regs.Rip, regs.Rsp, regs.Rbp)
-	return frames, stop, regs.Rip, nil
+	pc, sp, fp := userRegs(&regs)
+	frames, stop, _ := k.Walk(mem, jitOf(tid), pc, sp, fp)
+	return frames, stop, pc, nil
 }
 
 // lineOfText returns the 1-based line of the first line of path holding

@@ -10,6 +10,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_endian.h>
 #include "sonde.h"
+#include "arch.h"
 
 // Set by the loader before the programs are loaded.
 volatile const bool include_idle = false;
@@ -91,6 +92,12 @@ struct ustack_state {
 	__u64 pc;
 	__u64 sp;
 	__u64 fp;
+	// aarch64: the link register (x30), which holds the frame's return
+	// address where its row says so; valid (lr_valid) only in the frame
+	// the sample or a signal interrupted.
+	__u64 lr;
+	__u32 lr_valid;
+	__u32 lr_pad;
 	__u32 runs;
 	__u32 adjust;  // the current pc is a return address: look up pc - 1
 	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
@@ -111,6 +118,7 @@ struct ustack_state {
 	__u64 snap_pc; // with PC_FLAG_NO_ADJUST for an interrupted PC
 	__u64 snap_sp;
 	__u64 snap_fp;
+	__u64 snap_lr; // the link register where it is the frame's return address (lr_valid), else 0
 	// The second region (snap2_set): from the first frame pointer the
 	// chain followed outside [snap_sp, snap_sp + SNAPSHOT_BYTES).
 	__u64 snap2_sp;
@@ -323,7 +331,7 @@ struct {
 	__type(value, __u64);
 } offcpu_starts SEC(".maps");
 
-// x86-64's THREAD_SIZE (16 KiB) for finding the user registers at the top
+// x86-64's and aarch64's THREAD_SIZE (16 KiB) for finding the user registers at the top
 // of a task's kernel stack on kernels without bpf_task_pt_regs (before 5.15).
 // A kernel built with KASAN doubles it; there the registers read are wrong
 // and the user stack is cut short, as no kernel of that age says its size.

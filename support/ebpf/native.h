@@ -13,13 +13,6 @@
 #include "v8.h"
 #include "php.h"
 
-// Offsets in the signal frame __restore_rt returns through: the ucontext
-// sits at the stack pointer; its mcontext starts 40 bytes in.
-#define UC_MCONTEXT 40
-#define SC_RBP      80
-#define SC_RSP      120
-#define SC_RIP      128
-
 // saved_user_regs finds the user-mode registers the current task saved on
 // its last entry into the kernel. Kernel threads have none.
 static __always_inline int saved_user_regs(struct ustack_state *st)
@@ -34,10 +27,26 @@ static __always_inline int saved_user_regs(struct ustack_state *st)
 		void *stack = BPF_CORE_READ(task, stack);
 		regs = (struct pt_regs *)(stack + THREAD_SIZE) - 1;
 	}
+#if ARCH_HAS_LR
+	// The kernel's pt_regs starts with the user registers (user_pt_regs)
+	// on every aarch64 kernel; the one below the stack's top is found by
+	// its size, which has changed between versions.
+	if (!bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
+		regs = (struct pt_regs *)((void *)(regs + 1) - bpf_core_type_size(struct pt_regs));
+	struct uapi_regs u;
+	if (bpf_probe_read_kernel(&u, sizeof(u), regs))
+		return -1;
+	st->pc = ARCH_PC(&u);
+	st->sp = ARCH_SP(&u);
+	st->fp = ARCH_FP(&u);
+	st->lr = ARCH_LR(&u);
+	st->lr_valid = 1;
+#else
 	if (bpf_probe_read_kernel(&st->pc, sizeof(st->pc), &regs->ip) ||
 	    bpf_probe_read_kernel(&st->sp, sizeof(st->sp), &regs->sp) ||
 	    bpf_probe_read_kernel(&st->fp, sizeof(st->fp), &regs->bp))
 		return -1;
+#endif
 	return 0;
 }
 
@@ -80,6 +89,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 		st->snap_pc = st->pc | PC_FLAG_NO_ADJUST;
 		st->snap_sp = st->sp;
 		st->snap_fp = st->fp;
+		st->snap_lr = st->lr_valid ? st->lr : 0;
 	}
 	__u64 epoch = mapping_epoch;
 	if (st->cache_epoch != epoch) {
@@ -239,9 +249,14 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 	}
 	// A frame pointer chain that walked into data ends here rather than
 	// emitting a word of it as a caller.
+	link[1] = arch_strip_ra(link[1]);
 	if (link[1] >= USER_ADDR_END)
 		return STEP_DONE;
+	// On aarch64 the frame record is at the bottom of the callee's frame:
+	// fp + 16 is only a lower bound of the caller's SP there (its fp,
+	// which rows based on x29 use, is exact).
 	st->sp = st->fp + 16;
+	st->lr_valid = 0;
 	st->fp = link[0];
 	st->pc = link[1] | PC_FLAG_FRAME_POINTER;
 	st->adjust = 1; // a return address, like the ones CFI finds
@@ -503,6 +518,7 @@ static __always_inline void want_snapshot(struct ustack_state *st, struct sample
 	st->snap_pc = pc | (st->adjust ? 0 : PC_FLAG_NO_ADJUST);
 	st->snap_sp = st->sp;
 	st->snap_fp = st->fp;
+	st->snap_lr = st->lr_valid ? st->lr : 0;
 }
 
 // step unwinds one frame, in mapping mi (NULL: none known), from (pc, sp,
@@ -536,27 +552,62 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		cfa_offset <<= 3;
 	__u8 fp_rule = (rule >> ROW_FP_RULE_SHIFT) & ROW_FP_RULE_MASK;
 	__s64 fp_offset = (__s64)row->fp_offset8 * 8;
+#if ARCH_HAS_LR
+	if (rule & ROW_FP_FROM_BASE)
+		fp_offset -= cfa_offset;
+#endif
+	__u8 cfa_type = rule & ROW_CFA_TYPE_MASK;
 	__u64 cfa;
-	switch (rule & ROW_CFA_TYPE_MASK) {
+	// Where the return address is: at CFA - 8 (x86-64's call), else as
+	// the aarch64 rules say (ra_at).
+	__u64 ra_at = 0;
+	switch (cfa_type) {
 	case CFA_SP:
 		cfa = st->sp + cfa_offset;
+		ra_at = cfa - 8;
 		break;
 	case CFA_FP:
 		cfa = st->fp + cfa_offset;
+		ra_at = cfa - 8;
 		break;
 	case CFA_PLT:
 		cfa = st->sp + 8 + ((pc & 15) >= 11 ? 8 : 0);
+		ra_at = cfa - 8;
 		break;
+#if ARCH_HAS_LR
+	case CFA_SP_LR:
+		cfa = st->sp + cfa_offset;
+		break;
+	case CFA_SP_RECORD:
+		cfa = st->sp + cfa_offset;
+		ra_at = cfa + fp_offset + 8;
+		break;
+	case CFA_FP_RECORD:
+		cfa = st->fp + cfa_offset;
+		ra_at = cfa + fp_offset + 8;
+		break;
+	case CFA_SP_RA:
+		cfa = st->sp + cfa_offset;
+		ra_at = cfa + fp_offset;
+		break;
+	case CFA_SP_GO:
+		cfa = st->sp + cfa_offset;
+		ra_at = st->sp;
+		break;
+#endif
 	case CFA_SIGNAL: {
 		__u64 regs[3];
-		void *mc = (void *)(st->sp + UC_MCONTEXT);
-		if (bpf_probe_read_user(&regs[0], 8, mc + SC_RBP) ||
-		    bpf_probe_read_user(&regs[1], 8, mc + SC_RSP) ||
-		    bpf_probe_read_user(&regs[2], 8, mc + SC_RIP)) {
+		void *mc = (void *)(st->sp + SIG_MCONTEXT);
+		if (bpf_probe_read_user(&regs[0], 8, mc + SIG_FP) ||
+		    bpf_probe_read_user(&regs[1], 8, mc + SIG_SP) ||
+		    bpf_probe_read_user(&regs[2], 8, mc + SIG_PC)) {
 			s->flags |= SAMPLE_USER_READ_ERR;
 			count(COUNTER_UNWIND_READ_ERR);
 			return STEP_DONE;
 		}
+#if ARCH_HAS_LR
+		st->lr_valid = !bpf_probe_read_user(&st->lr, 8, mc + SIG_LR);
+#endif
 		st->fp = regs[0];
 		st->sp = regs[1];
 		st->pc = regs[2] | PC_FLAG_NO_ADJUST;
@@ -574,14 +625,31 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	}
 
 	__u64 ra;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+	if (ARCH_HAS_LR && cfa_type == CFA_SP_LR) {
+		// The return address is still in x30: known only where the frame
+		// was interrupted (the leaf, or the frame a signal interrupted).
+		if (!st->lr_valid) {
+			s->flags |= SAMPLE_USER_UNKNOWN_RULE;
+			count(COUNTER_UNWIND_UNKNOWN_RULE);
+			return STEP_DONE;
+		}
+		ra = st->lr;
+	} else if (bpf_probe_read_user(&ra, sizeof(ra), (void *)ra_at)) {
 		s->flags |= SAMPLE_USER_READ_ERR;
 		count(COUNTER_UNWIND_READ_ERR);
 		return STEP_DONE;
 	}
+	ra = arch_strip_ra(ra);
 	if (ra >= USER_ADDR_END)
 		return STEP_DONE; // not a return address: a wrong row or a smashed stack
-	if (fp_rule == FP_OFFSET) {
+	if (ARCH_HAS_LR && cfa_type == CFA_SP_GO) {
+		// Go saves the caller's x29 right below its return address.
+		if (bpf_probe_read_user(&st->fp, sizeof(st->fp), (void *)(ra_at - 8))) {
+			s->flags |= SAMPLE_USER_READ_ERR;
+			count(COUNTER_UNWIND_READ_ERR);
+			return STEP_DONE;
+		}
+	} else if (fp_rule == FP_OFFSET) {
 		if (bpf_probe_read_user(&st->fp, sizeof(st->fp), (void *)(cfa + fp_offset))) {
 			s->flags |= SAMPLE_USER_READ_ERR;
 			count(COUNTER_UNWIND_READ_ERR);
@@ -593,6 +661,7 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	st->sp = cfa;
 	st->pc = ra;
 	st->adjust = 1;
+	st->lr_valid = 0;
 	st->frames_cfi++;
 	return STEP_CONTINUE;
 }

@@ -33,6 +33,11 @@ static __always_inline void php_vm_regs(struct ustack_state *st)
 {
 	st->php_r14 = 0;
 	st->php_r15 = 0;
+#if defined(__TARGET_ARCH_arm64)
+	// The hybrid VM's registers are x86-64's: no PHP walk on aarch64 (user
+	// space never registers a process for it there).
+	return;
+#else
 	if (current_flags() & PF_KTHREAD)
 		return;
 	struct pt_regs *regs;
@@ -50,6 +55,7 @@ static __always_inline void php_vm_regs(struct ustack_state *st)
 		return;
 	st->php_r14 = r14;
 	st->php_r15 = r15;
+#endif
 }
 
 // php_begin readies the PHP walk of the current stack of process tgid:

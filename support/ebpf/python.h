@@ -64,7 +64,7 @@ static __always_inline void py_begin(struct ustack_state *st, __u32 tgid, __u32 
 	st->py_active = 1;
 	count(COUNTER_PY_SAMPLES);
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
+	__u64 fsbase = ARCH_THREAD_POINTER(task);
 	__u64 ts = py_thread_state(&st->py, tid, fsbase);
 	if (ts == 0) {
 		count(COUNTER_PY_NO_THREAD);

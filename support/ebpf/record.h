@@ -109,6 +109,7 @@ static __always_inline __u32 take_snapshot(struct sample_record *s, struct ustac
 	h->bytes = copied;
 	h->bytes2 = copied2;
 	h->pad2 = 0;
+	h->lr = st->snap_lr;
 	s->flags |= SAMPLE_SNAPSHOT;
 	count(COUNTER_SNAPSHOTS);
 	return sizeof(*h) + copied + copied2;

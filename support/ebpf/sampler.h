@@ -6,28 +6,21 @@
 
 #include "native.h"
 
-// uapi_regs is struct pt_regs as x86-64's UAPI lays it out
-// (asm/ptrace.h), which is what a perf event program's context holds. It is
-// declared without CO-RE (after vmlinux.h's preserve_access_index pragma
-// ends), so reads are plain context loads at fixed offsets.
-struct uapi_regs {
-	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
-	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
-};
-
 // user_regs finds the user-mode registers of the interrupted task: the
 // perf event's own when it interrupted user mode, else those saved on
 // kernel entry.
 static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct ustack_state *st)
 {
-	// The context's registers have the UAPI layout, the same on every
-	// kernel; vmlinux.h's kernel pt_regs renamed cs (csx since 6.9), and a
-	// CO-RE relocation on it fails to load on older kernels.
+	// The context's registers have the UAPI layout (arch.h), the same on
+	// every kernel; vmlinux.h's kernel pt_regs renamed cs (csx since 6.9),
+	// and a CO-RE relocation on it fails to load on older kernels.
 	struct uapi_regs *regs = (struct uapi_regs *)&ctx->regs;
-	if ((regs->cs & 3) == 3) {
-		st->pc = regs->ip;
-		st->sp = regs->sp;
-		st->fp = regs->bp;
+	if (ARCH_USER_MODE(regs)) {
+		st->pc = ARCH_PC(regs);
+		st->sp = ARCH_SP(regs);
+		st->fp = ARCH_FP(regs);
+		st->lr = ARCH_LR(regs);
+		st->lr_valid = ARCH_HAS_LR;
 		return 0;
 	}
 	return saved_user_regs(st);
@@ -63,7 +56,7 @@ static __always_inline int sample_cpu_run(struct bpf_perf_event_data *ctx)
 	if (!s || !st)
 		return 0;
 
-	bool in_kernel = (((struct uapi_regs *)&ctx->regs)->cs & 3) != 3;
+	bool in_kernel = !ARCH_USER_MODE((struct uapi_regs *)&ctx->regs);
 	begin_sample(ctx, s, RECORD_SAMPLE, pid_tgid, bpf_ktime_get_ns(), in_kernel);
 	if (tgid == 0 || user_regs(ctx, st) != 0) {
 		send_sample(s, 0);

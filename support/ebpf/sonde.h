@@ -121,9 +121,12 @@ struct stack_snapshot {
 	__u32 bytes;  // stack bytes copied from sp on
 	__u32 bytes2; // stack bytes copied from sp2 on, after those
 	__u32 pad2;
+	__u64 lr; // aarch64: the link register where it holds the frame's return address; 0: not known
 };
 
-// Unwind rules, as internal/unwind derives them from CFI.
+// Unwind rules, as internal/unwind derives them from CFI. The return
+// address is at CFA - 8 for CFA_SP, CFA_FP and CFA_PLT (x86-64); aarch64's
+// rules say where it is.
 enum cfa_type {
 	CFA_UNKNOWN = 0,
 	CFA_SP = 1,
@@ -131,6 +134,19 @@ enum cfa_type {
 	CFA_PLT = 3,
 	CFA_SIGNAL = 4,
 	CFA_END = 5,
+	// aarch64: CFA = SP + offset; the return address is still in the link
+	// register (a leaf, a prologue before x30 is stored, a PLT stub).
+	CFA_SP_LR = 6,
+	// aarch64: CFA = SP (FP) + offset; the caller's x29 is at CFA + fp
+	// offset and the return address right above it (a frame record).
+	CFA_SP_RECORD = 7,
+	CFA_FP_RECORD = 8,
+	// aarch64: CFA = SP + offset; the return address is at CFA + fp offset
+	// and the fp rule says what became of x29 (same, or unknown).
+	CFA_SP_RA = 9,
+	// aarch64 Go: CFA = SP + offset; the return address is at SP and the
+	// caller's x29 right below it.
+	CFA_SP_GO = 10,
 };
 
 enum fp_rule {
@@ -139,13 +155,16 @@ enum fp_rule {
 	FP_UNKNOWN = 2,
 };
 
-// row_bits lay out unwind_row.rule: the cfa_type, the fp_rule, and whether
-// cfa_offset counts 8-byte words rather than bytes.
+// row_bits lay out unwind_row.rule: the cfa_type, the fp_rule, whether
+// cfa_offset counts 8-byte words rather than bytes, and (aarch64 rules)
+// whether fp_offset8 counts from the CFA's register rather than the CFA:
+// GCC saves x29 and x30 at the bottom of a big frame, far below the CFA.
 enum row_bits {
 	ROW_CFA_TYPE_MASK = 0x0f,
 	ROW_FP_RULE_SHIFT = 4,
 	ROW_FP_RULE_MASK = 0x03,
 	ROW_CFA_SCALED = 0x40,
+	ROW_FP_FROM_BASE = 0x80,
 };
 
 // A table's rows are followed by its page index: entry p (two per row

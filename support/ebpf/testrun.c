@@ -44,6 +44,7 @@ struct testrun_io {
 	__u64 snap_last;
 	__u64 snap2_in;    // in: where a second region starts (0: none)
 	__u64 snap2_first; // out: the first word of the second region copied
+	__u64 lr;          // step_test, in: aarch64's link register (0: not known)
 };
 
 const struct testrun_io *unused_testrun_io __attribute__((unused));
@@ -100,6 +101,8 @@ int step_test(struct xdp_md *ctx)
 	st->pc = io->pc;
 	st->sp = io->sp;
 	st->fp = io->fp;
+	st->lr = io->lr;
+	st->lr_valid = io->lr != 0;
 	st->adjust = io->lookup != io->pc;
 	st->frames_cfi = 0;
 	st->frames_fp = 0;

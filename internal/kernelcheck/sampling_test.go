@@ -1,0 +1,303 @@
+package kernelcheck
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sonde-dev/sonde/profiler"
+)
+
+// workloadDir is where the initramfs keeps the workloads the guest
+// profiles (the arm64 check packs them; the x86-64 check has none).
+const workloadDir = "/w"
+
+// The profiler samples the workloads until each has wantLeaf samples in its
+// leaf after its warm-up, or samplingLimit of guest time passes. Under
+// emulation (TCG) a guest second costs several host seconds.
+const (
+	wantLeaf      = 200
+	samplingLimit = 120 * time.Second
+)
+
+// guestWorkload is one workload the guest runs and what its stacks must be:
+// chain from the leaf outward, then whatever, then root as the outermost
+// frame.
+type guestWorkload struct {
+	chain []string
+	root  string
+}
+
+// guestWorkloads are the workloads the arm64 check packs, by file name.
+var guestWorkloads = map[string]guestWorkload{
+	"cchain-nofp": {chain: []string{"c", "b", "a", "main"}, root: "_start"},
+	"cpac":        {chain: []string{"c", "b", "a", "main"}, root: "_start"},
+	"throw":       {chain: []string{"c", "b", "a", "main"}, root: "_start"},
+	"goleaf":      {chain: []string{"main.leaf", "main.beta", "main.alpha", "main.main"}, root: "runtime.goexit"},
+}
+
+// samplingResult is what the profiler found of one workload's stacks.
+type samplingResult struct {
+	Samples int `json:"samples"` // every sample of the process
+	// Leaf: samples in the chain's leaf taken once every workload's
+	// unwind table was in the kernel; Warmup: those before. Before, a
+	// stack is walked from a snapshot of it, and where the ring buffer is
+	// half full (emulation makes the reader slow) by frame pointers.
+	Leaf   int `json:"leaf"`
+	Warmup int `json:"warmup"`
+	// Whole: of Leaf, those whose user stack is the chain from the leaf,
+	// every frame named, down to the root as the outermost frame.
+	Whole int `json:"whole"`
+	// Broken: a few of the Leaf samples that were not whole; Seen: a few
+	// distinct stacks of any of its samples.
+	Broken []string `json:"broken,omitempty"`
+	Seen   []string `json:"seen,omitempty"`
+	Error  string   `json:"error,omitempty"`
+}
+
+// profilerStats is the part of the profiler's Stats the host logs, to tell
+// why stacks were not whole.
+type profilerStats struct {
+	// Log: the profiler's log lines about unwind tables (debug level).
+	Log      []string `json:"log,omitempty"`
+	Stacks   any      `json:"stacks"`
+	Kernel   any      `json:"kernel"`
+	Unwind   any      `json:"unwind"`
+	Resolver any      `json:"resolver"`
+}
+
+// runSampling runs the real profiler over the workloads in workloadDir and
+// reports each one's stacks, and the profiler's stats.
+func runSampling() (map[string]samplingResult, *profilerStats) {
+	out, st := map[string]samplingResult{}, &profilerStats{}
+	entries, err := os.ReadDir(workloadDir)
+	if err != nil {
+		out["setup"] = samplingResult{Error: err.Error()}
+		return out, nil
+	}
+	opts := profiler.DefaultOptions()
+	opts.SamplesPerSecond = 99
+	opts.ReporterInterval = time.Second
+	// Only the workloads: their tables are the ones the warm-up waits for.
+	opts.Filters.IncludeExecutables = []string{workloadDir + "/*"}
+	wantTables := 0
+	for _, e := range entries {
+		if _, ok := guestWorkloads[e.Name()]; ok {
+			wantTables++
+		}
+	}
+	// When the profiler was first seen holding every workload's table:
+	// the samples from then on are unwound in the kernel with them.
+	var tablesAt time.Time
+	var logBuf syncBuffer
+	opts.Logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), &logBuf, zap.DebugLevel))
+	defer func() {
+		for line := range strings.SplitSeq(logBuf.String(), "\n") {
+			if strings.Contains(line, "table") && len(st.Log) < 20 {
+				st.Log = append(st.Log, line)
+			}
+		}
+	}()
+	p, err := profiler.New(opts)
+	if err != nil {
+		out["setup"] = samplingResult{Error: "profiler: " + err.Error()}
+		return out, nil
+	}
+	var mu sync.Mutex
+	var got []pprofile.Profiles
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Run(ctx, func(_ context.Context, pd pprofile.Profiles) error {
+			mu.Lock()
+			got = append(got, pd)
+			mu.Unlock()
+			return nil
+		})
+	}()
+	pids := map[int]string{}
+	var cmds []*exec.Cmd
+	for _, e := range entries {
+		name := e.Name()
+		if _, ok := guestWorkloads[name]; !ok {
+			continue
+		}
+		cmd := exec.Command(filepath.Join(workloadDir, name))
+		if err := cmd.Start(); err != nil {
+			out[name] = samplingResult{Error: err.Error()}
+			continue
+		}
+		cmds = append(cmds, cmd)
+		pids[cmd.Process.Pid] = name
+	}
+	deadline := time.Now().Add(samplingLimit)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		if tablesAt.IsZero() {
+			if p.Stats().Unwind.Tables < wantTables {
+				continue
+			}
+			tablesAt = time.Now()
+		}
+		mu.Lock()
+		res := summarize(got, pids, tablesAt)
+		mu.Unlock()
+		enough := true
+		for _, r := range res {
+			enough = enough && r.Leaf >= wantLeaf
+		}
+		if enough {
+			break
+		}
+	}
+	for _, cmd := range cmds {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	ps := p.Stats()
+	st.Stacks, st.Unwind = ps.Stacks, ps.Unwind
+	st.Kernel = ps.Kernel
+	st.Resolver = ps.Resolver
+	cancel()
+	if err := <-done; err != nil {
+		out["setup"] = samplingResult{Error: "run: " + err.Error()}
+	}
+	if err := p.Close(); err != nil {
+		out["setup"] = samplingResult{Error: "close: " + err.Error()}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	at := tablesAt
+	if at.IsZero() {
+		out["setup"] = samplingResult{Error: fmt.Sprintf("%d of %d workload tables loaded within %v", ps.Unwind.Tables, wantTables, samplingLimit)}
+		at = time.Now()
+	}
+	for name, r := range summarize(got, pids, at) {
+		if _, failed := out[name]; !failed {
+			out[name] = r
+		}
+	}
+	return out, st
+}
+
+// summarize finds each workload's (pids: name by pid) stacks in got; the
+// samples taken before tables are its warm-up.
+func summarize(got []pprofile.Profiles, pids map[int]string, tables time.Time) map[string]samplingResult {
+	out := map[string]samplingResult{}
+	for pid, name := range pids {
+		w := guestWorkloads[name]
+		var r samplingResult
+		for _, pd := range got {
+			for _, ts := range userStacks(pd, pid) {
+				st := ts.frames
+				r.Samples++
+				if line := strings.Join(st, " <- "); len(r.Seen) < 8 && !slices.Contains(r.Seen, line) {
+					r.Seen = append(r.Seen, line)
+				}
+				if len(st) == 0 || st[0] != w.chain[0] {
+					continue
+				}
+				whole := len(st) > len(w.chain) && slices.Equal(st[:len(w.chain)], w.chain) &&
+					st[len(st)-1] == w.root && !slices.Contains(st, "")
+				if ts.at.Before(tables) {
+					r.Warmup++
+					continue
+				}
+				r.Leaf++
+				if whole {
+					r.Whole++
+				} else if len(r.Broken) < 5 {
+					r.Broken = append(r.Broken, strings.Join(st, " <- "))
+				}
+			}
+		}
+		out[name] = r
+	}
+	return out
+}
+
+// timedStack is a sample's user frames' function names (leaf first; "" for
+// an unnamed frame) and when it was taken.
+type timedStack struct {
+	frames []string
+	at     time.Time
+}
+
+// userStacks returns pid's samples in pd, one per sample.
+func userStacks(pd pprofile.Profiles, pid int) []timedStack {
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	var out []timedStack
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					var st []string
+					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+						loc := dict.LocationTable().At(int(li))
+						typ := ""
+						for _, ai := range loc.AttributeIndices().All() {
+							kv := dict.AttributeTable().At(int(ai))
+							if strs.At(int(kv.KeyStrindex())) == "profile.frame.type" {
+								typ = kv.Value().Str()
+							}
+						}
+						if typ == "kernel" {
+							continue
+						}
+						// Each inline level is a line, innermost first.
+						if loc.Lines().Len() == 0 {
+							st = append(st, "")
+						}
+						for _, l := range loc.Lines().All() {
+							st = append(st, strs.At(int(dict.FunctionTable().At(int(l.FunctionIndex())).NameStrindex())))
+						}
+					}
+					for _, ns := range s.TimestampsUnixNano().All() {
+						out = append(out, timedStack{st, time.Unix(0, int64(ns))})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// String is a one-line summary for the host's log.
+func (r samplingResult) String() string {
+	return fmt.Sprintf("%d samples; in the leaf: %d before the tables were loaded, %d after, %d of them whole", r.Samples, r.Warmup, r.Leaf, r.Whole)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Sync() error { return nil }
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

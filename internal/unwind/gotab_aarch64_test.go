@@ -1,0 +1,104 @@
+package unwind
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sonde-dev/sonde/internal/pclntab"
+	"github.com/sonde-dev/sonde/internal/testutil"
+)
+
+var (
+	reObjdumpText = regexp.MustCompile(`^TEXT (\S+)\(SB\)`)
+	reObjdumpInsn = regexp.MustCompile(`^\s+\S+\s+0x([0-9a-f]+)\s+[0-9a-f]+\s+(.*\S)\s*$`)
+	// The two prologues the Go assembler writes on arm64: a small frame's
+	// pre-indexed store of x30, and a big one's store of the pair below a
+	// new SP set up in R20 (see cmd/internal/obj/arm64).
+	reStoreLR  = regexp.MustCompile(`^MOVD\.W R30, -(\d+)\(RSP\)$`)
+	reSubToR20 = regexp.MustCompile(`^SUB \$(\d+), RSP, R20$`)
+)
+
+// TestFromGoARM64Prologues builds a Go workload for arm64 and checks the
+// table FromGo derives against the code, as `go tool objdump` prints it:
+// at every function's entry the return address is in x30 (CFASPLR, or the
+// stack's end), and right after every frame-building prologue the CFA is
+// SP plus the frame size, the return address at SP (CFASPGo).
+func TestFromGoARM64Prologues(t *testing.T) {
+	bin := testutil.BuildWorkloadARM64(t, testutil.GoLeaf)
+	f := openELF(t, bin)
+	pt, err := pclntab.OpenELF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := FromGo(pt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(testutil.RequireTool(t, "go"), "tool", "objdump", bin).Output()
+	if err != nil {
+		t.Fatalf("go tool objdump: %v", err)
+	}
+	var (
+		fn                 string
+		entries, prologues int
+		bad                int
+		prev               [2]string // the two instructions before
+		pendingSize        int64     // a prologue ends before the next instruction
+		sawEntry           bool
+	)
+	check := func(pc uint64, what string, ok bool, r Row) {
+		if !ok && bad < 10 {
+			t.Errorf("%s at %#x (%s): row %+v", fn, pc, what, r)
+		}
+		if !ok {
+			bad++
+		}
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := reObjdumpText.FindStringSubmatch(line); m != nil {
+			fn, sawEntry, pendingSize, prev = m[1], false, 0, [2]string{}
+			continue
+		}
+		m := reObjdumpInsn.FindStringSubmatch(line)
+		// go:textfipsstart and its like mark places, not functions:
+		// the pclntab has none of them.
+		if m == nil || fn == "" || strings.HasPrefix(fn, "go:") {
+			continue
+		}
+		pc, _ := strconv.ParseUint(m[1], 16, 64)
+		insn := m[2]
+		r, found := tab.Lookup(pc)
+		if !sawEntry {
+			sawEntry = true
+			entries++
+			check(pc, "entry: return address in x30", found && (r.CFA == CFASPLR && r.CFAOffset == 0 || r.CFA == CFAEnd), r)
+		}
+		if pendingSize > 0 {
+			prologues++
+			check(pc, "after the prologue: cfa sp+"+strconv.FormatInt(pendingSize, 10)+", return address at sp",
+				found && (r.CFA == CFASPGo && int64(r.CFAOffset) == pendingSize || r.CFA == CFAEnd), r)
+			pendingSize = 0
+		}
+		if mm := reStoreLR.FindStringSubmatch(insn); mm != nil {
+			pendingSize, _ = strconv.ParseInt(mm[1], 10, 64)
+		}
+		if insn == "MOVD R20, RSP" && strings.HasPrefix(prev[1], "STP (R29, R30), -8(R20)") {
+			if mm := reSubToR20.FindStringSubmatch(prev[0]); mm != nil {
+				pendingSize, _ = strconv.ParseInt(mm[1], 10, 64)
+			}
+		}
+		prev = [2]string{prev[1], insn}
+	}
+	if entries < 1000 || prologues < 500 {
+		t.Errorf("checked %d entries and %d prologues: the objdump parse found too few", entries, prologues)
+	}
+	t.Logf("%d functions' entries and %d prologues checked, %d disagree; %d rows", entries, prologues, bad, len(tab.Rows))
+}

@@ -1,0 +1,110 @@
+//go:build amd64
+
+package tracer
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/support"
+)
+
+// TestUnwindStepARM64TestRun runs the unwinder's step as the aarch64 object
+// builds it (arch.h under __TARGET_ARCH_arm64; BPF code runs the same in
+// any kernel) on a stack crafted in this process: the return address in
+// x30 for the interrupted frame only, in a frame record (also counted from
+// SP, as GCC's big frames need), in its own slot, in Go's frame, and signed
+// with a pointer authentication code.
+func TestUnwindStepARM64TestRun(t *testing.T) {
+	testutil.RequirePrivileges(t, "BPF_PROG_TEST_RUN of the aarch64 unwinder")
+	spec, err := loadTestrunArm64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		StepTest *ebpf.Program `ebpf:"step_test"`
+		Tables   *ebpf.Map     `ebpf:"tables"`
+	}
+	if err := spec.LoadAndAssign(&tr, nil); err != nil {
+		t.Fatalf("load test programs: %v", err)
+	}
+	t.Cleanup(func() {
+		testutil.Close(t, tr.StepTest)
+		testutil.Close(t, tr.Tables)
+	})
+	stack, base, _ := stackPages(t, 4)
+	word := func(addr uint64) *uint64 { return &stack[(addr-base)/8] }
+
+	const bias = 0x555500000000
+	const table = 3
+	rows := []Row{
+		mustRow(t, 0x000, CFASPLR, 0, FPSame, 0),              // a leaf, a PLT stub
+		mustRow(t, 0x100, CFASPRecord, 32, FPOffset, -32),     // stp x29, x30, [sp, #-32]!
+		mustRow(t, 0x200, CFAFPRecord, 32, FPOffset, -32),     // mov x29, sp after it
+		mustRow(t, 0x300, CFASPRA, 16, FPSame, -16),           // str x30, [sp, #-16]!
+		mustRow(t, 0x400, CFASPGo, 48, FPSame, 0),             // Go: x30 at sp, x29 below
+		mustRow(t, 0x500, CFASPRecord, 8208, FPOffset, -8208), // GCC's 8 KiB frame: the record at sp
+	}
+	if rows[5].Rule&rowFPFromBase == 0 {
+		t.Fatalf("row %+v: a record 8 KiB below the CFA is stored counted from SP", rows[5])
+	}
+	if err := loadTable(tr.Tables, table, rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	const pac = 0x002a000000000000 // a pointer authentication code, bits 48..54
+	sp := base + 0x100
+	fp := base + 0x800
+	*word(sp) = base + 0x900       // record at sp: caller's x29
+	*word(sp + 8) = pac | 0x401111 // and x30, signed
+	*word(fp) = base + 0xa00
+	*word(fp + 8) = 0x402222
+	*word(sp - 8) = base + 0xb00 // Go: caller's x29 below sp
+
+	const (
+		cont    = 0 // STEP_CONTINUE
+		done    = 1 // STEP_DONE
+		unknown = uint32(support.SondeSampleFlagsSAMPLE_USER_UNKNOWN_RULE)
+	)
+	type want struct {
+		result     uint32
+		pc, sp, fp uint64
+		flags      uint32
+	}
+	for _, tc := range []struct {
+		name       string
+		pc, lookup uint64
+		sp, fp, lr uint64
+		want       want
+	}{
+		{"leaf: x30, signed", 0x10, 0x10, sp, 0x77, pac | 0x400aaa, want{cont, 0x400aaa, sp, 0x77, 0}},
+		{"x30 of a caller is not known", 0x11, 0x10, sp, 0x77, 0, want{done, 0, 0, 0, unknown}},
+		{"frame record from sp, signed", 0x110, 0x110, sp, 0x77, 0, want{cont, 0x401111, sp + 32, base + 0x900, 0}},
+		{"frame record from x29", 0x210, 0x210, sp, fp, 0, want{cont, 0x402222, fp + 32, base + 0xa00, 0}},
+		{"x30 alone", 0x310, 0x310, sp + 8, 0x77, 0, want{cont, 0x401111, sp + 24, 0x77, 0}},
+		{"go frame", 0x410, 0x410, sp + 8, 0x77, 0, want{cont, 0x401111, sp + 56, base + 0x900, 0}},
+		{"record 8 KiB below the cfa", 0x510, 0x510, sp, 0x77, 0, want{cont, 0x401111, sp + 8208, base + 0x900, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := testrunArm64TestrunIo{Pc: bias + tc.pc, Lookup: bias + tc.lookup, Sp: tc.sp, Fp: tc.fp, Lr: tc.lr,
+				Bias: bias, TableId: table, Rows: uint32(len(rows))}
+			var out testrunArm64TestrunIo
+			b := func(io *testrunArm64TestrunIo) []byte {
+				return unsafe.Slice((*byte)(unsafe.Pointer(io)), unsafe.Sizeof(*io))
+			}
+			ret, err := tr.StepTest.Run(&ebpf.RunOptions{Data: b(&in), DataOut: b(&out)})
+			if err != nil || ret != 2 {
+				t.Fatalf("test run: %d, %v", ret, err)
+			}
+			got := want{out.Result, out.OutPc, out.OutSp, out.OutFp, out.Flags}
+			if got.result == done {
+				got.pc, got.sp, got.fp = 0, 0, 0
+			}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
