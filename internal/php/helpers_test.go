@@ -87,7 +87,7 @@ func snapshot(tid int, in *Interp, mem Memory) ([]StackFrame, error) {
 	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
 		return nil, fmt.Errorf("regs %d: %w", tid, err)
 	}
-	return in.Stack(mem, VMRegs{Ex: regs.R14, Opline: regs.R15})
+	return in.Stack(mem, vmRegs(&regs))
 }
 
 // lineOfText returns the 1-based line of the first line of path holding
