@@ -282,10 +282,10 @@ func TestTelemetry(t *testing.T) {
 	if got := exported + exportFailed + intervalFull + backlog + inFlight + pending; received != got {
 		t.Errorf("sonde.samples.received = %d, want exported + refused + interval full + dropped behind the consumer + held + open = %d", received, got)
 	}
-	// A CPU-bound workload samples the same few stacks over and over: most
-	// of them repeat one resolved earlier in their interval.
-	if repeated := m.sum("sonde.samples.repeated"); repeated <= 0 || repeated > received {
-		t.Errorf("sonde.samples.repeated = %d, want in (0, sonde.samples.received = %d]", repeated, received)
+	// The repeats are among the samples received (a burner's leaf PCs vary,
+	// so a short run may have none).
+	if repeated := m.sum("sonde.samples.repeated"); repeated < 0 || repeated > received {
+		t.Errorf("sonde.samples.repeated = %d, want in [0, sonde.samples.received = %d]", repeated, received)
 	}
 	if stacks := m.sum("sonde.unwind.stacks"); stacks != received {
 		t.Errorf("sonde.unwind.stacks sums to %d, want sonde.samples.received = %d", stacks, received)
