@@ -64,10 +64,24 @@ func TestParseJFRJSON(t *testing.T) {
 	}
 }
 
+// TestParseJFRJSONNoStack: a sample JFR could not walk has no stackTrace;
+// it is kept, marked, with its thread and time.
+func TestParseJFRJSONNoStack(t *testing.T) {
+	doc := `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "2026-11-27T04:00:58Z", "sampledThread": {"osName": "main", "osThreadId": 7}, "stackTrace": null}}]}}`
+	got, err := ParseJFRJSON(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []JFRSample{{Time: time.Date(2026, 11, 27, 4, 0, 58, 0, time.UTC), TID: 7, Thread: "main", NoStack: true}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseJFRJSON (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseJFRJSONErrors(t *testing.T) {
 	for _, tc := range []struct{ name, doc, want string }{
 		{"not json", `{"recording": [`, "jfr json"},
-		{"no stack", `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "2026-11-27T04:00:58Z", "sampledThread": {"osThreadId": 1}}}]}}`, "no thread or stack trace"},
+		{"no thread", `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "2026-11-27T04:00:58Z", "stackTrace": {"frames": []}}}]}}`, "no thread"},
 		{"bad time", `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "yesterday", "sampledThread": {"osThreadId": 1}, "stackTrace": {"frames": []}}}]}}`, "start time"},
 		{"no method", `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "2026-11-27T04:00:58Z", "sampledThread": {"osThreadId": 1}, "stackTrace": {"frames": [{"lineNumber": 3}]}}}]}}`, "frame 0 has no method"},
 	} {
