@@ -275,7 +275,16 @@ func TestJFROracle(t *testing.T) {
 			}
 			t.Logf("JDK %s Inline, DebugNonSafepoints: %d of %d JFR samples after warm-up (%d samples) show leaf inlined in mid inlined in loop", j.name, ok, total, warm)
 			if total < 100 || ok < total*80/100 {
-				t.Errorf("JDK %s: %d of %d JFR samples of Inline show the inlined chain after warm-up, want at least 80 %% of at least 100; e.g. %s", j.name, ok, total, strings.Join(bad, "; "))
+				chains := map[string]int{}
+				for _, s := range samples {
+					var c []string
+					for _, f := range jfrJavaFrames(s) {
+						c = append(c, fmt.Sprintf("%s:%d (%s)", f.Function, f.Line, f.Tier))
+					}
+					chains[strings.Join(c, " <- ")]++
+				}
+				t.Errorf("JDK %s: %d of %d JFR samples of Inline show the inlined chain after warm-up, want at least 80 %% of at least 100; e.g. %s; JFR's chains: %s",
+					j.name, ok, total, strings.Join(bad, "; "), topShares(chains, 4))
 			}
 		})
 	}
@@ -284,13 +293,16 @@ func TestJFROracle(t *testing.T) {
 // inlineFlags show C2's inlined frames between safepoints.
 var inlineFlags = []string{"-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"}
 
-// runInlineJFR runs Inline with DebugNonSafepoints under JFR for 6 s
-// (SIGTERM ends it and JFR writes the recording on exit).
+// runInlineJFR runs Inline with DebugNonSafepoints under JFR until C2
+// has compiled loop, then for 4 s of its CPU (SIGTERM ends it and JFR
+// writes the recording on exit).
 func runInlineJFR(t *testing.T, b jvmBuild) (javaProc, []testutil.JFRSample) {
 	t.Helper()
 	rec := filepath.Join(t.TempDir(), "inline.jfr")
-	p := b.start(t, append([]string{"-XX:StartFlightRecording=filename=" + rec + ",settings=profile"}, inlineFlags...), "Inline")
-	waitBurning(t, p, 5*time.Second)
+	opts := append([]string{"-XX:StartFlightRecording=filename=" + rec + ",settings=profile", "-XX:+PrintCompilation"}, inlineFlags...)
+	p := b.start(t, opts, "Inline")
+	waitC2(t, p, "Inline::loop", 60*time.Second)
+	waitBurning(t, p, 4*time.Second)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +317,33 @@ func runInlineJFR(t *testing.T, b jvmBuild) (javaProc, []testutil.JFRSample) {
 		t.Fatalf("JDK %s Inline: JFR has %d samples of thread %d, want at least 100", b.jdk.name, len(mine), p.main)
 	}
 	return p, mine
+}
+
+// waitC2 waits until the JVM of p, run with -XX:+PrintCompilation, logs a
+// C2 (tier 4) compilation of method ("Class::name"), OSR or not. On a busy
+// machine the compiler threads can lag the program by seconds; until then
+// the method runs as C1 code that calls its callees apart.
+func waitC2(t *testing.T, p javaProc, method string, limit time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); ; {
+		out, _ := os.ReadFile(p.stdout)
+		var seen []string
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			for i := 1; i < len(f); i++ {
+				if f[i] == method {
+					seen = append(seen, strings.TrimSpace(line))
+					if f[i-1] == "4" && !strings.Contains(line, "made not entrant") {
+						return
+					}
+				}
+			}
+		}
+		if !alive(p.pid) || time.Now().After(deadline) {
+			t.Fatalf("pid %d: no C2 compilation of %s in %v (alive: %v); its compilations: %q", p.pid, method, limit, alive(p.pid), seen)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval of the condition above
+	}
 }
 
 // inlineChain is Inline's whole chain, leaf first: leaf inlined into mid
