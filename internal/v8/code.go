@@ -239,11 +239,6 @@ func (n *Namer) readCode(p *namerProc, at uint64, hdr []byte) (*codeInfo, error)
 		if err != nil {
 			return nil, fmt.Errorf("literal array: %w", err)
 		}
-		for _, ip := range ci.inlining {
-			if ip.fn < 0 || int(ip.fn) >= len(lits) {
-				return nil, fmt.Errorf("inlined function %d of %d literals: %w", ip.fn, len(lits), ErrUnreadable)
-			}
-		}
 		ci.inlined = lits
 	}
 	return ci, nil
@@ -363,6 +358,11 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 			return Frame{}, fmt.Errorf("inlining id %d of %d: %w", sp.inliningID, len(ci.inlining), ErrUnreadable)
 		}
 		ip := ci.inlining[sp.inliningID]
+		if ip.fn < 0 || int(ip.fn) >= len(ci.inlined) {
+			// Maglev leaves some inlined functions without a literal
+			// (V8 13: their id stays -1); a pc in one is not named.
+			return Frame{}, fmt.Errorf("inlined function %d of %d literals: %w", ip.fn, len(ci.inlined), ErrUnreadable)
+		}
 		isfi, err := n.inlinedSFIOf(h, ci, ip.fn)
 		if err != nil {
 			return Frame{}, fmt.Errorf("inlined function: %w", err)
