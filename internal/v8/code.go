@@ -285,7 +285,8 @@ func (n *Namer) unwrapSFI(h heap, v uint64) (uint64, error) {
 }
 
 // compiled names a frame of code in the code space: the code holding pc
-// must belong to the function sfi the sample read.
+// must belong to the function sfi the sample read. sfi 0 is a leaf in
+// its code's prologue (FrameCompiled): the function is the code's own.
 func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool) (Frame, error) {
 	h := p.h
 	lookup := pc
@@ -307,6 +308,12 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 	if err != nil {
 		n.cache.Remove(pk)
 		return Frame{}, err
+	}
+	if sfi == 0 {
+		if ci.tier == TierBaseline {
+			return Frame{}, fmt.Errorf("baseline code at %#x in a prologue: no function: %w", ci.start, ErrStale)
+		}
+		sfi = ci.sfi
 	}
 	fn, err := n.function(pid, p, sfi)
 	if err != nil {

@@ -1,6 +1,7 @@
 package v8
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -240,6 +241,7 @@ func TestNamerSynthetic(t *testing.T) {
 		{"inlined g at the leaf", sy.instrs + uint64(sy.offInner) + 4, false, sy.sfiF, []symbolize.Line{g, f}, false},
 		{"f returning from its call", sy.instrs + uint64(sy.offCall) + 5, true, sy.sfiF, []symbolize.Line{f}, false},
 		{"the code of another function", sy.instrs + 4, false, sy.sfiG, nil, true},
+		{"in the prologue: the code's own function", sy.instrs + 1, false, 0, []symbolize.Line{{Function: "f", File: "/app/synth.js", Line: 1}}, false},
 		{"past the instructions", sy.instrs + 0x100, false, sy.sfiF, nil, true},
 	} {
 		fr, err := n.Frame(1, FrameCompiled, c.sfi, c.pc, c.ret)
@@ -265,7 +267,7 @@ func TestNamerSynthetic(t *testing.T) {
 		t.Errorf("code overwritten: %v, want ErrStale or ErrUnreadable", err)
 	}
 	st := n.Stats()
-	if st.Named != 3 || st.Stale < 3 || st.Bytes <= 0 || st.Entries == 0 {
+	if st.Named != 4 || st.Stale < 3 || st.Bytes <= 0 || st.Entries == 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -344,6 +346,92 @@ func TestWalkSynthetic(t *testing.T) {
 	frames, _, _ = k.Walk(mem, jit, 0x400300, sp, fp0)
 	if len(frames) < 1 || frames[0] != (WalkedFrame{Kind: FrameBuiltin, Addr: sy.sfiF, Word: 0x400300}) {
 		t.Errorf("builtin leaf: %+v", frames)
+	}
+}
+
+// TestWalkPrologue: a leaf in compiled code that has not built its frame
+// yet (push rbp; mov rbp, rsp; push rsi; push rdi) leaves as the code's
+// own function (addr 0) above the caller's frames, at each step of the
+// prologue; once the function is pushed, the frame is an ordinary one.
+func TestWalkPrologue(t *testing.T) {
+	l, err := newLayout(synthMetadata(), 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := l.kernel(synthMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Builtins = []Range{{Start: 0x400000, End: 0x500000}}
+	sy := buildSynth()
+	fn := uint64(imgBase + imgSize - 64 + 1)
+	binary.LittleEndian.PutUint64(sy.img[fn-1+24-imgBase:], sy.sfiF)
+
+	// The code: filler, then the prologue at entry.
+	const cb = 0x6000000
+	code := append(bytes.Repeat([]byte{0x90}, 8), 0x55, 0x48, 0x89, 0xe5, 0x56, 0x57, 0x50, 0x48, 0x83, 0xec, 0x08)
+	code = append(code, bytes.Repeat([]byte{0x90}, 16)...)
+	entry := uint64(cb + 8)
+	jit := func(pc uint64) bool { return pc >= cb && pc < cb+uint64(len(code)) }
+
+	// The caller: an interpreted frame of f at fp1, returning to an
+	// entry frame at fp2.
+	const sb = 0x7ff0000
+	stack := make([]byte, 0x200)
+	put := func(a, v uint64) { binary.LittleEndian.PutUint64(stack[a-sb:], v) }
+	fp1, fp2 := uint64(sb+0x100), uint64(sb+0x180)
+	put(fp1-8, 0x1234561)
+	put(fp1-16, fn)
+	put(fp1-32, sy.bytecodeF)
+	put(fp1-40, smiV(56))
+	put(fp1, fp2)
+	put(fp1+8, 0x400200)
+	put(fp2-8, 1<<1)
+	put(fp2, 0x7000)
+	put(fp2+8, 0x401000)
+	const ra = 0x400100 // into the interpreter's call
+	caller := []WalkedFrame{
+		{Kind: FrameInterpreted, Addr: sy.sfiF, Word: 56<<32 | uint64(uint32(sy.bytecodeF)), ReturnAddr: true},
+		{Kind: FrameStub, Addr: 0x400200, Word: 1, ReturnAddr: true},
+	}
+	mem := multiMem{sliceMem{sb, stack}, sliceMem{imgBase, sy.img}, sliceMem{cb, code}}
+
+	top := uint64(sb + 0x80) // sp at the call
+	for _, tc := range []struct {
+		name   string
+		pc     uint64
+		sp, fp uint64
+		setup  func()
+	}{
+		{"at push rbp", entry, top, fp1, func() { put(top, ra) }},
+		{"after push rbp", entry + 1, top - 8, fp1, func() { put(top, ra); put(top-8, fp1) }},
+		{"after mov rbp, rsp", entry + 4, top - 8, top - 8, func() { put(top, ra); put(top-8, fp1) }},
+		{"after push rsi", entry + 5, top - 16, top - 8, func() { put(top, ra); put(top-8, fp1); put(top-16, 0x1234561) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clear(stack[top-16-sb : top+8-sb])
+			tc.setup()
+			frames, stop, _ := k.Walk(mem, jit, tc.pc, tc.sp, tc.fp)
+			want := append([]WalkedFrame{{Kind: FrameCompiled, Word: tc.pc}}, caller...)
+			if stop != StopEntry || fmt.Sprint(frames) != fmt.Sprint(want) {
+				t.Errorf("walk: %v %+v, want entry %+v", stop, frames, want)
+			}
+		})
+	}
+	// The function pushed: an ordinary frame, its function read.
+	clear(stack[top-32-sb : top+8-sb])
+	put(top, ra)
+	put(top-8, fp1)
+	put(top-16, 0x1234561)
+	put(top-24, fn)
+	frames, _, _ := k.Walk(mem, jit, entry+6, top-24, top-8)
+	if len(frames) == 0 || frames[0] != (WalkedFrame{Kind: FrameCompiled, Addr: sy.sfiF, Word: entry + 6}) {
+		t.Errorf("after push rdi: %+v", frames)
+	}
+	// The same bytes elsewhere than at the pc say nothing.
+	frames, _, _ = k.Walk(mem, jit, entry+12, top-24, top-8)
+	if len(frames) == 0 || frames[0].Addr != sy.sfiF {
+		t.Errorf("past the prologue: %+v", frames)
 	}
 }
 

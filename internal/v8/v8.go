@@ -76,6 +76,20 @@ type VM struct {
 // pointer where it reached V8 code. For each frame, while fp is not 0,
 // 8-aligned, and above the previous fp (at most MaxFrames frames):
 //
+//  0. At the leaf only, with pc in the code space (not Builtins): read the
+//     16 bytes of code at pc-8 (a third read). Maglev and TurboFan code
+//     starts by building its frame: push rbp (55), mov rbp, rsp (48 89
+//     e5), push rsi (the context), push rdi (the function). A pc at the
+//     push rbp (those four bytes at pc) or just after it (at pc-1) has
+//     not made fp its own yet: the frame at fp is the caller's, and the
+//     return address into it is the u64 at sp (at sp+8 after the push).
+//     Emit FrameCompiled with addr = 0 (the function is the code's own),
+//     word = pc; then read that return address (a fourth read) and go on
+//     at step 1 with it as the pc of a caller, fp unchanged. A pc just
+//     after the mov (the bytes at pc-4), or after the push rsi (at pc-5,
+//     56 at pc-1), has fp set but the function slot not yet written: emit
+//     the same frame, and go on at step 5 with the u64s at fp and fp+8
+//     (read as one, the fourth read).
 //  1. Read one block of FrameReadSize bytes at fp+FrameReadStart (one
 //     read): slot(o) is the u64 at fp+o. slot(0) is the caller's fp,
 //     slot(8) the return address into the caller.
@@ -213,7 +227,9 @@ const (
 	FrameInterpreted FrameKind = 1
 	// FrameCompiled is a frame of code in V8's code space (Sparkplug,
 	// Maglev, TurboFan, OSR code): addr is the tagged SharedFunctionInfo
-	// read from the frame's JSFunction, word the frame's pc.
+	// read from the frame's JSFunction, word the frame's pc. addr 0 is a
+	// leaf in the prologue of its code, before the frame holds the
+	// function: the function is the code's own.
 	FrameCompiled FrameKind = 2
 	// FrameBuiltin is a frame with a JSFunction whose pc is in the
 	// embedded builtins but that is not interpreted (a builtin with

@@ -36,13 +36,14 @@ const (
 // mem, and returns the frames, why it stopped, and (for StopEntry) the
 // native caller's pc, sp and fp to go on with. jit says whether a pc is
 // in V8's code space (executable memory no file backs). It is the
-// contract's executable specification: at most two reads a frame, three
+// contract's executable specification: at most two reads a frame, four
 // at the leaf.
 func (k *Kernel) Walk(mem Memory, jit func(pc uint64) bool, pc, sp, fp uint64) (frames []WalkedFrame, stop WalkStop, next [3]uint64) {
 	start := int64(k.FrameReadStart)
 	buf := make([]byte, k.FrameReadSize)
 	slot := func(o int16) uint64 { return binary.LittleEndian.Uint64(buf[int64(o)-start:]) }
 	prev := uint64(0)
+	ret := false // pc is a return address
 	for i := 0; ; i++ {
 		if fp == 0 || fp%8 != 0 || fp <= prev {
 			return frames, StopEnd, next
@@ -53,15 +54,29 @@ func (k *Kernel) Walk(mem Memory, jit func(pc uint64) bool, pc, sp, fp uint64) (
 		if jit != nil && !k.InBuiltins(pc) && !jit(pc) {
 			// Not V8 code: the native unwinder's (a caller's sp is the
 			// previous frame's fp+16).
-			if i > 0 {
+			if prev != 0 {
 				sp = prev + 16
 			}
 			return frames, StopNative, [3]uint64{pc, sp, fp}
 		}
+		if i == 0 && !k.InBuiltins(pc) {
+			switch st, ra, callerSP, callerFP, ok := prologue(mem, pc, sp, fp); {
+			case !ok:
+			case st == prologueNoFrame:
+				// The caller's frame is at fp; go on with it.
+				frames = append(frames, WalkedFrame{Kind: FrameCompiled, Word: pc})
+				pc, sp, ret = ra, callerSP, true
+				continue
+			default:
+				frames = append(frames, WalkedFrame{Kind: FrameCompiled, Word: pc})
+				prev = fp
+				pc, fp, ret = ra, callerFP, true
+				continue
+			}
+		}
 		if err := mem.ReadAt(buf, uint64(int64(fp)+start)); err != nil {
 			return frames, StopReadFail, next
 		}
-		ret := i > 0
 		marker := slot(k.FPMarker)
 		callerFP, callerPC := slot(0), slot(8)
 		if marker&uint64(k.SmiTagMask) == 0 {
@@ -103,8 +118,50 @@ func (k *Kernel) Walk(mem Memory, jit func(pc uint64) bool, pc, sp, fp uint64) (
 			}
 		}
 		prev = fp
-		pc, fp = callerPC, callerFP
+		pc, fp, ret = callerPC, callerFP, true
 	}
+}
+
+// Where a leaf in compiled code stands in its prologue (Kernel.Walk, step 0).
+const (
+	prologueNoFrame = iota + 1 // before or just after push rbp: fp is the caller's
+	prologueNoFunc             // fp set, the function slot not yet written
+)
+
+// x64FramePrologue is push rbp; mov rbp, rsp, as a little-endian u32.
+const x64FramePrologue = 0xe5894855
+
+// prologue reads the code around a leaf pc in V8's code space and, when
+// the pc is in the prologue that builds the frame of Maglev or TurboFan
+// code, says where, with the return address into the caller and, for
+// prologueNoFunc, the caller's fp.
+//
+// For prologueNoFrame it returns the caller's sp too (above the return
+// address), for prologueNoFunc the caller's fp.
+func prologue(mem Memory, pc, sp, fp uint64) (where int, ra, callerSP, callerFP uint64, ok bool) {
+	var code [16]byte
+	if pc < 8 || mem.ReadAt(code[:], pc-8) != nil {
+		return 0, 0, 0, 0, false
+	}
+	at := func(i int) bool { return binary.LittleEndian.Uint32(code[i:]) == x64FramePrologue }
+	var b [16]byte
+	switch {
+	case at(8), at(7):
+		slot := sp
+		if at(7) {
+			slot += 8 // rbp pushed
+		}
+		if mem.ReadAt(b[:8], slot) != nil {
+			return 0, 0, 0, 0, false
+		}
+		return prologueNoFrame, binary.LittleEndian.Uint64(b[:]), slot + 8, 0, true
+	case at(4), at(3) && code[7] == 0x56:
+		if mem.ReadAt(b[:], fp) != nil {
+			return 0, 0, 0, 0, false
+		}
+		return prologueNoFunc, binary.LittleEndian.Uint64(b[8:]), 0, binary.LittleEndian.Uint64(b[:]), true
+	}
+	return 0, 0, 0, 0, false
 }
 
 func (s WalkStop) String() string {

@@ -697,6 +697,12 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 		return v8_frame(st, s, idx, pc, lookup, true, false) == V8_NEXT ? FRAME_NEXT
 		                                                                : FRAME_STOP;
 	struct mapping_info *mi = find_mapping(st, s->pid, lookup, vma);
+#if !defined(__TARGET_ARCH_arm64)
+	// A leaf in compiled V8 code whose frame is not built yet.
+	if (vma && st->v8_active && !st->adjust && mi && mi->inode == 0 &&
+	    v8_prologue(st, s, idx, pc))
+		return FRAME_NEXT;
+#endif
 	if (vma && v8_code(st, mi, lookup)) {
 		int r = v8_frame(st, s, idx, pc, lookup, mi && mi->inode != 0, !mi && st->unplaced);
 		if (r != V8_NOT_V8)

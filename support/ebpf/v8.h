@@ -15,7 +15,8 @@
 //     At the leaf, a builtin that builds no frame leaves its caller's
 //     frame at fp: where the word on top of the stack returns into code
 //     it knows, it leaves as the builtin (pc) and its caller (sfi, that
-//     return address).
+//     return address). Compiled code in the prologue that builds its
+//     frame leaves as (0, pc) before the frames at fp (v8_prologue).
 //
 // Every frame steps to its caller the same way: the caller's frame
 // pointer and return address sit at fp and fp + 8. A caller outside V8
@@ -119,6 +120,61 @@ static __always_inline bool v8_frameless_caller(struct ustack_state *st, __u32 p
 	return *ra != 0 && *ra < USER_ADDR_END && !v8_in_builtins(st, *ra - 1) &&
 	       cached_anon_code(st, pid, *ra - 1);
 }
+
+#if !defined(__TARGET_ARCH_arm64)
+// V8_FRAME_PROLOGUE is push rbp; mov rbp, rsp (55 48 89 e5) as a
+// little-endian u32: how Maglev and TurboFan code starts.
+#define V8_FRAME_PROLOGUE 0xe5894855U
+
+// v8_prologue reports a leaf at pc, in V8's code space, that is in the
+// prologue building its frame (the walk's step 0 in internal/v8): the
+// function is not in a frame yet, and leaves as (0, pc) for user space to
+// take from the code. It reads the 16 bytes of code at pc - 8; then:
+//   - at the push rbp, or just after it, fp is still the caller's: the
+//     return address is at sp (sp + 8 after the push), and the walk goes
+//     on with it at fp;
+//   - just after the mov rbp, rsp (or the push rsi after it), fp is the
+//     frame's own but its function slot is not written: the walk steps to
+//     the caller by the u64s at fp and fp + 8.
+// It says whether it reported the frame and stepped.
+static __always_inline bool v8_prologue(struct ustack_state *st, struct sample_record *s, __u32 idx,
+                                        __u64 pc)
+{
+	__u64 code[2];
+	if (pc < 8 || bpf_probe_read_user(code, sizeof(code), (void *)(pc - 8)))
+		return false;
+	__u64 lo = code[0], hi = code[1];
+	__u64 next[2];
+	if ((__u32)hi == V8_FRAME_PROLOGUE ||
+	    (__u32)((lo >> 56) | (hi << 8)) == V8_FRAME_PROLOGUE) {
+		// The return address, at sp (at the push) or sp + 8.
+		__u64 at = st->sp + ((__u32)hi == V8_FRAME_PROLOGUE ? 0 : 8);
+		if (bpf_probe_read_user(&next[1], sizeof(next[1]), (void *)at) || next[1] == 0 ||
+		    next[1] >= USER_ADDR_END)
+			return false;
+		v8_emit(st, s, idx, V8_FRAME_COMPILED, 0, pc);
+		st->pc = next[1];
+		st->sp = at + 8;
+		st->adjust = 1;
+		return true;
+	}
+	if ((__u32)(lo >> 32) == V8_FRAME_PROLOGUE ||
+	    ((__u32)(lo >> 24) == V8_FRAME_PROLOGUE && (lo >> 56) == 0x56)) {
+		__u64 fp = st->fp;
+		if (fp == 0 || (fp & 7) || fp < st->sp ||
+		    bpf_probe_read_user(next, sizeof(next), (void *)fp) || next[1] == 0 ||
+		    next[1] >= USER_ADDR_END || (next[0] != 0 && next[0] <= fp))
+			return false;
+		v8_emit(st, s, idx, V8_FRAME_COMPILED, 0, pc);
+		st->pc = next[1];
+		st->sp = fp + 16;
+		st->fp = next[0];
+		st->adjust = 1;
+		return true;
+	}
+	return false;
+}
+#endif
 
 // v8_tagged says whether w is a tagged heap object pointer.
 static __always_inline bool v8_tagged(struct ustack_state *st, __u64 w)
