@@ -334,6 +334,37 @@ func TestReleaseDirectory(t *testing.T) {
 	if c.Metadata.Version != version || c.Metadata.AppVersion != version {
 		t.Errorf("chart version %s, appVersion %s; want %s", c.Metadata.Version, c.Metadata.AppVersion, version)
 	}
+	// The chart's default affinity admits the nodes of the architectures
+	// the image index has, no others.
+	var aff struct {
+		NodeAffinity struct {
+			Required struct {
+				Terms []struct {
+					Expressions []struct {
+						Key      string   `json:"key"`
+						Operator string   `json:"operator"`
+						Values   []string `json:"values"`
+					} `json:"matchExpressions"`
+				} `json:"nodeSelectorTerms"`
+			} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
+		} `json:"nodeAffinity"`
+	}
+	b, err := json.Marshal(c.Values["affinity"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &aff); err != nil {
+		t.Fatalf("chart affinity %s: %v", b, err)
+	}
+	var wantArches []string
+	for _, a := range releaseArches {
+		wantArches = append(wantArches, a.arch)
+	}
+	if terms := aff.NodeAffinity.Required.Terms; len(terms) != 1 || len(terms[0].Expressions) != 1 ||
+		terms[0].Expressions[0].Key != "kubernetes.io/arch" || terms[0].Expressions[0].Operator != "In" ||
+		!slices.Equal(terms[0].Expressions[0].Values, wantArches) {
+		t.Errorf("chart affinity %s, want nodes of kubernetes.io/arch in %v", b, wantArches)
+	}
 
 	binaries := map[string][]byte{}
 	configs := map[string]string{}
