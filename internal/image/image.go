@@ -1,7 +1,9 @@
-// Package image builds the container image of otelcol-profiling without a
+// Package image builds the container images of otelcol-profiling without a
 // container engine: one layer on an empty base that holds the binary, the
 // host's CA bundle and the default configuration, written as a tarball that
-// `docker load`, `podman load` and `crane push` accept.
+// `docker load`, `podman load` and `crane push` accept; and an OCI image
+// index of one such image per architecture, written as an OCI image layout
+// in a tar (the `oci-archive:` of skopeo), which CheckLayout verifies.
 //
 // The image is reproducible: every file and the image config carry the same
 // fixed time, so the same inputs give the same digest. Build holds the layer

@@ -135,7 +135,7 @@ func WriteOCIArchive(path, ref, tag string, idx v1.ImageIndex, mtime time.Time) 
 		return err
 	}
 	var paths []string
-	err = filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(tmp, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
