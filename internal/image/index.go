@@ -80,12 +80,21 @@ func Index(imgs []v1.Image) (v1.ImageIndex, error) {
 			return nil, fmt.Errorf("image index: manifest media type %s, want %s", mt, types.OCIManifestSchema1)
 		}
 		adds = append(adds, mutate.IndexAddendum{
-			Add:        img,
+			Add:        containerImage{img},
 			Descriptor: v1.Descriptor{MediaType: mt, Platform: p},
 		})
 	}
 	return mutate.AppendManifests(idx, adds...), nil
 }
+
+// containerImage is an image whose descriptor in an index has no
+// artifactType: the library fills it with the config's media type, which the
+// image spec allows, but an index of container images as container tools
+// write it (and registries show it) has none.
+type containerImage struct{ v1.Image }
+
+// ArtifactType is the empty string: a container image is no artifact.
+func (containerImage) ArtifactType() (string, error) { return "", nil }
 
 // WriteLayout writes idx as an OCI image layout in dir (oci-layout,
 // index.json, blobs/sha256/...): index.json lists the one index, annotated

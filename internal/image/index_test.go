@@ -115,8 +115,9 @@ func TestOCIArchive(t *testing.T) {
 	var idxJSON struct {
 		MediaType string `json:"mediaType"`
 		Manifests []struct {
-			Digest   string `json:"digest"`
-			Platform struct {
+			Digest       string `json:"digest"`
+			ArtifactType string `json:"artifactType"`
+			Platform     struct {
 				OS           string `json:"os"`
 				Architecture string `json:"architecture"`
 			} `json:"platform"`
@@ -137,7 +138,7 @@ func TestOCIArchive(t *testing.T) {
 	}
 	for i, arch := range []string{"amd64", "arm64"} {
 		m := idxJSON.Manifests[i]
-		if m.Platform.OS != "linux" || m.Platform.Architecture != arch || m.Digest != got[i].Manifest {
+		if m.Platform.OS != "linux" || m.Platform.Architecture != arch || m.Digest != got[i].Manifest || m.ArtifactType != "" {
 			t.Errorf("skopeo: manifest %d is %+v, want linux/%s %s", i, m, arch, got[i].Manifest)
 		}
 		// --config --raw: the config of the image picked for the
