@@ -1,5 +1,6 @@
 # otelcol-profiling image for those with a container engine. Without one,
-# `go run ./internal/image/cmd/mkimage` builds the same image as a tarball.
+# `make image` builds the same image as a tarball, for linux/amd64 and
+# linux/arm64, and their OCI image index.
 #
 #   docker build -t ghcr.io/sonde-dev/otelcol-profiling:0.1.0 .
 #

@@ -38,12 +38,15 @@ GOLANGCI_LINT ?= $(GO) tool -modfile=tools/go.mod golangci-lint
 # workloads are built and checked with, perf and addr2line as oracles, the
 # kernel check's QEMU, linkers and BOLT for the workloads that need them,
 # Prometheus and sqlite3 for the tests of the profile metrics and the SQLite
-# exporter, and the aarch64 cross toolchain and QEMU the arm64 tests use.
+# exporter, the aarch64 cross toolchain and QEMU the arm64 tests use, QEMU's
+# user-mode emulator that runs the arm64 release binary (`make release`), and
+# skopeo, which reads the OCI image index as registries and runtimes do.
 # `make deps` installs the missing ones (as root) or names them.
 DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
                 xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
                 mold clang-format-19 rustc prometheus sqlite3 php-cli php-fpm \
-                php8.2-dev gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-system-arm
+                php8.2-dev gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-system-arm \
+                qemu-user-static skopeo
 
 .DEFAULT_GOAL := help
 
@@ -95,29 +98,35 @@ run: dist ## Profile this host with config/local.yaml (needs root or the capabil
 	$(DIST) --config $(CONFIG) --feature-gates=$(FEATURE_GATE)
 
 # A release: `make release VERSION=x.y.z` (see README). The distribution is
-# rebuilt with dist.version set to VERSION, so `otelcol-profiling --version`
+# rebuilt for each of RELEASE_ARCHES (static, CGO_ENABLED=0, the same
+# ldflags) with dist.version set to VERSION, so `otelcol-profiling --version`
 # prints it; VERSION_VAR names the Go variable the receiver reports as its
-# scope version.
+# scope version. OCB is built for this machine and run with GOARCH set, as
+# for dist-arm64.
 VERSION      ?=
 VERSION_VAR  := github.com/sonde-dev/sonde/internal/version.Version
 RELEASE_DIR  ?= _build/release/$(VERSION)
 RELEASE_BUILD := _build/release-build
+RELEASE_ARCHES := amd64 arm64
 
 .PHONY: release
-release: ## Versioned artifacts in _build/release/VERSION: static binary tarball, SBOM, OCI image, Helm chart, SHA256SUMS
+release: $(OCB_BIN) ## Versioned artifacts in _build/release/VERSION for linux/amd64 and linux/arm64: static binary tarballs, SBOMs, OCI images and their index, Helm chart, SHA256SUMS
 	@[[ "$(VERSION)" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || \
 	  { echo "usage: make release VERSION=x.y.z (a semantic version without the v)"; exit 2; }
 	rm -rf $(RELEASE_DIR) $(RELEASE_BUILD) && mkdir -p $(RELEASE_DIR) $(RELEASE_BUILD)
-	sed -e 's|^  version: .*|  version: $(VERSION)|' \
-	    -e 's|^  output_path: .*|  output_path: $(abspath $(RELEASE_BUILD))|' \
-	    -e 's|^  - github.com/sonde-dev/sonde => .*|  - github.com/sonde-dev/sonde => $(CURDIR)|' \
-	    builder-config.yaml > $(RELEASE_BUILD)/builder-config.yaml
-	CGO_ENABLED=0 $(OCB) --config $(RELEASE_BUILD)/builder-config.yaml \
-	  --ldflags='-s -w -X $(VERSION_VAR)=$(VERSION)'
-	$(GO) run ./internal/image/cmd/mkimage -binary $(RELEASE_BUILD)/otelcol-profiling -version $(VERSION) \
-	  -out $(RELEASE_DIR)/otelcol-profiling_$(VERSION)_linux_$$($(GO) env GOARCH).image.tar
-	$(GO) run ./internal/release/cmd/release -version $(VERSION) -binary $(RELEASE_BUILD)/otelcol-profiling \
-	  -out $(RELEASE_DIR)
+	set -e; for arch in $(RELEASE_ARCHES); do \
+	  out=$(abspath $(RELEASE_BUILD))/linux-$$arch; mkdir -p $$out; \
+	  sed -e 's|^  version: .*|  version: $(VERSION)|' \
+	      -e "s|^  output_path: .*|  output_path: $$out|" \
+	      -e 's|^  - github.com/sonde-dev/sonde => .*|  - github.com/sonde-dev/sonde => $(CURDIR)|' \
+	      builder-config.yaml > $$out/builder-config.yaml; \
+	  GOOS=linux GOARCH=$$arch CGO_ENABLED=0 $(OCB_BIN) --config $$out/builder-config.yaml \
+	    --ldflags='-s -w -X $(VERSION_VAR)=$(VERSION)'; \
+	done
+	$(GO) run ./internal/image/cmd/mkimage -version $(VERSION) -out $(RELEASE_DIR) \
+	  $(foreach a,$(RELEASE_ARCHES),-binary $(RELEASE_BUILD)/linux-$(a)/otelcol-profiling)
+	$(GO) run ./internal/release/cmd/release -version $(VERSION) -out $(RELEASE_DIR) \
+	  $(foreach a,$(RELEASE_ARCHES),-binary $(RELEASE_BUILD)/linux-$(a)/otelcol-profiling)
 	SONDE_RELEASE_DIR=$(abspath $(RELEASE_DIR)) SONDE_RELEASE_VERSION=$(VERSION) \
 	  $(GO) test -count=1 -run TestReleaseDirectory ./internal/release
 
@@ -126,8 +135,8 @@ compat: ## Build and unit-test the receiver, profiler and exporter against the n
 	.ci/compat newest
 
 .PHONY: image
-image: dist ## Build an OCI image tarball of otelcol-profiling (no Docker engine needed)
-	$(GO) run ./internal/image/cmd/mkimage
+image: dist dist-arm64 ## OCI images of otelcol-profiling for linux/amd64 and linux/arm64 and their index, in _build/image/ (no Docker engine needed)
+	$(GO) run ./internal/image/cmd/mkimage -out _build/image -binary $(DIST) -binary $(DIST_ARM64)
 
 .PHONY: chart-test
 chart-test: dist ## Render and check the Helm chart, validating its Collector config with the distribution

@@ -1116,3 +1116,54 @@ func TestSubchart(t *testing.T) {
 		t.Errorf("DaemonSet %q is not named after the release", o.daemonSet.Name)
 	}
 }
+
+// TestArchitectureAffinity: by default the DaemonSet goes only to nodes of
+// an architecture the image index has; an affinity of the user's is merged
+// with it, and affinity=null removes it.
+func TestArchitectureAffinity(t *testing.T) {
+	c := loadChart(t)
+	archTerm := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+		Key: "kubernetes.io/arch", Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64", "arm64"},
+	}}}}
+	antiAffinity := map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{
+		"topologyKey":   "kubernetes.io/hostname",
+		"labelSelector": map[string]any{"matchLabels": map[string]any{"app": "other-agent"}},
+	}}}
+	tests := []struct {
+		name      string
+		affinity  any // the affinity value; absent when nil and !null
+		null      bool
+		wantTerms []corev1.NodeSelectorTerm
+		wantAnti  bool
+	}{
+		{name: "defaults", wantTerms: archTerm},
+		{name: "pod anti-affinity of the user's", affinity: map[string]any{"podAntiAffinity": antiAffinity}, wantTerms: archTerm, wantAnti: true},
+		{name: "null", null: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vals := map[string]any{"otlp": endpoint()}
+			if tt.affinity != nil || tt.null {
+				vals["affinity"] = tt.affinity
+			}
+			files, err := render(t, c, vals)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			aff := decode(t, files).daemonSet.Spec.Template.Spec.Affinity
+			var terms []corev1.NodeSelectorTerm
+			if aff != nil && aff.NodeAffinity != nil && aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+				terms = aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			}
+			if diff := cmp.Diff(tt.wantTerms, terms); diff != "" {
+				t.Errorf("required node selector terms (-want +got):\n%s", diff)
+			}
+			if gotAnti := aff != nil && aff.PodAntiAffinity != nil; gotAnti != tt.wantAnti {
+				t.Errorf("pod anti-affinity rendered: %v, want %v", gotAnti, tt.wantAnti)
+			}
+			if tt.null && aff != nil {
+				t.Errorf("affinity=null renders %+v", aff)
+			}
+		})
+	}
+}

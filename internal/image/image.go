@@ -1,7 +1,9 @@
-// Package image builds the container image of otelcol-profiling without a
+// Package image builds the container images of otelcol-profiling without a
 // container engine: one layer on an empty base that holds the binary, the
 // host's CA bundle and the default configuration, written as a tarball that
-// `docker load`, `podman load` and `crane push` accept.
+// `docker load`, `podman load` and `crane push` accept; and an OCI image
+// index of one such image per architecture, written as an OCI image layout
+// in a tar (the `oci-archive:` of skopeo), which CheckLayout verifies.
 //
 // The image is reproducible: every file and the image config carry the same
 // fixed time, so the same inputs give the same digest. Build holds the layer
@@ -57,7 +59,9 @@ type Options struct {
 	Version string
 	// Source is the repository URL label (org.opencontainers.image.source).
 	Source string
-	// Arch is the GOARCH the binary runs on; empty means runtime.GOARCH.
+	// Arch is the GOARCH the binary runs on; empty means the ELF binary's
+	// machine (runtime.GOARCH for a file that is not ELF). An ELF binary of
+	// another machine is refused (ErrArch).
 	Arch string
 	// Created is the time of every file and of the image; zero means the
 	// Unix epoch, which keeps the digest reproducible.
@@ -85,12 +89,9 @@ func Build(o Options) (v1.Image, error) {
 		created = time.Unix(0, 0)
 	}
 	created = created.UTC()
-	if err := checkStatic(o.Binary); err != nil {
+	arch, err := checkBinary(o.Binary, o.Arch)
+	if err != nil {
 		return nil, err
-	}
-	arch := o.Arch
-	if arch == "" {
-		arch = runtime.GOARCH
 	}
 
 	files := []file{{path: BinaryPath, src: o.Binary, mode: 0o755}}
@@ -131,6 +132,7 @@ func Build(o Options) (v1.Image, error) {
 	cf = cf.DeepCopy()
 	cf.OS = "linux"
 	cf.Architecture = arch
+	cf.Variant = variantOf(arch)
 	cf.Created = v1.Time{Time: created}
 	cf.Config.Entrypoint = Entrypoint()
 	cf.Config.Cmd = Cmd()
@@ -258,26 +260,42 @@ func readBounded(p string) ([]byte, error) {
 // loader: the image has no libc, so it could not start.
 var ErrDynamic = errors.New("binary is dynamically linked; build it with CGO_ENABLED=0")
 
-// checkStatic refuses an ELF binary with a program interpreter. Files that
-// are not ELF (test stand-ins) pass: the check only catches a real mistake.
-func checkStatic(p string) error {
+// ErrArch is wrapped by Build's error when the binary is built for another
+// architecture than the image says.
+var ErrArch = errors.New("binary is built for another architecture")
+
+// checkBinary refuses an ELF binary with a program interpreter, or of
+// another machine than arch (when given), and returns the binary's GOARCH.
+// Files that are not ELF (test stand-ins) pass as arch, or runtime.GOARCH:
+// the check only catches a real mistake.
+func checkBinary(p, arch string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return fmt.Errorf("image binary: %w", err)
+		return "", fmt.Errorf("image binary: %w", err)
 	}
 	defer f.Close()
 	magic := make([]byte, len(elf.ELFMAG))
 	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != elf.ELFMAG {
-		return nil
+		if arch == "" {
+			arch = runtime.GOARCH
+		}
+		return arch, nil
 	}
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return fmt.Errorf("image binary %s: %w", p, err)
+		return "", fmt.Errorf("image binary %s: %w", p, err)
 	}
 	for _, prog := range ef.Progs {
 		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("image binary %s: %w", p, ErrDynamic)
+			return "", fmt.Errorf("image binary %s: %w", p, ErrDynamic)
 		}
 	}
-	return nil
+	got, ok := archOf[ef.Machine]
+	if !ok {
+		return "", fmt.Errorf("image binary %s: %v: %w", p, ef.Machine, ErrArch)
+	}
+	if arch != "" && got != arch {
+		return "", fmt.Errorf("image binary %s: %v, not %s: %w", p, ef.Machine, arch, ErrArch)
+	}
+	return got, nil
 }

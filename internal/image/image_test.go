@@ -97,21 +97,21 @@ func TestBuildRoundTrip(t *testing.T) {
 				wantCreated = time.Unix(0, 0)
 			}
 			type summary struct {
-				OS, Arch, User string
-				Entrypoint     []string
-				Cmd            []string
-				Labels         map[string]string
-				Created        time.Time
+				OS, Arch, Variant, User string
+				Entrypoint              []string
+				Cmd                     []string
+				Labels                  map[string]string
+				Created                 time.Time
 			}
 			wantSum := summary{
-				OS: "linux", Arch: tt.opts.Arch, User: "0",
+				OS: "linux", Arch: tt.opts.Arch, Variant: variantOf(tt.opts.Arch), User: "0",
 				Entrypoint: []string{"/otelcol-profiling"},
 				Cmd:        []string{"--config=/etc/otelcol/config.yaml", "--feature-gates=service.profilesSupport"},
 				Labels:     Labels(tt.opts.Version, tt.opts.Source),
 				Created:    wantCreated.UTC(),
 			}
 			gotSum := summary{
-				OS: cf.OS, Arch: cf.Architecture, User: cf.Config.User,
+				OS: cf.OS, Arch: cf.Architecture, Variant: cf.Variant, User: cf.Config.User,
 				Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd,
 				Labels: cf.Config.Labels, Created: cf.Created.UTC(),
 			}

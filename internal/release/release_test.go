@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"helm.sh/helm/v3/pkg/chart/loader"
 
+	"github.com/sonde-dev/sonde/internal/image"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -273,11 +276,25 @@ func TestPackageChart(t *testing.T) {
 	}
 }
 
+// releaseArches are the architectures make release builds, with the ELF
+// machine of each one's binary.
+var releaseArches = []struct {
+	arch    string
+	machine elf.Machine
+	variant string // the platform variant of the image index
+}{
+	{"amd64", elf.EM_X86_64, ""},
+	{"arm64", elf.EM_AARCH64, "v8"},
+}
+
 // TestReleaseDirectory checks what `make release` wrote (make release runs
 // it with SONDE_RELEASE_DIR and SONDE_RELEASE_VERSION): every artifact is
-// there, the checksums hold, the binary in the tarball is static and prints
-// the version, the image carries the same binary and version, the SBOM
-// describes that binary and the chart is stamped.
+// there and the checksums hold; for each architecture, the binary in the
+// tarball is static, stripped, of that machine, and prints the version (an
+// arm64 one under qemu-aarch64-static), the SBOM describes that binary and
+// the image carries it and says its architecture; the OCI archive holds an
+// index of both images with their platforms, its digests those of its blobs
+// (checked here and read by skopeo); the chart is stamped.
 func TestReleaseDirectory(t *testing.T) {
 	dir, version := os.Getenv("SONDE_RELEASE_DIR"), os.Getenv("SONDE_RELEASE_VERSION")
 	if dir == "" || version == "" {
@@ -291,8 +308,13 @@ func TestReleaseDirectory(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	base := "otelcol-profiling_" + version + "_linux_amd64"
-	want := []string{SumsFile, base + ".cdx.json", base + ".image.tar", base + ".tar.gz", "sonde-" + version + ".tgz"}
+	index := "otelcol-profiling_" + version + ".oci.tar"
+	want := []string{SumsFile, index, "sonde-" + version + ".tgz"}
+	for _, a := range releaseArches {
+		base := "otelcol-profiling_" + version + "_linux_" + a.arch
+		want = append(want, base+".cdx.json", base+".image.tar", base+".tar.gz")
+	}
+	slices.Sort(want)
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Fatalf("release files (-want +got):\n%s", diff)
 	}
@@ -305,6 +327,125 @@ func TestReleaseDirectory(t *testing.T) {
 		t.Errorf("SHA256SUMS has %d lines, want %d", n, len(want)-1)
 	}
 
+	c, err := loader.Load(filepath.Join(dir, "sonde-"+version+".tgz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Metadata.Version != version || c.Metadata.AppVersion != version {
+		t.Errorf("chart version %s, appVersion %s; want %s", c.Metadata.Version, c.Metadata.AppVersion, version)
+	}
+	// The chart's default affinity admits the nodes of the architectures
+	// the image index has, no others.
+	var aff struct {
+		NodeAffinity struct {
+			Required struct {
+				Terms []struct {
+					Expressions []struct {
+						Key      string   `json:"key"`
+						Operator string   `json:"operator"`
+						Values   []string `json:"values"`
+					} `json:"matchExpressions"`
+				} `json:"nodeSelectorTerms"`
+			} `json:"requiredDuringSchedulingIgnoredDuringExecution"`
+		} `json:"nodeAffinity"`
+	}
+	b, err := json.Marshal(c.Values["affinity"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &aff); err != nil {
+		t.Fatalf("chart affinity %s: %v", b, err)
+	}
+	var wantArches []string
+	for _, a := range releaseArches {
+		wantArches = append(wantArches, a.arch)
+	}
+	if terms := aff.NodeAffinity.Required.Terms; len(terms) != 1 || len(terms[0].Expressions) != 1 ||
+		terms[0].Expressions[0].Key != "kubernetes.io/arch" || terms[0].Expressions[0].Operator != "In" ||
+		!slices.Equal(terms[0].Expressions[0].Values, wantArches) {
+		t.Errorf("chart affinity %s, want nodes of kubernetes.io/arch in %v", b, wantArches)
+	}
+
+	binaries := map[string][]byte{}
+	configs := map[string]string{}
+	for _, a := range releaseArches {
+		t.Run(a.arch, func(t *testing.T) {
+			base := "otelcol-profiling_" + version + "_linux_" + a.arch
+			binaries[a.arch], configs[a.arch] = checkArch(t, dir, base, version, a.arch, a.machine)
+		})
+	}
+
+	// The index, unpacked by GNU tar and read as the image spec lays it out.
+	layoutDir := t.TempDir()
+	if out, err := exec.Command(testutil.RequireTool(t, "tar"), "-xf", filepath.Join(dir, index), "-C", layoutDir).CombinedOutput(); err != nil {
+		t.Fatalf("tar -xf %s: %v\n%s", index, err, out)
+	}
+	imgs, err := image.CheckLayout(layoutDir, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs) != len(releaseArches) {
+		t.Fatalf("the index lists %d images, want %d", len(imgs), len(releaseArches))
+	}
+	for i, a := range releaseArches {
+		img := imgs[i]
+		if img.OS != "linux" || img.Architecture != a.arch || img.Variant != a.variant {
+			t.Errorf("index image %d is for %s/%s/%s, want linux/%s/%s", i, img.OS, img.Architecture, img.Variant, a.arch, a.variant)
+		}
+		if img.Config != configs[a.arch] {
+			t.Errorf("index image for %s has config %s, its image tarball %s", a.arch, img.Config, configs[a.arch])
+		}
+		if len(img.Layers) != 1 {
+			t.Fatalf("index image for %s: %d layers, want 1", a.arch, len(img.Layers))
+		}
+		f, err := os.Open(img.Layers[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		gz, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := layerFile(t, gz, "otelcol-profiling"); b == nil || !bytes.Equal(b, binaries[a.arch]) {
+			t.Errorf("the index's %s image does not hold the %s tarball's binary", a.arch, a.arch)
+		}
+		testutil.Close(t, f)
+	}
+
+	// skopeo, as a registry client or a runtime would, picks each
+	// architecture's image from the archive.
+	skopeo := testutil.RequireTool(t, "skopeo")
+	src := "oci-archive:" + filepath.Join(dir, index) + ":" + version
+	for i, a := range releaseArches {
+		// --config --raw: the config of the image picked for the
+		// platform, as its bytes, which hash to the config's digest.
+		cfg, err := exec.Command(skopeo, "inspect", "--override-os", "linux", "--override-arch", a.arch,
+			"--config", "--raw", src).Output()
+		if err != nil {
+			t.Fatalf("skopeo inspect --config --override-arch %s: %v", a.arch, err)
+		}
+		var insp struct {
+			OS           string `json:"os"`
+			Architecture string `json:"architecture"`
+			Config       struct {
+				Labels map[string]string `json:"Labels"`
+			} `json:"config"`
+		}
+		if err := json.Unmarshal(cfg, &insp); err != nil {
+			t.Fatalf("skopeo inspect --config: %v\n%s", err, cfg)
+		}
+		sum := sha256.Sum256(cfg)
+		if cfgDigest := "sha256:" + hex.EncodeToString(sum[:]); insp.OS != "linux" || insp.Architecture != a.arch ||
+			cfgDigest != imgs[i].Config || insp.Config.Labels["org.opencontainers.image.version"] != version {
+			t.Errorf("skopeo picks for %s: %s/%s config %s (version %q), want config %s", a.arch, insp.OS, insp.Architecture,
+				cfgDigest, insp.Config.Labels["org.opencontainers.image.version"], imgs[i].Config)
+		}
+	}
+}
+
+// checkArch checks one architecture's tarball, SBOM and image, and returns
+// the binary and the image's config digest.
+func checkArch(t *testing.T, dir, base, version, arch string, machine elf.Machine) ([]byte, string) {
 	files := untar(t, filepath.Join(dir, base+".tar.gz"))
 	binary := files[base+"/otelcol-profiling"]
 	for _, f := range []string{"otelcol-profiling", "LICENSE", "README.md", "config/local.yaml", "config/agent.yaml"} {
@@ -316,13 +457,12 @@ func TestReleaseDirectory(t *testing.T) {
 	if err := os.WriteFile(bin, binary, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "--version").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), version) {
-		t.Errorf("otelcol-profiling --version = %q, %v; want it to name %s", out, err, version)
-	}
 	ef, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ef.Machine != machine {
+		t.Errorf("the %s binary is for %v, want %v", arch, ef.Machine, machine)
 	}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_INTERP {
@@ -332,8 +472,32 @@ func TestReleaseDirectory(t *testing.T) {
 	if ef.Section(".symtab") != nil {
 		t.Error("the release binary keeps .symtab: it was not built with -s")
 	}
-	ef.Close()
-	t.Logf("otelcol-profiling %s: %d bytes", version, len(binary))
+	if ef.Section(".debug_info") != nil || ef.Section(".zdebug_info") != nil {
+		t.Error("the release binary keeps DWARF: it was not built with -w")
+	}
+	testutil.Close(t, ef)
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["GOOS"] != "linux" || settings["GOARCH"] != arch || settings["CGO_ENABLED"] != "0" {
+		t.Errorf("build settings GOOS=%s GOARCH=%s CGO_ENABLED=%s; want linux, %s, 0",
+			settings["GOOS"], settings["GOARCH"], settings["CGO_ENABLED"], arch)
+	}
+	run := exec.Command(bin, "--version")
+	if arch != runtime.GOARCH {
+		emu := map[string]string{"amd64": "qemu-x86_64-static", "arm64": "qemu-aarch64-static"}[arch]
+		run = exec.Command(testutil.RequireTool(t, emu), bin, "--version")
+	}
+	out, err := run.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), version) {
+		t.Errorf("otelcol-profiling --version = %q, %v; want it to name %s", out, err, version)
+	}
+	t.Logf("otelcol-profiling %s linux/%s: %d bytes", version, arch, len(binary))
 
 	var bom BOM
 	if err := json.Unmarshal(readFile(t, filepath.Join(dir, base+".cdx.json")), &bom); err != nil {
@@ -357,14 +521,6 @@ func TestReleaseDirectory(t *testing.T) {
 		t.Errorf("SBOM modules differ from go version -m of the binary (-want +got):\n%s", diff)
 	}
 
-	c, err := loader.Load(filepath.Join(dir, "sonde-"+version+".tgz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Metadata.Version != version || c.Metadata.AppVersion != version {
-		t.Errorf("chart version %s, appVersion %s; want %s", c.Metadata.Version, c.Metadata.AppVersion, version)
-	}
-
 	tag, err := name.NewTag("ghcr.io/sonde-dev/otelcol-profiling:" + version)
 	if err != nil {
 		t.Fatal(err)
@@ -377,8 +533,15 @@ func TestReleaseDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cf.OS != "linux" || cf.Architecture != arch {
+		t.Errorf("image config says %s/%s, want linux/%s", cf.OS, cf.Architecture, arch)
+	}
 	if got := cf.Config.Labels["org.opencontainers.image.version"]; got != version {
 		t.Errorf("image version label = %q, want %s", got, version)
+	}
+	configName, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
 	}
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
@@ -389,25 +552,31 @@ func TestReleaseDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer testutil.Close(t, rc)
-	tr := tar.NewReader(rc)
-	found := false
+	if b := layerFile(t, rc, "otelcol-profiling"); b == nil || !bytes.Equal(b, binary) {
+		t.Error("the image does not hold the tarball's binary at /otelcol-profiling")
+	}
+	return binary, configName.String()
+}
+
+// layerFile returns the content of the file name in the uncompressed layer
+// r, or nil if it has none.
+func layerFile(t *testing.T, r io.Reader, name string) []byte {
+	t.Helper()
+	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if hdr.Name == "otelcol-profiling" || hdr.Name == "/otelcol-profiling" {
+		if hdr.Name == name || hdr.Name == "/"+name {
 			b, err := io.ReadAll(tr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			found = bytes.Equal(b, binary)
+			return b
 		}
-	}
-	if !found {
-		t.Error("the image does not hold the tarball's binary at /otelcol-profiling")
 	}
 }
