@@ -542,6 +542,19 @@ func (l *Loader) pathOf(lf *loadedFile) string {
 	return ""
 }
 
+// forgetPath stops offering path to read lf from: the mappings of lf
+// reached through it keep their table, but pathOf gives another process's
+// path. Called with l.mu held.
+func (l *Loader) forgetPath(lf *loadedFile, path string) {
+	for _, pms := range l.procs {
+		for i := range pms {
+			if pms[i].file == lf && pms[i].path == path {
+				pms[i].path = ""
+			}
+		}
+	}
+}
+
 // never reports whether lf will never have a table: its build failed for
 // another reason than the budget (which may free room), and is not to be
 // tried again.
@@ -915,6 +928,14 @@ func (l *Loader) buildDeferred(lane int) {
 			l.mu.Unlock()
 			mem.run()
 			continue
+		}
+		if path != "" && vanished(built.err) {
+			// Not through this path any more (its process went away, or
+			// the file was replaced): another process's, if one maps it.
+			// Until the process's exit is handled its mappings stay, so
+			// the path is forgotten here, or the next try would take it
+			// again at once.
+			l.forgetPath(lf, path)
 		}
 		if path != "" && vanished(built.err) && l.pathOf(lf) != "" {
 			// Its process went away; another one maps it.

@@ -927,6 +927,63 @@ func TestDeferredWaitsForItsPrepare(t *testing.T) {
 	l.mu.Unlock()
 }
 
+// A deferred file whose only path vanished (its process exited, and the
+// Loader has not been told yet: the exit record waits behind the samples)
+// is given up, not tried again at once, in a loop that held a CPU for as
+// long as the exit took to reach the Loader; with a second process that
+// maps it, its table is built from that one's path.
+func TestDeferredPathVanished(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(t.TempDir(), "gone")
+	for _, tc := range []struct {
+		name  string
+		paths []string
+		built bool
+	}{
+		{"no other process", []string{gone}, false},
+		{"another process maps it", []string{gone, self}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := newMapsKernel(t)
+			l := NewLoader(k, identifyFile, zaptest.NewLogger(t), LoaderOptions{Background: true})
+			defer l.Close()
+			id := elfx.FileID{7}
+			lf := l.deferFile(id, 4096)
+			if lf == nil {
+				t.Fatal("deferFile: nil")
+			}
+			l.mu.Lock()
+			for i, path := range tc.paths {
+				m := tracer.Mapping{Start: 0x400000, End: 0x500000}
+				if err := k.SetMappings(uint32(100+i), nil, []tracer.Mapping{m}); err != nil {
+					t.Fatal(err)
+				}
+				l.procs[100+i] = []procMapping{{m: m, file: lf, path: path}}
+			}
+			l.queueDeferred()
+			l.mu.Unlock()
+			done := make(chan struct{})
+			go func() { l.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the lanes still build after 30 s: %+v", l.Stats())
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if got := l.files[id] == lf && lf.err == nil && !lf.deferred; got != tc.built {
+				t.Errorf("built from another path: %v (err %v, deferred %v), want %v; stats %+v", got, lf.err, lf.deferred, tc.built, l.stats)
+			}
+			if l.stats.Pending != 0 {
+				t.Errorf("pending %d, want 0", l.stats.Pending)
+			}
+		})
+	}
+}
+
 // gatedKernel holds each LoadTable, once it has copied the rows, until the
 // test lets it go, as the kernel's grace period does after installing a
 // table.
