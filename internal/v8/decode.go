@@ -1,6 +1,7 @@
 package v8
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sort"
@@ -139,6 +140,27 @@ func lineOf(ends []int32, offset int32) (line, col int64) {
 // lineEnds returns the offsets of the line ends of src as V8 counts them:
 // each line terminator ('\n', a '\r' not followed by '\n', U+2028,
 // U+2029), then the end of a last line without one.
+// lineEndsOneByte is lineEnds of a one-byte (Latin-1) source, which holds
+// no U+2028 or U+2029.
+func lineEndsOneByte(src []byte) []int32 {
+	out := make([]int32, 0, bytes.Count(src, []byte{'\n'})+1)
+	for i := 0; i < len(src); {
+		j := bytes.IndexAny(src[i:], "\n\r")
+		if j < 0 {
+			break
+		}
+		i += j
+		if src[i] == '\n' || i+1 == len(src) || src[i+1] != '\n' {
+			out = append(out, int32(i))
+		}
+		i++
+	}
+	if len(src) == 0 || src[len(src)-1] != '\n' {
+		out = append(out, int32(len(src)))
+	}
+	return out
+}
+
 func lineEnds(src []uint16) []int32 {
 	var out []int32
 	for i, c := range src {

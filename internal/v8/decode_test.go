@@ -2,6 +2,7 @@ package v8
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"unicode/utf16"
 )
@@ -169,5 +170,27 @@ func TestBaselineBytecodeOffset(t *testing.T) {
 	}
 	if _, err := baselineBytecodeOffset(table, []byte{0x1f}, sizes, 20); err == nil {
 		t.Errorf("a bytecode of size 0: no error")
+	}
+}
+
+// lineEndsOneByte agrees with lineEnds on the same source widened.
+func TestLineEndsOneByte(t *testing.T) {
+	for _, src := range []string{"", "a", "a\n", "a\nb", "\r\n\r\n", "a\rb\r", "x\r\ny\rz\n\n", "\n"} {
+		checkLineEnds(t, []byte(src))
+	}
+}
+
+func FuzzLineEndsOneByte(f *testing.F) {
+	f.Add([]byte("let a;\r\nf()\rg()\n"))
+	f.Fuzz(checkLineEnds)
+}
+
+func checkLineEnds(t *testing.T, src []byte) {
+	wide := make([]uint16, len(src))
+	for i, c := range src {
+		wide[i] = uint16(c)
+	}
+	if got, want := lineEndsOneByte(src), lineEnds(wide); !slices.Equal(got, want) {
+		t.Errorf("%q: %v, want %v", src, got, want)
 	}
 }

@@ -36,9 +36,12 @@
 // offset table, stepped through with the bytecodes' sizes (Ignition's
 // Bytecodes::kBytecodeSizes, read from the binary's symbols).
 //
-// What is not named: the lines of scripts whose source is an external
-// string (Node's own modules): their frames carry the function and script
-// name, line 0. TurboFan and Maglev record
+// A script's source behind a C++ resource (an external string: Node's own
+// modules, and on Node 26 a script read through the compile cache) is read
+// through the pointer to its characters the string caches; an uncached one
+// leaves its script without lines (line 0).
+//
+// What is not named: TurboFan and Maglev record
 // positions sparsely without a profiler attached, and for code compiled
 // on stack replacement the call sites of inlined functions are recorded
 // at the enclosing loop: those lines are V8's own.

@@ -199,13 +199,86 @@ func (h heap) str16(o uint64, limit int) ([]uint16, error) {
 				return nil, fmt.Errorf("sliced string at %#x: offset %d: %w", p.o, off, ErrUnreadable)
 			}
 			stack = append(stack, part{parent, off + from, off + to})
+		case h.l.externalTag:
+			// The characters are behind a C++ resource (a source Node
+			// keeps outside the heap: its own modules, a script read
+			// from the compile cache); the string caches the pointer to
+			// them after the resource's. An uncached one has only the
+			// resource, whose characters only a virtual call finds.
+			if h.l.externalResource == 0 || ut&uncachedExternal != 0 {
+				return nil, fmt.Errorf("string at %#x: external without its characters' address: %w", p.o, ErrUnreadable)
+			}
+			chars, err := h.field(p.o, h.l.externalResource+8)
+			if err != nil {
+				return nil, err
+			}
+			if chars == 0 {
+				return nil, fmt.Errorf("external string at %#x: no characters: %w", p.o, ErrUnreadable)
+			}
+			if ut&h.l.strEncMask == h.l.oneByte {
+				b := make([]byte, to-from)
+				if err := h.mem.ReadAt(b, chars+uint64(from)); err != nil {
+					return nil, err
+				}
+				for _, c := range b {
+					out = append(out, uint16(c))
+				}
+			} else {
+				b := make([]byte, 2*(to-from))
+				if err := h.mem.ReadAt(b, chars+2*uint64(from)); err != nil {
+					return nil, err
+				}
+				for i := 0; i < len(b); i += 2 {
+					out = append(out, binary.LittleEndian.Uint16(b[i:]))
+				}
+			}
 		default:
-			// External strings keep their characters behind a C++
-			// resource: not read here.
 			return nil, fmt.Errorf("string at %#x: representation %d not read: %w", p.o, ut&h.l.strReprMask, ErrUnreadable)
 		}
 	}
 	return out, nil
+}
+
+// flatOneByte reads the characters of o when it is a flat one-byte string
+// (sequential, or external with its characters' address cached), as
+// bytes, at most limit; ok is false for any other string, which str16
+// reads. A script's source is most often one: its line ends are then
+// found without widening megabytes to UTF-16.
+func (h heap) flatOneByte(o uint64, limit int) (b []byte, ok bool, err error) {
+	t, err := h.typeOf(o)
+	if err != nil || !h.isString(t) {
+		return nil, false, err
+	}
+	ut := uint64(t)
+	if ut&h.l.strEncMask != h.l.oneByte {
+		return nil, false, nil
+	}
+	var at uint64
+	switch ut & h.l.strReprMask {
+	case h.l.seqTag:
+		at = o - h.l.tag + h.l.seqOneByte
+	case h.l.externalTag:
+		if h.l.externalResource == 0 || ut&uncachedExternal != 0 {
+			return nil, false, nil
+		}
+		if at, err = h.field(o, h.l.externalResource+8); err != nil || at == 0 {
+			return nil, false, err
+		}
+	default:
+		return nil, false, nil
+	}
+	n, err := h.u32(o - h.l.tag + h.l.strLength)
+	if err != nil {
+		return nil, false, err
+	}
+	if int(int32(n)) < 0 || int(int32(n)) > limit {
+		return nil, false, fmt.Errorf("string at %#x: %d characters: %w", o, int32(n), ErrUnreadable)
+	}
+	b = make([]byte, n)
+	if err := h.mem.ReadAt(b, at); err != nil {
+		return nil, false, err
+	}
+	return b, true, nil
 }
 
 func (h heap) u32(a uint64) (uint32, error) {

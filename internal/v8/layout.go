@@ -58,6 +58,11 @@ type layout struct {
 	slicedParent, slicedOffset          uint64
 	strReprMask, strEncMask, oneByte    uint64
 	seqTag, consTag, slicedTag, thinTag uint64
+	// externalTag is the representation of a string whose characters
+	// are behind a C++ resource; externalResource the offset of its
+	// resource pointer (0: unknown), the cached pointer to the
+	// characters following it.
+	externalTag, externalResource uint64
 
 	fixedArrayLength, fixedArrayData uint64
 	byteArrayData                    uint64 // ByteArray and TrustedByteArray
@@ -191,6 +196,7 @@ func newLayout(md metadata, major int) (*layout, error) {
 		consTag:                need("ConsStringTag"),
 		slicedTag:              need("SlicedStringTag"),
 		thinTag:                need("ThinStringTag"),
+		externalTag:            need("ExternalStringTag"),
 		fixedArrayLength:       field("FixedArrayBase", "length"),
 		fixedArrayData:         field("FixedArray", "data"),
 		jsFunctionShared:       field("JSFunction", "shared"),
@@ -295,8 +301,14 @@ func newLayout(md metadata, major int) (*layout, error) {
 	if l.tagMask == 0 || l.tag == 0 || l.tag&^l.tagMask != 0 || l.smiShift >= 64 {
 		return nil, fmt.Errorf("v8 %d: tagging %d/%d, smi shift %d: %w", major, l.tag, l.tagMask, l.smiShift, ErrUnknownVersion)
 	}
+	l.externalResource, _ = fieldOr(md, "ExternalString", "resource", 0)
 	return l, nil
 }
+
+// uncachedExternal is the instance type bit of an external string that
+// does not cache the pointer to its characters (V8's
+// kUncachedExternalStringMask, the same in V8 10 to 14).
+const uncachedExternal = 1 << 4
 
 func fieldOr(md metadata, class, f string, def uint64) (uint64, bool) {
 	if v, ok := md.field(class, f); ok {

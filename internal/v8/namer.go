@@ -564,7 +564,11 @@ func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 		// source instead.
 		// Sources behind a C++ resource (Node's own modules) are not
 		// read: their lines stay unknown.
-		if src, err := h.str16(word(l.scriptSource), maxSourceLen); err == nil {
+		if b, ok, err := h.flatOneByte(word(l.scriptSource), maxSourceLen); ok {
+			sc.ends = lineEndsOneByte(b)
+		} else if err != nil {
+			sc.noLines = true
+		} else if src, err := h.str16(word(l.scriptSource), maxSourceLen); err == nil {
 			sc.ends = lineEnds(src)
 		} else {
 			sc.noLines = true

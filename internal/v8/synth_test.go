@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	"github.com/sonde-dev/sonde/internal/lru"
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -20,7 +21,8 @@ func synthMetadata() metadata {
 	return metadata{
 		"HeapObjectTag": 1, "HeapObjectTagMask": 3, "SmiShiftSize": 31, "SmiValueShift": 1, "SmiTagMask": 1,
 		"FirstNonstringType": 128, "StringRepresentationMask": 7, "StringEncodingMask": 8, "OneByteStringTag": 8,
-		"SeqStringTag": 0, "ConsStringTag": 1, "SlicedStringTag": 3, "ThinStringTag": 5,
+		"SeqStringTag": 0, "ConsStringTag": 1, "SlicedStringTag": 3, "ThinStringTag": 5, "ExternalStringTag": 2,
+		"class_ExternalString__resource__Object":                     16,
 		"class_Map__instance_type__uint16_t":                         12,
 		"class_String__length__int32_t":                              12,
 		"class_SeqOneByteString__chars__char":                        16,
@@ -500,5 +502,62 @@ func TestNamerReusesChecksMadeAfterTheSample(t *testing.T) {
 	reads = 0
 	if _, err := name(time.Time{}); err != nil || reads == 0 {
 		t.Errorf("no capture time: %v after %d reads, want reads", err, reads)
+	}
+}
+
+// TestExternalStrings: a string whose characters are behind a C++
+// resource is read through the pointer it caches after the resource
+// (one-byte and two-byte, whole and sliced); one that caches none is
+// unreadable, not guessed.
+func TestExternalStrings(t *testing.T) {
+	s := &synthImg{b: make([]byte, imgSize), next: imgBase + 16, maps: map[int64]uint64{}}
+	s.maps[synthMap] = s.alloc(16) + 1
+	s.put(s.maps[synthMap]-1, s.maps[synthMap])
+	binary.LittleEndian.PutUint16(s.b[s.maps[synthMap]-1+12-imgBase:], synthMap)
+	const (
+		extOneByte   = 0x2a // external, one-byte, not internalized
+		extTwoByte   = 0x22 // external, two-byte
+		extUncached  = 0x3a // external, one-byte, uncached
+		slicedString = 0x23 // sliced, two-byte
+	)
+	ext := func(t int64, n int, chars uint64) uint64 {
+		o := s.object(t, 32)
+		binary.LittleEndian.PutUint32(s.b[o-1+12-imgBase:], uint32(n))
+		s.put(o-1+16, 0xdead0000) // the resource: never read
+		s.put(o-1+24, chars)
+		return o
+	}
+	one := s.alloc(16)
+	copy(s.b[one-imgBase:], "let a = 1;\nf()\n")
+	two := s.alloc(8)
+	for i, c := range utf16.Encode([]rune("é\nz")) {
+		binary.LittleEndian.PutUint16(s.b[two+2*uint64(i)-imgBase:], c)
+	}
+	oneByte := ext(extOneByte, 15, one)
+	twoByte := ext(extTwoByte, 3, two)
+	uncached := ext(extUncached, 15, one)
+	sliced := s.object(slicedString, 32)
+	binary.LittleEndian.PutUint32(s.b[sliced-1+12-imgBase:], 4)
+	s.put(sliced-1+16, oneByte)
+	s.put(sliced-1+24, smiV(4))
+
+	n := synthNamer(t, s.b)
+	h := n.procs[1].h
+	for _, tc := range []struct {
+		name string
+		o    uint64
+		want string
+	}{
+		{"one-byte", oneByte, "let a = 1;\nf()\n"},
+		{"two-byte", twoByte, "é\nz"},
+		{"sliced", sliced, "a = "},
+	} {
+		got, err := h.str(tc.o, maxSourceLen)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	if got, err := h.str(uncached, maxSourceLen); !errors.Is(err, ErrUnreadable) {
+		t.Errorf("uncached: %q, %v; want ErrUnreadable", got, err)
 	}
 }
