@@ -40,6 +40,16 @@ func (c *Cache[K, V]) Get(k K) (V, bool) {
 	return el.Value.(*item[K, V]).val, true
 }
 
+// Peek returns the value of k without marking it used.
+func (c *Cache[K, V]) Peek(k K) (V, bool) {
+	el, ok := c.items[k]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return el.Value.(*item[K, V]).val, true
+}
+
 // Put stores v, costing cost, as the value of k in place of any other,
 // dropping the least recently used values until all fit. A value that
 // costs more than the bound on its own is not kept. What does not stay

@@ -57,3 +57,24 @@ func TestRemoveIf(t *testing.T) {
 		t.Errorf("removals counted as %d evictions", c.Evictions())
 	}
 }
+
+// Peek reads a value without making it the most recently used: it is
+// still the first to go.
+func TestPeekLeavesOrder(t *testing.T) {
+	c := New[string, int](2)
+	c.Put("a", 1, 1)
+	c.Put("b", 2, 1)
+	if v, ok := c.Peek("a"); !ok || v != 1 {
+		t.Fatalf("Peek(a) = %d, %v", v, ok)
+	}
+	if _, ok := c.Peek("z"); ok {
+		t.Error("Peek(z) found a value")
+	}
+	c.Put("c", 3, 1)
+	if _, ok := c.Get("a"); ok {
+		t.Error("a kept after Peek, want it evicted first")
+	}
+	if _, ok := c.Get("b"); !ok {
+		t.Error("b evicted")
+	}
+}

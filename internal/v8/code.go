@@ -3,6 +3,7 @@ package v8
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sonde-dev/sonde/internal/symbolize"
@@ -22,6 +23,7 @@ const (
 	codeHdrBytes  = 64      // bytes of an InstructionStream compared at each use
 	maxInlined    = 1 << 12 // inlined functions of one code object
 	maxInlineHops = 64      // inlining depth followed
+	minCodeCost   = 256     // what a cached code object costs at least
 )
 
 // codeAt returns the start of the code object holding pc (its map word's
@@ -66,6 +68,54 @@ func (p *namerProc) codeAt(pc uint64) (uint64, error) {
 		end = lo
 	}
 	return 0, fmt.Errorf("no code object within %d bytes before pc %#x: %w", maxScan, pc, ErrStale)
+}
+
+// codeHolding returns the start of the cached code object whose
+// instructions hold pc, if the namer holds it. n.mu is held.
+func (n *Namer) codeHolding(pid int, p *namerProc, pc uint64) (uint64, bool) {
+	i, found := slices.BinarySearch(p.codeStarts, pc)
+	if !found {
+		i--
+	}
+	if i < 0 {
+		return 0, false
+	}
+	at := p.codeStarts[i]
+	e := n.get(entryKey{pid: pid, kind: codeEntry, addr: at})
+	if e == nil {
+		p.codeStarts = slices.Delete(p.codeStarts, i, i+1)
+		return 0, false
+	}
+	if pc < e.code.start || pc >= e.code.start+e.code.size {
+		return 0, false
+	}
+	return at, true
+}
+
+// noteCode adds the start of a code object just cached to p's index,
+// dropping first the starts whose entries are gone when the index holds
+// more than the cache could (each code entry costs at least
+// minCodeCost). n.mu is held.
+func (n *Namer) noteCode(p *namerProc, at uint64) {
+	i, found := slices.BinarySearch(p.codeStarts, at)
+	if found {
+		return
+	}
+	if int64(len(p.codeStarts)) >= n.maxBytes/minCodeCost {
+		p.codeStarts = slices.DeleteFunc(p.codeStarts, func(a uint64) bool {
+			_, ok := n.cache.Peek(entryKey{pid: p.pid, kind: codeEntry, addr: a})
+			return !ok
+		})
+		i, _ = slices.BinarySearch(p.codeStarts, at)
+	}
+	p.codeStarts = slices.Insert(p.codeStarts, i, at)
+}
+
+// forgetCode drops at from p's index of code objects.
+func (p *namerProc) forgetCode(at uint64) {
+	if i, found := slices.BinarySearch(p.codeStarts, at); found {
+		p.codeStarts = slices.Delete(p.codeStarts, i, i+1)
+	}
 }
 
 // isCodeMap says whether w is the map of code objects in the code space:
@@ -113,7 +163,7 @@ func (n *Namer) code(pid int, p *namerProc, at, pc uint64) (*codeInfo, error) {
 			if ci, err = n.readCode(p, at, hdr); err != nil {
 				return nil, err
 			}
-			cost := int64(256 + len(ci.offsets) + len(ci.bytecodes) + 16*len(ci.positions) + 16*len(ci.inlining) + 8*len(ci.inlined))
+			cost := int64(minCodeCost + len(ci.offsets) + len(ci.bytecodes) + 16*len(ci.positions) + 16*len(ci.inlining) + 8*len(ci.inlined))
 			n.put(&entry{key: k, cost: cost, code: ci, checked: now})
 		}
 	}
@@ -293,21 +343,28 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 	if returnAddr {
 		lookup-- // a call at the code's very end returns past it
 	}
-	var at uint64
-	pk := entryKey{pid: pid, kind: pcEntry, addr: lookup}
-	if e := n.get(pk); e != nil {
-		at = e.at
-	} else {
+	at, known := n.codeHolding(pid, p, lookup)
+	if !known {
 		var err error
 		if at, err = p.codeAt(lookup); err != nil {
 			return Frame{}, err
 		}
-		n.put(&entry{key: pk, cost: 64, at: at})
 	}
 	ci, err := n.code(pid, p, at, lookup)
+	if err != nil && known {
+		// What held the pc before does not now: look again.
+		p.forgetCode(at)
+		if at, err = p.codeAt(lookup); err != nil {
+			return Frame{}, err
+		}
+		known = false
+		ci, err = n.code(pid, p, at, lookup)
+	}
 	if err != nil {
-		n.cache.Remove(pk)
 		return Frame{}, err
+	}
+	if !known {
+		n.noteCode(p, at)
 	}
 	if sfi == 0 {
 		if ci.tier == TierBaseline {

@@ -41,13 +41,16 @@ type Namer struct {
 	procfs string
 	procs  map[int]*namerProc
 	cache  *lru.Cache[entryKey, *entry]
-	stats  NamerStats
+	// maxBytes is the cache's bound.
+	maxBytes int64
+	stats    NamerStats
 	// captured is when the sample of the frame being named was taken
 	// (FrameCaptured; zero: unknown).
 	captured time.Time
 }
 
 type namerProc struct {
+	pid   int
 	vm    *VM
 	h     heap
 	close func() error
@@ -57,6 +60,12 @@ type namerProc struct {
 	codeMaps map[uint64]bool
 	// notMaps are words found not to be that map (bounded).
 	notMaps map[uint64]bool
+	// codeStarts are the starts of the code objects the namer holds for
+	// the process, sorted: a pc is looked up in the one before it before
+	// the memory is scanned for its code's header (codeHolding). Starts
+	// whose entries were evicted are dropped when met, and all at once
+	// when there are more than the cache could hold.
+	codeStarts []uint64
 }
 
 type entryKey struct {
@@ -69,7 +78,6 @@ const (
 	funcEntry uint8 = iota
 	scriptEntry
 	codeEntry
-	pcEntry // the code object holding a pc
 )
 
 type entry struct {
@@ -81,7 +89,6 @@ type entry struct {
 	fn      *funcInfo
 	sc      *scriptInfo
 	code    *codeInfo
-	at      uint64 // pcEntry: the code object's start
 }
 
 // funcInfo is what naming needs of one SharedFunctionInfo.
@@ -134,7 +141,7 @@ type inlinePos struct {
 // a cache of at most maxBytes.
 func NewNamer(procfs string, maxBytes int64) *Namer {
 	return &Namer{procfs: procfs, procs: map[int]*namerProc{},
-		cache: lru.New[entryKey, *entry](maxBytes)}
+		cache: lru.New[entryKey, *entry](maxBytes), maxBytes: maxBytes}
 }
 
 // Add opens pid's memory (kept open until Forget) to name its frames.
@@ -151,7 +158,7 @@ func (n *Namer) Add(pid int, vm *VM) error {
 func (n *Namer) addMem(pid int, vm *VM, mem Memory, closer func() error) {
 	n.mu.Lock()
 	old := n.procs[pid]
-	n.procs[pid] = &namerProc{vm: vm, h: heap{mem: mem, l: vm.l}, close: closer, notMaps: map[uint64]bool{},
+	n.procs[pid] = &namerProc{pid: pid, vm: vm, h: heap{mem: mem, l: vm.l}, close: closer, notMaps: map[uint64]bool{},
 		codeMaps: map[uint64]bool{}}
 	n.dropPID(pid)
 	n.mu.Unlock()
@@ -183,6 +190,9 @@ func (n *Namer) Stats() NamerStats {
 	defer n.mu.Unlock()
 	s := n.stats
 	s.Bytes = n.cache.Cost()
+	for _, p := range n.procs {
+		s.Bytes += 8 * int64(cap(p.codeStarts))
+	}
 	s.Entries = n.cache.Len()
 	s.Evictions = n.cache.Evictions()
 	return s

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 	"unicode/utf16"
@@ -559,5 +560,42 @@ func TestExternalStrings(t *testing.T) {
 	}
 	if got, err := h.str(uncached, maxSourceLen); !errors.Is(err, ErrUnreadable) {
 		t.Errorf("uncached: %q, %v; want ErrUnreadable", got, err)
+	}
+}
+
+// A pc in a code object the namer holds is found in its index of code
+// objects, without scanning memory for the code's header again: naming a
+// second pc of f's code reads less than naming it first in a fresh namer
+// does. Code no longer where the index says is scanned for again.
+func TestNamerFindsCodeByItsRange(t *testing.T) {
+	sy := buildSynth()
+	first := sy.instrs + uint64(sy.offCall) + 5
+	second := sy.instrs + uint64(sy.offInner) + 4
+	readsFor := func(n *Namer, pc uint64) int {
+		reads := 0
+		n.procs[1].h.mem = countingMem{Memory: sliceMem{base: imgBase, b: sy.img}, reads: &reads}
+		if _, err := n.Frame(1, FrameCompiled, sy.sfiF, pc, false); err != nil {
+			t.Fatal(err)
+		}
+		return reads
+	}
+	fresh := readsFor(synthNamer(t, sy.img), second)
+	n := synthNamer(t, sy.img)
+	readsFor(n, first)
+	if got := readsFor(n, second); got >= fresh {
+		t.Errorf("second pc of a known code object: %d reads, a fresh namer %d; want fewer", got, fresh)
+	}
+	if len(n.procs[1].codeStarts) != 1 || n.procs[1].codeStarts[0] != sy.istream-1 {
+		t.Errorf("code index %#x, want [%#x]", n.procs[1].codeStarts, sy.istream-1)
+	}
+	// The index points at a start that holds no code now: the pc is
+	// scanned for and named all the same, and the index corrected.
+	n.procs[1].codeStarts[0] = sy.istream - 1 - 64
+	n.cache.Put(entryKey{pid: 1, kind: codeEntry, addr: sy.istream - 1 - 64}, &entry{code: &codeInfo{start: sy.instrs, size: 0x100, hdr: []byte("stale")}}, minCodeCost)
+	if _, err := n.Frame(1, FrameCompiled, sy.sfiF, second, false); err != nil {
+		t.Errorf("after the code moved: %v", err)
+	}
+	if !slices.Contains(n.procs[1].codeStarts, sy.istream-1) || slices.Contains(n.procs[1].codeStarts, sy.istream-1-64) {
+		t.Errorf("code index %#x after the rescan, want %#x in it and not %#x", n.procs[1].codeStarts, sy.istream-1, sy.istream-1-64)
 	}
 }
