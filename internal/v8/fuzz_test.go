@@ -85,18 +85,12 @@ func FuzzFrame(f *testing.F) {
 // FuzzWalk walks arbitrary stack bytes: no panic, at most MaxFrames
 // frames, at most the reads the contract allows.
 func FuzzWalk(f *testing.F) {
-	f.Add(make([]byte, 256), uint64(0x7ff0040), uint64(0x400100))
-	f.Fuzz(func(t *testing.T, stack []byte, fp, pc uint64) {
-		l, err := newLayout(synthMetadata(), 11)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := l.kernel(synthMetadata())
-		if err != nil {
-			t.Fatal(err)
-		}
-		k.Builtins = []Range{{Start: 0x400000, End: 0x500000}}
-		mem := &countMem{m: sliceMem{base: 0x7ff0000, b: stack}}
+	f.Add(make([]byte, 256), []byte{}, uint64(0x7ff0040), uint64(0x400100))
+	f.Add(make([]byte, 256), []byte{0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x55, 0x48, 0x89, 0xe5, 0x56, 0x57, 0x50, 0x90}, uint64(0x7ff0040), uint64(0x600009))
+	f.Fuzz(func(t *testing.T, stack, code []byte, fp, pc uint64) {
+		k := synthKernel(t)
+		// The stack, and code at 0x600000 for the leaf's prologue.
+		mem := &countMem{m: multiMem{sliceMem{base: 0x7ff0000, b: stack}, sliceMem{base: 0x600000, b: code}}}
 		jit := func(pc uint64) bool { return pc >= 0x600000 && pc < 0x700000 }
 		frames, _, _ := k.Walk(mem, jit, pc, fp-64, fp)
 		if len(frames) > MaxFrames+1 {

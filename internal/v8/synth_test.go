@@ -290,7 +290,9 @@ func TestNamerBound(t *testing.T) {
 	}
 }
 
-func TestWalkSynthetic(t *testing.T) {
+// synthKernel is the walker's view of the synthetic V8 11, its builtins
+// at 0x400000-0x500000.
+func synthKernel(t testing.TB) Kernel {
 	l, err := newLayout(synthMetadata(), 11)
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +302,11 @@ func TestWalkSynthetic(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.Builtins = []Range{{Start: 0x400000, End: 0x500000}}
+	return k
+}
+
+func TestWalkSynthetic(t *testing.T) {
+	k := synthKernel(t)
 	sy := buildSynth()
 	// A stack: a TurboFan frame of f, an interpreted caller (f again), an
 	// entry frame.
@@ -357,15 +364,7 @@ func TestWalkSynthetic(t *testing.T) {
 // own function (addr 0) above the caller's frames, at each step of the
 // prologue; once the function is pushed, the frame is an ordinary one.
 func TestWalkPrologue(t *testing.T) {
-	l, err := newLayout(synthMetadata(), 11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := l.kernel(synthMetadata())
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.Builtins = []Range{{Start: 0x400000, End: 0x500000}}
+	k := synthKernel(t)
 	sy := buildSynth()
 	fn := uint64(imgBase + imgSize - 64 + 1)
 	binary.LittleEndian.PutUint64(sy.img[fn-1+24-imgBase:], sy.sfiF)
