@@ -143,26 +143,10 @@ func TestOCIArchive(t *testing.T) {
 		}
 		// --config --raw: the config of the image picked for the
 		// platform, as its bytes, which hash to the config's digest.
-		cfg, err := exec.Command(skopeo, "inspect", "--override-os", "linux", "--override-arch", arch,
-			"--config", "--raw", "oci-archive:"+path+":"+tag).Output()
-		if err != nil {
-			t.Fatalf("skopeo inspect --config --override-arch %s: %v", arch, err)
-		}
-		var insp struct {
-			OS           string `json:"os"`
-			Architecture string `json:"architecture"`
-			Config       struct {
-				Labels map[string]string `json:"Labels"`
-			} `json:"config"`
-		}
-		if err := json.Unmarshal(cfg, &insp); err != nil {
-			t.Fatalf("skopeo inspect --config: %v\n%s", err, cfg)
-		}
-		sum := sha256.Sum256(cfg)
-		if cfgDigest := "sha256:" + hex.EncodeToString(sum[:]); insp.OS != "linux" || insp.Architecture != arch ||
-			cfgDigest != got[i].Config || insp.Config.Labels["org.opencontainers.image.version"] != "1.2.3" {
-			t.Errorf("skopeo picks for %s: %s/%s config %s (version %q), want config %s", arch, insp.OS, insp.Architecture,
-				cfgDigest, insp.Config.Labels["org.opencontainers.image.version"], got[i].Config)
+		c := testutil.SkopeoConfig(t, skopeo, "oci-archive:"+path+":"+tag, arch)
+		if c.OS != "linux" || c.Architecture != arch || c.Digest != got[i].Config || c.Labels["org.opencontainers.image.version"] != "1.2.3" {
+			t.Errorf("skopeo picks for %s: %s/%s config %s (version %q), want config %s", arch, c.OS, c.Architecture,
+				c.Digest, c.Labels["org.opencontainers.image.version"], got[i].Config)
 		}
 	}
 

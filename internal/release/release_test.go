@@ -419,26 +419,10 @@ func TestReleaseDirectory(t *testing.T) {
 	for i, a := range releaseArches {
 		// --config --raw: the config of the image picked for the
 		// platform, as its bytes, which hash to the config's digest.
-		cfg, err := exec.Command(skopeo, "inspect", "--override-os", "linux", "--override-arch", a.arch,
-			"--config", "--raw", src).Output()
-		if err != nil {
-			t.Fatalf("skopeo inspect --config --override-arch %s: %v", a.arch, err)
-		}
-		var insp struct {
-			OS           string `json:"os"`
-			Architecture string `json:"architecture"`
-			Config       struct {
-				Labels map[string]string `json:"Labels"`
-			} `json:"config"`
-		}
-		if err := json.Unmarshal(cfg, &insp); err != nil {
-			t.Fatalf("skopeo inspect --config: %v\n%s", err, cfg)
-		}
-		sum := sha256.Sum256(cfg)
-		if cfgDigest := "sha256:" + hex.EncodeToString(sum[:]); insp.OS != "linux" || insp.Architecture != a.arch ||
-			cfgDigest != imgs[i].Config || insp.Config.Labels["org.opencontainers.image.version"] != version {
-			t.Errorf("skopeo picks for %s: %s/%s config %s (version %q), want config %s", a.arch, insp.OS, insp.Architecture,
-				cfgDigest, insp.Config.Labels["org.opencontainers.image.version"], imgs[i].Config)
+		c := testutil.SkopeoConfig(t, skopeo, src, a.arch)
+		if c.OS != "linux" || c.Architecture != a.arch || c.Digest != imgs[i].Config || c.Labels["org.opencontainers.image.version"] != version {
+			t.Errorf("skopeo picks for %s: %s/%s config %s (version %q), want config %s", a.arch, c.OS, c.Architecture,
+				c.Digest, c.Labels["org.opencontainers.image.version"], imgs[i].Config)
 		}
 	}
 }
