@@ -558,9 +558,11 @@ static __always_inline enum step_result signal_step(struct ustack_state *st,
 // the unwinder.
 #define ARCH_SIGRETURN 0xd4000001d2801168ULL
 
-// at_sigreturn says whether pc, in code without a table, is the start of
-// the signal trampoline. A handler's return address is that start: the
-// kernel sets x30 to it.
+// at_sigreturn says whether pc, in code no row describes (no table, or
+// none or an unknown rule there), is the start of the signal trampoline. A
+// handler's return address is that start: the kernel sets x30 to it (or to
+// the sa_restorer a C library gives, such as musl's __restore_rt, the same
+// two instructions without CFI).
 static __always_inline bool at_sigreturn(__u64 pc)
 {
 	__u64 code = 0;
@@ -595,8 +597,13 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	struct unwind_row *row = &st->last_row;
 	if (mi->table_id != st->last_table || rel < st->last_row.pc || rel >= st->last_next) {
 		row = cached_row(st, mi, lookup);
-		if (!row)
+		if (!row) {
+#if ARCH_HAS_LR
+			if (at_sigreturn(pc))
+				return signal_step(st, s);
+#endif
 			return fp_step(st, s);
+		}
 	}
 
 	__u8 rule = row->rule;
@@ -654,6 +661,11 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		s->flags |= SAMPLE_USER_COMPLETE;
 		return STEP_DONE;
 	default:
+#if ARCH_HAS_LR
+		// A trampoline the file's CFI leaves out (musl's __restore_rt).
+		if (at_sigreturn(pc))
+			return signal_step(st, s);
+#endif
 		s->flags |= SAMPLE_USER_UNKNOWN_RULE;
 		count(COUNTER_UNWIND_UNKNOWN_RULE);
 		return STEP_DONE;
