@@ -89,9 +89,8 @@ type goFunc struct {
 // the return address paired at x29, the caller's SP at x29 + 8 + size.
 // runtime.systemstack moves SP to the system stack and leaves x29 alone
 // (as Go 1.26's runtime does; older releases are not checked).
-// runtime.asmcgocall
-// points x29 at the system stack's frame too (g0.sched.bp): it stays an
-// end (systemStackCalls).
+// runtime.asmcgocall points x29 at the system stack's frame
+// (g0.sched.bp): it stays an end (systemStackCalls).
 var recordSwitches = map[string]bool{
 	"runtime.systemstack": true,
 }

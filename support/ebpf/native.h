@@ -558,8 +558,8 @@ static __always_inline enum step_result signal_step(struct ustack_state *st,
 // the unwinder.
 #define ARCH_SIGRETURN 0xd4000001d2801168ULL
 
-// at_sigreturn says whether pc, in code no row describes (no table, or
-// none or an unknown rule there), is the start of the signal trampoline. A
+// at_sigreturn says whether pc, in code no row describes (anonymous code,
+// or a table's gap or unknown rule), is the start of the signal trampoline. A
 // handler's return address is that start: the kernel sets x30 to it (or to
 // the sa_restorer a C library gives, such as musl's __restore_rt, the same
 // two instructions without CFI).
