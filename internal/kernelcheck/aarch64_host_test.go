@@ -19,13 +19,16 @@ import (
 // armWorkloads are the workloads the arm64 guest profiles (guestWorkloads
 // says what their stacks must be), by name in the initramfs: C without
 // frame pointers, the same with return addresses signed (PAC), C++ that
-// throws, and Go with a frameless leaf. All static: the guest has no
-// libraries.
+// throws, Go with a frameless leaf, and C whose leaf is a signal handler
+// (returning through the vDSO's signal trampoline), and Go whose collector
+// runs on the system stack. All static: the guest has no libraries.
 var armWorkloads = map[string]string{
 	"cchain-nofp": testutil.CChainNoFP,
 	"cpac":        testutil.CPAC,
 	"throw":       testutil.Throw,
 	"goleaf":      testutil.GoLeaf,
+	"signal":      testutil.Signal,
+	"gosys":       testutil.GoSys,
 }
 
 // minLeaf is the least leaf samples a workload must have for its share of
@@ -104,12 +107,21 @@ func TestARM64UnderQEMU(t *testing.T) {
 		for _, b := range s.Broken {
 			t.Logf("  %s: not whole: %s", name, b)
 		}
+		for _, b := range s.Examples {
+			t.Logf("  %s: whole: %s", name, b)
+		}
 		for _, b := range s.Seen {
 			t.Logf("  %s: seen: %s", name, b)
 		}
 		share := float64(s.Whole) / float64(max(s.Leaf, 1))
 		if s.Leaf < minLeaf || share < 0.99 {
 			t.Errorf("%s: %d of %d leaf samples whole (%.2f %%), want at least 99 %% of at least %d", name, s.Whole, s.Leaf, 100*share, minLeaf)
+		}
+		// The handler's samples must be unwound through the signal
+		// frame, not past it by frame pointers, which find the
+		// interrupted code's caller (x30) and skip its leaf.
+		if guestWorkloads[name].interrupted != nil && s.Direct < s.Whole/10 {
+			t.Errorf("%s: %d of %d whole stacks have the interrupted leaf right below the signal frame, want at least a tenth", name, s.Direct, s.Whole)
 		}
 	}
 }

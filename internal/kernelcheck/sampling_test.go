@@ -35,10 +35,69 @@ const (
 
 // guestWorkload is one workload the guest runs and what its stacks must be:
 // chain from the leaf outward, then whatever, then root as the outermost
-// frame.
+// frame. With interrupted, the chain is a signal handler's: the frame
+// below it is the vDSO's signal trampoline, and below that a stack
+// interrupted is the end of (the code the signal interrupted and its
+// callers, or only its callers), then whatever, then root.
 type guestWorkload struct {
-	chain []string
-	root  string
+	chain       []string
+	interrupted []string
+	root        string
+	// through, in place of chain: the samples checked are those with this
+	// frame, which must not be the outermost.
+	through string
+}
+
+// counts says whether st, a sample's stack, is one of w's checked ones:
+// its leaf is w.chain's, or it holds w.through.
+func (w guestWorkload) counts(st []string) bool {
+	if w.through != "" {
+		return slices.Contains(st, w.through)
+	}
+	return len(st) > 0 && st[0] == w.chain[0]
+}
+
+// direct says whether st, a whole stack of a workload with interrupted, has
+// the interrupted code's first function right below the signal frame: only
+// the signal frame's registers find it there (a leaf that keeps its return
+// address in x30, which a frame-pointer walk from the handler skips).
+func (w guestWorkload) direct(st []string) bool {
+	i := len(w.chain) + 1
+	return w.interrupted != nil && len(st) > i && st[i] == w.interrupted[0]
+}
+
+// sigreturnFrames are the names the vDSO's signal trampoline may be given:
+// its symbol, or the mapping's: a handler's return address is looked up a
+// byte before the trampoline, in the nop the kernel puts there, which no
+// symbol of the vDSO covers.
+var sigreturnFrames = []string{"__kernel_rt_sigreturn", "[vdso]"}
+
+// whole says whether st, a stack whose leaf is w.chain[0], is whole: every
+// frame named, what w says from the leaf outward, root the outermost.
+func (w guestWorkload) whole(st []string) bool {
+	if w.through != "" {
+		return len(st) > 1 && st[len(st)-1] == w.root && !slices.Contains(st, "") &&
+			slices.Index(st, w.through) < len(st)-1
+	}
+	if len(st) <= len(w.chain) || !slices.Equal(st[:len(w.chain)], w.chain) ||
+		st[len(st)-1] != w.root || slices.Contains(st, "") {
+		return false
+	}
+	if w.interrupted == nil {
+		return true
+	}
+	rest := st[len(w.chain):]
+	if len(rest) < 2 || !slices.Contains(sigreturnFrames, rest[0]) {
+		return false
+	}
+	rest = rest[1:]
+	for i := range w.interrupted {
+		tail := w.interrupted[i:]
+		if len(rest) > len(tail) && slices.Equal(rest[:len(tail)], tail) {
+			return true
+		}
+	}
+	return false
 }
 
 // guestWorkloads are the workloads the arm64 check packs, by file name.
@@ -47,6 +106,11 @@ var guestWorkloads = map[string]guestWorkload{
 	"cpac":        {chain: []string{"c", "b", "a", "main"}, root: "_start"},
 	"throw":       {chain: []string{"c", "b", "a", "main"}, root: "_start"},
 	"goleaf":      {chain: []string{"main.leaf", "main.beta", "main.alpha", "main.main"}, root: "runtime.goexit"},
+	// A SIGPROF handler that interrupts main -> a -> b (signal.c).
+	"signal": {chain: []string{"handler"}, interrupted: []string{"b", "a", "main"}, root: "_start"},
+	// Go's collector on the system stack: a stack through
+	// runtime.systemstack goes on to the goroutine's bottom.
+	"gosys": {through: "runtime.systemstack", root: "runtime.goexit"},
 }
 
 // samplingResult is what the profiler found of one workload's stacks.
@@ -61,11 +125,16 @@ type samplingResult struct {
 	// Whole: of Leaf, those whose user stack is the chain from the leaf,
 	// every frame named, down to the root as the outermost frame.
 	Whole int `json:"whole"`
+	// Direct: of Whole, for a signal handler's chain, those with the
+	// interrupted code's leaf right below the signal frame.
+	Direct int `json:"direct,omitempty"`
 	// Broken: a few of the Leaf samples that were not whole; Seen: a few
 	// distinct stacks of any of its samples.
 	Broken []string `json:"broken,omitempty"`
-	Seen   []string `json:"seen,omitempty"`
-	Error  string   `json:"error,omitempty"`
+	// Examples: a few distinct whole stacks of Leaf.
+	Examples []string `json:"examples,omitempty"`
+	Seen     []string `json:"seen,omitempty"`
+	Error    string   `json:"error,omitempty"`
 }
 
 // profilerStats is the part of the profiler's Stats the host logs, to tell
@@ -207,11 +276,10 @@ func summarize(got []pprofile.Profiles, pids map[int]string, tables time.Time) m
 				if line := strings.Join(st, " <- "); len(r.Seen) < 8 && !slices.Contains(r.Seen, line) {
 					r.Seen = append(r.Seen, line)
 				}
-				if len(st) == 0 || st[0] != w.chain[0] {
+				if !w.counts(st) {
 					continue
 				}
-				whole := len(st) > len(w.chain) && slices.Equal(st[:len(w.chain)], w.chain) &&
-					st[len(st)-1] == w.root && !slices.Contains(st, "")
+				whole := w.whole(st)
 				if ts.at.Before(tables) {
 					r.Warmup++
 					continue
@@ -219,6 +287,12 @@ func summarize(got []pprofile.Profiles, pids map[int]string, tables time.Time) m
 				r.Leaf++
 				if whole {
 					r.Whole++
+					if w.direct(st) {
+						r.Direct++
+					}
+					if line := strings.Join(st, " <- "); len(r.Examples) < 3 && !slices.Contains(r.Examples, line) {
+						r.Examples = append(r.Examples, line)
+					}
 				} else if len(r.Broken) < 5 {
 					r.Broken = append(r.Broken, strings.Join(st, " <- "))
 				}
@@ -281,7 +355,11 @@ func userStacks(pd pprofile.Profiles, pid int) []timedStack {
 
 // String is a one-line summary for the host's log.
 func (r samplingResult) String() string {
-	return fmt.Sprintf("%d samples; in the leaf: %d before the tables were loaded, %d after, %d of them whole", r.Samples, r.Warmup, r.Leaf, r.Whole)
+	line := fmt.Sprintf("%d samples; in the leaf: %d before the tables were loaded, %d after, %d of them whole", r.Samples, r.Warmup, r.Leaf, r.Whole)
+	if r.Direct > 0 {
+		line += fmt.Sprintf(", %d with the interrupted leaf below the signal frame", r.Direct)
+	}
+	return line
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.

@@ -60,6 +60,9 @@ const (
 	// GoLeaf: Go: main.main -> main.alpha -> main.beta -> main.leaf, where
 	// leaf is frameless: only the pclntab's SP deltas find beta.
 	GoLeaf = "goleaf"
+	// GoSys: Go whose collector runs all the time, much of it on the
+	// system stack through runtime.systemstack (see the source).
+	GoSys = "gosys"
 	// Fixed: C: a fixed amount of CPU work (argv[1] iterations), then exit.
 	Fixed = "fixed"
 	// CChainNoFP: cchain.c at -O2 without frame pointers: only CFI unwinds it.
@@ -118,7 +121,7 @@ func BuildWorkload(tb testing.TB, name string) string {
 		return BuildCXX(tb, name, noFramePointers, filepath.Join(dir, name+".cc"))
 	case DLOpenLib, DLSwapA, DLSwapB:
 		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, strings.TrimSuffix(name, ".so")+".c"))
-	case GoChain, GoLeaf:
+	case GoChain, GoLeaf, GoSys:
 		return BuildGo(tb, name, filepath.Join(dir, name))
 	case GoCgo:
 		return BuildCgo(tb, name, filepath.Join(dir, name), noFramePointers)
@@ -154,7 +157,7 @@ func BuildWorkloadARM64(tb testing.TB, name string) string {
 		return BuildCWith(tb, CrossCC, name, static(noFramePointers), filepath.Join(dir, name+".c"))
 	case Throw:
 		return BuildCWith(tb, CrossCXX, name, static(noFramePointers), filepath.Join(dir, name+".cc"))
-	case GoChain, GoLeaf:
+	case GoChain, GoLeaf, GoSys:
 		return BuildGoFor(tb, name, filepath.Join(dir, name), "arm64")
 	}
 	tb.Fatalf("no arm64 build of workload %q", name)

@@ -276,7 +276,7 @@ func (fd *Finder) goRow(v uint64) Row {
 	if !ok {
 		return Row{}
 	}
-	g, special := classifyGo(fd.gt, fn, fd.haveCode)
+	g, special := classifyGo(fd.gt, fn, fd.haveCode, linkRegister(fd.gt))
 	if special && g.stackEnd {
 		return Row{PC: fn.Entry, CFA: CFAEnd}
 	}
@@ -303,7 +303,9 @@ func (fd *Finder) goRow(v uint64) Row {
 		return r
 	}
 	var rows []Row
-	if err := asmRows(&g, ranges, elfCode(fd.ef), func(r Row) { rows = append(rows, r) }); err != nil {
+	if g.recordSwitch {
+		recordRows(ranges, func(r Row) { rows = append(rows, r) })
+	} else if err := asmRows(&g, ranges, elfCode(fd.ef), func(r Row) { rows = append(rows, r) }); err != nil {
 		return Row{}
 	}
 	r := Row{}

@@ -32,7 +32,8 @@ const maxGoRows = 1 << 22
 // runtime.systemstack) the CFA is RBP+16 after it, so the unwinder crosses
 // between a goroutine's stack and the system stack both ways. Without the
 // code runtime.systemstack and runtime.asmcgocall end the stack
-// (systemStackCalls).
+// (systemStackCalls), except runtime.systemstack on arm64, whose frame
+// record the code need not be read to find (recordSwitches).
 func FromGo(t *pclntab.Table) (*Table, error) {
 	gt, err := fromGo(t, nil, nil)
 	return gt.onHeap(), err
@@ -75,6 +76,42 @@ type goFunc struct {
 	// systemCall: one of systemStackCalls, which ends the stack unless it
 	// has the frame-pointer prologue.
 	systemCall bool
+	// recordSwitch: runtime.systemstack on arm64, whose frame record stays
+	// where x29 points while it runs a function on the system stack
+	// (recordRows).
+	recordSwitch bool
+}
+
+// recordSwitches are the arm64 switches to the system stack that keep x29
+// on their frame record on the goroutine's stack. The Go assembler opens
+// every arm64 frame the same way, whatever the code: "MOVD.W R30,
+// -size(RSP); MOVD R29, -8(RSP); SUB $8, RSP, R29", the caller's x29 and
+// the return address paired at x29, the caller's SP at x29 + 8 + size.
+// runtime.systemstack moves SP to the system stack and leaves x29 alone
+// (as Go 1.26's runtime does; older releases are not checked).
+// runtime.asmcgocall points x29 at the system stack's frame
+// (g0.sched.bp): it stays an end (systemStackCalls).
+var recordSwitches = map[string]bool{
+	"runtime.systemstack": true,
+}
+
+// recordRows appends to add the rows of a recordSwitch function g: the
+// return address in x30 at entry, and from the prologue on its frame
+// located from x29, on whichever stack SP is. In the one instruction of
+// the epilogue between the reload of x29 and the pop of the frame, x29 is
+// already the caller's: a sample there loses its caller's frame.
+func recordRows(ranges []spRange, add func(Row)) {
+	for _, r := range ranges {
+		row := Row{PC: r.start}
+		switch {
+		case r.delta == 0:
+			row.CFA = CFASPLR
+		case r.delta > 0 && r.delta < 1<<15-8:
+			off := r.delta + 8
+			row.CFA, row.CFAOffset, row.FP, row.FPOffset = CFAFPRecord, off, FPOffset, -int16(off)
+		}
+		add(row)
+	}
 }
 
 // spRange is one range of a function's SP-delta table.
@@ -210,6 +247,8 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 		g := &funcs[0]
 		if g.stackEnd {
 			add(Row{PC: held[0].start, CFA: CFAEnd})
+		} else if g.recordSwitch {
+			recordRows(held, add)
 		} else if err := asmRows(g, held, code, add); err != nil {
 			codeErr = fmt.Errorf("go tables: code of %s: %w", t.FuncName(g.Func), err)
 			return false
@@ -298,13 +337,14 @@ func linkRegister(t *pclntab.Table) bool { return t.PCQuantum() != 1 }
 // SP deltas alone do not give: the stack ends, and when code is known the
 // assembly functions.
 func goFuncs(t *pclntab.Table, code codeReader, drop func()) ([]goFunc, error) {
+	lr := linkRegister(t)
 	var out []goFunc
 	n := 0
 	err := t.Funcs(func(f pclntab.Func) bool {
 		if n++; drop != nil && n%dropEvery == 0 {
 			drop() // each function's record is read once: the pages can go
 		}
-		if g, special := classifyGo(t, f, code != nil); special {
+		if g, special := classifyGo(t, f, code != nil, lr); special {
 			out = append(out, g)
 		}
 		return true
@@ -314,8 +354,8 @@ func goFuncs(t *pclntab.Table, code codeReader, drop func()) ([]goFunc, error) {
 
 // classifyGo says whether f is a function whose rows its SP deltas alone do
 // not give (special), and how it is special; haveCode: its code can be
-// read.
-func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode bool) (g goFunc, special bool) {
+// read; lr: the architecture calls through a link register (arm64).
+func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode, lr bool) (g goFunc, special bool) {
 	spWrite := f.Flag&pclntab.FlagSPWrite != 0
 	var name string
 	if spWrite {
@@ -325,6 +365,8 @@ func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode bool) (g goFunc, spec
 	switch {
 	case f.Flag&pclntab.FlagTopFrame != 0 || stackBottoms[name]:
 		g.stackEnd = true
+	case lr && recordSwitches[name]:
+		g.recordSwitch = true
 	case f.Flag&pclntab.FlagAsm != 0 && haveCode:
 	case g.systemCall:
 		g.stackEnd = true // without the code, its prologue is unknown

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,10 @@ var (
 // table FromGo derives against the code, as `go tool objdump` prints it:
 // at every function's entry the return address is in x30 (CFASPLR, or the
 // stack's end), and right after every frame-building prologue the CFA is
-// SP plus the frame size, the return address at SP (CFASPGo).
+// SP plus the frame size, the return address at SP (CFASPGo); in
+// runtime.systemstack, which moves SP to the system stack, the frame is
+// found from x29 instead (CFAFPRecord), there and at its call on the
+// system stack.
 func TestFromGoARM64Prologues(t *testing.T) {
 	bin := testutil.BuildWorkloadARM64(t, testutil.GoLeaf)
 	f := openELF(t, bin)
@@ -50,7 +54,13 @@ func TestFromGoARM64Prologues(t *testing.T) {
 		prev               [2]string // the two instructions before
 		pendingSize        int64     // a prologue ends before the next instruction
 		sawEntry           bool
+		frame              int64 // runtime.systemstack's frame size
+		switchCalls        int
 	)
+	const systemstack = "runtime.systemstack.abi0"
+	isRecord := func(r Row, size int64) bool {
+		return r.CFA == CFAFPRecord && int64(r.CFAOffset) == size+8 && r.FP == FPOffset && int64(r.FPOffset) == -(size+8)
+	}
 	check := func(pc uint64, what string, ok bool, r Row) {
 		if !ok && bad < 10 {
 			t.Errorf("%s at %#x (%s): row %+v", fn, pc, what, r)
@@ -81,11 +91,25 @@ func TestFromGoARM64Prologues(t *testing.T) {
 			entries++
 			check(pc, "entry: return address in x30", found && (r.CFA == CFASPLR && r.CFAOffset == 0 || r.CFA == CFAEnd), r)
 		}
+		if pendingSize > 0 && fn == systemstack {
+			// Its frame is found from x29, whichever stack SP is on.
+			frame = pendingSize
+			check(pc, "after the prologue: cfa x29+"+strconv.FormatInt(pendingSize+8, 10)+", the frame record at x29",
+				found && isRecord(r, pendingSize), r)
+			pendingSize = 0
+		}
 		if pendingSize > 0 {
 			prologues++
 			check(pc, "after the prologue: cfa sp+"+strconv.FormatInt(pendingSize, 10)+", return address at sp",
 				found && (r.CFA == CFASPGo && int64(r.CFAOffset) == pendingSize || r.CFA == CFAEnd), r)
 			pendingSize = 0
+		}
+		// The call of the function systemstack runs on the system stack,
+		// once SP is there: its return address, looked up in the call,
+		// finds the frame record on the goroutine's stack.
+		if fn == systemstack && strings.HasPrefix(insn, "CALL (R") && slices.Contains(prev[:], "MOVD R3, RSP") {
+			switchCalls++
+			check(pc, "the call on the system stack: the frame record at x29", found && isRecord(r, frame), r)
 		}
 		if mm := reStoreLR.FindStringSubmatch(insn); mm != nil {
 			pendingSize, _ = strconv.ParseInt(mm[1], 10, 64)
@@ -97,8 +121,8 @@ func TestFromGoARM64Prologues(t *testing.T) {
 		}
 		prev = [2]string{prev[1], insn}
 	}
-	if entries < 1000 || prologues < 500 {
-		t.Errorf("checked %d entries and %d prologues: the objdump parse found too few", entries, prologues)
+	if entries < 1000 || prologues < 500 || switchCalls != 1 {
+		t.Errorf("checked %d entries, %d prologues and %d calls of runtime.systemstack on the system stack: the objdump parse found too few (want 1 call)", entries, prologues, switchCalls)
 	}
 	t.Logf("%d functions' entries and %d prologues checked, %d disagree; %d rows", entries, prologues, bad, len(tab.Rows))
 }

@@ -521,6 +521,55 @@ static __always_inline void want_snapshot(struct ustack_state *st, struct sample
 	st->snap_lr = st->lr_valid ? st->lr : 0;
 }
 
+// signal_step steps from a signal trampoline's frame, at whose stack pointer
+// the kernel's signal frame lies, to the frame the signal interrupted, with
+// the registers saved there.
+static __always_inline enum step_result signal_step(struct ustack_state *st,
+                                                    struct sample_record *s)
+{
+	__u64 regs[3];
+	void *mc = (void *)(st->sp + SIG_MCONTEXT);
+	if (bpf_probe_read_user(&regs[0], 8, mc + SIG_FP) ||
+	    bpf_probe_read_user(&regs[1], 8, mc + SIG_SP) ||
+	    bpf_probe_read_user(&regs[2], 8, mc + SIG_PC)) {
+		s->flags |= SAMPLE_USER_READ_ERR;
+		count(COUNTER_UNWIND_READ_ERR);
+		return STEP_DONE;
+	}
+#if ARCH_HAS_LR
+	st->lr_valid = !bpf_probe_read_user(&st->lr, 8, mc + SIG_LR);
+#endif
+	st->fp = regs[0];
+	st->sp = regs[1];
+	st->pc = regs[2] | PC_FLAG_NO_ADJUST;
+	st->adjust = 0;
+	st->frames_cfi++;
+	return STEP_CONTINUE;
+}
+
+#if ARCH_HAS_LR
+// ARCH_SIGRETURN is aarch64's signal trampoline, two instructions:
+// "mov x8, #139 (__NR_rt_sigreturn); svc #0", as one little-endian word.
+// The kernel's vDSO has it as __kernel_rt_sigreturn, the return address of
+// every handler glibc installs (it sets no sa_restorer on aarch64), and
+// gives neither it nor anything else of the vDSO unwind information since
+// Linux 5.8 (its CFI is commented out in sigreturn.S; the vDSO is built
+// without .eh_frame): debuggers and libgcc recognise the code, and so does
+// the unwinder.
+#define ARCH_SIGRETURN 0xd4000001d2801168ULL
+
+// at_sigreturn says whether pc, in code no row describes (anonymous code,
+// or a table's gap or unknown rule), is the start of the signal trampoline. A
+// handler's return address is that start: the kernel sets x30 to it (or to
+// the sa_restorer a C library gives, such as musl's __restore_rt, the same
+// two instructions without CFI).
+static __always_inline bool at_sigreturn(__u64 pc)
+{
+	__u64 code = 0;
+	return !bpf_probe_read_user(&code, sizeof(code), (void *)pc) && code == ARCH_SIGRETURN;
+}
+#endif
+
 // step unwinds one frame, in mapping mi (NULL: none known), from (pc, sp,
 // fp) of a frame to its caller's.
 static __always_inline enum step_result step(struct ustack_state *st, struct sample_record *s,
@@ -532,6 +581,12 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		// recognised by its code, the rest is frame pointers.
 		if (st->py_active && py_trampoline_step(st, pc))
 			return STEP_CONTINUE;
+#if ARCH_HAS_LR
+		// The vDSO, anonymous memory to the unwinder, has no table:
+		// its signal trampoline is known by its code.
+		if ((!mi || mi->inode == 0) && at_sigreturn(pc))
+			return signal_step(st, s);
+#endif
 		want_snapshot(st, s, mi, pc);
 		return fp_step(st, s);
 	}
@@ -542,8 +597,13 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	struct unwind_row *row = &st->last_row;
 	if (mi->table_id != st->last_table || rel < st->last_row.pc || rel >= st->last_next) {
 		row = cached_row(st, mi, lookup);
-		if (!row)
+		if (!row) {
+#if ARCH_HAS_LR
+			if (at_sigreturn(pc))
+				return signal_step(st, s);
+#endif
 			return fp_step(st, s);
+		}
 	}
 
 	__u8 rule = row->rule;
@@ -595,30 +655,17 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		ra_at = st->sp;
 		break;
 #endif
-	case CFA_SIGNAL: {
-		__u64 regs[3];
-		void *mc = (void *)(st->sp + SIG_MCONTEXT);
-		if (bpf_probe_read_user(&regs[0], 8, mc + SIG_FP) ||
-		    bpf_probe_read_user(&regs[1], 8, mc + SIG_SP) ||
-		    bpf_probe_read_user(&regs[2], 8, mc + SIG_PC)) {
-			s->flags |= SAMPLE_USER_READ_ERR;
-			count(COUNTER_UNWIND_READ_ERR);
-			return STEP_DONE;
-		}
-#if ARCH_HAS_LR
-		st->lr_valid = !bpf_probe_read_user(&st->lr, 8, mc + SIG_LR);
-#endif
-		st->fp = regs[0];
-		st->sp = regs[1];
-		st->pc = regs[2] | PC_FLAG_NO_ADJUST;
-		st->adjust = 0;
-		st->frames_cfi++;
-		return STEP_CONTINUE;
-	}
+	case CFA_SIGNAL:
+		return signal_step(st, s);
 	case CFA_END:
 		s->flags |= SAMPLE_USER_COMPLETE;
 		return STEP_DONE;
 	default:
+#if ARCH_HAS_LR
+		// A trampoline the file's CFI leaves out (musl's __restore_rt).
+		if (at_sigreturn(pc))
+			return signal_step(st, s);
+#endif
 		s->flags |= SAMPLE_USER_UNKNOWN_RULE;
 		count(COUNTER_UNWIND_UNKNOWN_RULE);
 		return STEP_DONE;

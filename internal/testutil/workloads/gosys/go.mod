@@ -1,0 +1,3 @@
+module gosys
+
+go 1.26
