@@ -1,0 +1,110 @@
+package ruby
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Layout is where one CRuby minor version keeps what the frame walker
+// follows and the namer reads. Offsets are in bytes.
+type Layout struct {
+	Major, Minor int
+
+	VMMainThread int64 // rb_vm_t.ractor.main_thread
+
+	ThreadEC int64 // rb_thread_t.ec
+	ThreadID int64 // rb_thread_t.thread_id: pthread_self(), the thread pointer
+
+	ECVMStack     int64 // rb_execution_context_t.vm_stack
+	ECVMStackSize int64 // .vm_stack_size (in words)
+	ECCFP         int64 // .cfp: the innermost control frame
+	ECThread      int64 // .thread_ptr
+
+	CFPSize int64 // sizeof(rb_control_frame_t): frames are an array, callers above
+	CFPPC   int64 // rb_control_frame_t.pc
+	CFPIseq int64 // .iseq
+	CFPEP   int64 // .ep: ep[0] holds the frame's flags (VM_ENV_DATA_INDEX_FLAGS)
+
+	IseqBody int64 // rb_iseq_t.body
+
+	BodyIseqSize  int64 // rb_iseq_constant_body.iseq_size (uint32, words)
+	BodyEncoded   int64 // .iseq_encoded
+	BodyPath      int64 // .location.pathobj (String or [path, realpath])
+	BodyLabel     int64 // .location.label (String)
+	BodyFirstLine int64 // .location.first_lineno (Fixnum)
+	BodyInsns     int64 // .insns_info.body (iseq_insn_info_entry[])
+	BodyInsnsSize int64 // .insns_info.size (uint32)
+	BodySuccTable int64 // .insns_info.succ_index_table
+
+	InsnInfoSize int64 // sizeof(struct iseq_insn_info_entry); line_no first
+
+	// RString and RArray (RVARGC off): flags word first.
+	StrNoEmbed     uint64 // RSTRING_NOEMBED in flags
+	StrEmbedShift  uint   // RSTRING_EMBED_LEN_SHIFT
+	StrEmbedMask   uint64 // RSTRING_EMBED_LEN_MASK >> shift
+	StrEmbedAry    int64  // as.embed.ary
+	StrHeapLen     int64  // as.heap.len
+	StrHeapPtr     int64  // as.heap.ptr
+	ArrEmbed       uint64 // RARRAY_EMBED_FLAG
+	ArrEmbedAry    int64  // as.ary
+	ArrHeapPtr     int64  // as.heap.ptr
+	ArrEmbedShift  uint   // RARRAY_EMBED_LEN_SHIFT
+	ArrEmbedMask   uint64 // RARRAY_EMBED_LEN_MASK >> shift
+	ArrHeapLen     int64  // as.heap.len
+	ImemoTypeShift uint   // imemo type: (flags >> shift) & 15
+
+	// Untested: written from the version's published sources, never run
+	// against a real Ruby on this project's hosts.
+	Untested bool
+}
+
+// Value tags and frame flags, the same in every 3.x.
+const (
+	tMask      = 0x1f
+	tString    = 0x05
+	tArray     = 0x07
+	tImemo     = 0x1a
+	imemoIseq  = 7
+	frameMagic = 0x7fff0001 // VM_FRAME_MAGIC_MASK
+	magicCFunc = 0x55550001 // VM_FRAME_MAGIC_CFUNC
+	magicIFunc = 0x66660001 // VM_FRAME_MAGIC_IFUNC
+	magicDummy = 0x79990001 // VM_FRAME_MAGIC_DUMMY
+	flagFinish = 0x0020     // VM_FRAME_FLAG_FINISH: the VM loop returns when this frame does
+	flagCFrame = 0x0080     // VM_FRAME_FLAG_CFRAME: a C function's frame, no iseq
+)
+
+// layouts are the versions this package knows, by major*100+minor. 3.1 is
+// read from ruby v3_1_2's vm_core.h, iseq.h and iseq.c (64-bit, RVARGC
+// off, VM_DEBUG_BP_CHECK off) and run by the tests against Debian's
+// ruby3.1.
+var layouts = map[int]Layout{
+	301: {Major: 3, Minor: 1,
+		VMMainThread: 40,
+		ThreadEC:     40, ThreadID: 80,
+		ECVMStack: 0, ECVMStackSize: 8, ECCFP: 16, ECThread: 48,
+		CFPSize: 64, CFPPC: 0, CFPIseq: 16, CFPEP: 32,
+		IseqBody:     16,
+		BodyIseqSize: 4, BodyEncoded: 8, BodyPath: 64, BodyLabel: 80, BodyFirstLine: 88,
+		BodyInsns: 120, BodyInsnsSize: 136, BodySuccTable: 144,
+		InsnInfoSize: 12,
+		StrNoEmbed:   1 << 13, StrEmbedShift: 14, StrEmbedMask: 0x1f, StrEmbedAry: 16, StrHeapLen: 16, StrHeapPtr: 24,
+		ArrEmbed: 1 << 13, ArrEmbedAry: 16, ArrHeapPtr: 32, ArrEmbedShift: 15, ArrEmbedMask: 3, ArrHeapLen: 16,
+		ImemoTypeShift: 12},
+}
+
+// ErrUnknownVersion is matched by the error for a Ruby whose version has
+// no layout: its processes keep native stacks.
+var ErrUnknownVersion = errors.New("unsupported ruby version")
+
+// LayoutFunc returns the layout of Ruby major.minor, or an error matching
+// ErrUnknownVersion.
+type LayoutFunc func(major, minor int) (Layout, error)
+
+// LayoutFor returns the table's layout of Ruby major.minor.
+func LayoutFor(major, minor int) (Layout, error) {
+	l, ok := layouts[major*100+minor]
+	if !ok {
+		return Layout{}, fmt.Errorf("ruby %d.%d: %w", major, minor, ErrUnknownVersion)
+	}
+	return l, nil
+}

@@ -1,0 +1,47 @@
+package ruby
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestNamer names the frames of live stacks as the walker reports them
+// (iseq, pc) and compares with what Stack read.
+func TestNamer(t *testing.T) {
+	cmd := startRuby(t, "block")
+	pid := cmd.Process.Pid
+	in, mem := findInterp(t, pid)
+	n := NewNamer("/proc", 0)
+	defer n.Forget(pid)
+	if err := n.Add(pid, in); err != nil {
+		t.Fatal(err)
+	}
+	var frames []StackFrame
+	deadline := time.Now().Add(10 * time.Second)
+	for len(frames) < 6 && time.Now().Before(deadline) {
+		frames, _ = snapshot(pid, in, mem)
+	}
+	if len(frames) < 6 {
+		t.Fatalf("stack of %d frames: %+v", len(frames), frames)
+	}
+	for i, f := range frames {
+		for range 2 { // read, then cached
+			got, err := n.Name(pid, KindIseq, f.Iseq, f.PC)
+			if err != nil || got.Name != f.Name || got.File != f.File || got.Line != f.Line {
+				t.Fatalf("frame %d: %+v, %v; want %s %s:%d", i, got, err, f.Name, f.File, f.Line)
+			}
+		}
+	}
+	f := frames[len(frames)-1]
+	if _, err := n.Name(pid, KindIseq, f.Iseq, f.PC+1<<20); !errors.Is(err, ErrStale) {
+		t.Errorf("a pc outside the iseq: %v, want ErrStale", err)
+	}
+	if _, err := n.Name(pid+1<<22, KindIseq, f.Iseq, f.PC); err == nil {
+		t.Error("a process not added was named")
+	}
+	s := n.Stats()
+	if s.Named != uint64(2*len(frames)) || s.Stale != 1 || s.Unreadable != 1 || s.Entries == 0 || s.Bytes == 0 {
+		t.Errorf("stats %+v after %d frames named twice", s, len(frames))
+	}
+}
