@@ -135,7 +135,10 @@ func (n *Namer) Name(pid int, kind uint8, iseq, pc uint64) (Frame, error) {
 // holds it, else read.
 func (n *Namer) iseqLocked(p *namerProc, k entryKey) (*Iseq, error) {
 	if s, ok := n.cache.Get(k); ok {
-		if p.r.Same(s, k.addr) {
+		same, readable := p.r.same(s, k.addr)
+		if same || !readable {
+			// Unreadable: the process has exited since the sample; what
+			// was read while it lived names its last samples.
 			return s, nil
 		}
 		n.cache.Remove(k)

@@ -44,4 +44,16 @@ func TestNamer(t *testing.T) {
 	if s.Named != uint64(2*len(frames)) || s.Stale != 1 || s.Unreadable != 1 || s.Entries == 0 || s.Bytes == 0 {
 		t.Errorf("stats %+v after %d frames named twice", s, len(frames))
 	}
+	// Samples resolved after the process exited are named from what was
+	// read while it lived (their lines are not known any more).
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = cmd.Process.Wait()
+	for i, f := range frames {
+		got, err := n.Name(pid, KindIseq, f.Iseq, f.PC)
+		if err != nil || got.Name != f.Name || got.File != f.File {
+			t.Fatalf("frame %d after exit: %+v, %v; want %s %s", i, got, err, f.Name, f.File)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"unicode/utf8"
 )
@@ -127,11 +128,19 @@ func (r *Reader) Iseq(addr uint64) (*Iseq, error) {
 // Same reports whether the iseq at addr still starts with the bytes s was
 // read from.
 func (r *Reader) Same(s *Iseq, addr uint64) bool {
+	same, _ := r.same(s, addr)
+	return same
+}
+
+// same is Same, and whether the process's memory could be read at all:
+// /proc/PID/mem of a process whose memory is gone (it exited) reads
+// nothing (EOF), while an address it no longer maps fails with EIO.
+func (r *Reader) same(s *Iseq, addr uint64) (same, readable bool) {
 	b := make([]byte, len(s.hdr))
-	if r.mem.ReadAt(b, addr) != nil {
-		return false
+	if err := r.mem.ReadAt(b, addr); err != nil {
+		return false, !errors.Is(err, io.EOF)
 	}
-	return string(b) == string(s.hdr)
+	return string(b) == string(s.hdr), true
 }
 
 // String reads the String object at addr, of at most limit bytes.
@@ -169,14 +178,15 @@ func (r *Reader) String(addr uint64, limit int) (string, error) {
 	return cleanString(b), nil
 }
 
-// Path reads an iseq's pathobj: a String, or an Array whose first element
-// is the path as given.
+// Path reads an iseq's pathobj: a String, or an Array [path, realpath]
+// whose realpath (absolute, where Ruby resolved it) is preferred to the
+// path as given (relative to the directory the program started in).
 func (r *Reader) Path(addr uint64) (string, error) {
 	l := r.l
 	if !okPtr(addr) {
 		return "", fmt.Errorf("path at %#x: bad address", addr)
 	}
-	h := make([]byte, max(l.ArrEmbedAry+8, l.ArrHeapPtr+8, l.ArrHeapLen+8))
+	h := make([]byte, max(l.ArrEmbedAry+16, l.ArrHeapPtr+8, l.ArrHeapLen+8))
 	if err := r.mem.ReadAt(h, addr); err != nil {
 		return "", fmt.Errorf("path at %#x: %w", addr, err)
 	}
@@ -188,26 +198,37 @@ func (r *Reader) Path(addr uint64) (string, error) {
 	default:
 		return "", fmt.Errorf("path at %#x: flags %#x", addr, fl)
 	}
-	var first uint64
+	var elems [2]uint64
+	var n uint64
 	if fl&l.ArrEmbed != 0 {
-		if (fl>>l.ArrEmbedShift)&l.ArrEmbedMask == 0 {
-			return "", fmt.Errorf("path at %#x: empty array", addr)
-		}
-		first = binary.LittleEndian.Uint64(h[l.ArrEmbedAry:])
+		n = min((fl>>l.ArrEmbedShift)&l.ArrEmbedMask, 2)
+		elems[0] = binary.LittleEndian.Uint64(h[l.ArrEmbedAry:])
+		elems[1] = binary.LittleEndian.Uint64(h[l.ArrEmbedAry+8:])
 	} else {
-		if binary.LittleEndian.Uint64(h[l.ArrHeapLen:]) == 0 {
-			return "", fmt.Errorf("path at %#x: empty array", addr)
-		}
+		n = min(binary.LittleEndian.Uint64(h[l.ArrHeapLen:]), 2)
 		p := binary.LittleEndian.Uint64(h[l.ArrHeapPtr:])
-		if !okPtr(p) {
-			return "", fmt.Errorf("path at %#x: elements at %#x", addr, p)
-		}
-		var err error
-		if first, err = r.u64(p); err != nil {
-			return "", fmt.Errorf("path at %#x: %w", addr, err)
+		if n > 0 {
+			if !okPtr(p) {
+				return "", fmt.Errorf("path at %#x: elements at %#x", addr, p)
+			}
+			b := make([]byte, 8*n)
+			if err := r.mem.ReadAt(b, p); err != nil {
+				return "", fmt.Errorf("path at %#x: %w", addr, err)
+			}
+			for i := range n {
+				elems[i] = binary.LittleEndian.Uint64(b[8*i:])
+			}
 		}
 	}
-	return r.String(first, maxPathBytes)
+	if n == 0 {
+		return "", fmt.Errorf("path at %#x: empty array", addr)
+	}
+	if n == 2 && okPtr(elems[1]) {
+		if abs, err := r.String(elems[1], maxPathBytes); err == nil {
+			return abs, nil
+		}
+	}
+	return r.String(elems[0], maxPathBytes)
 }
 
 // cleanString makes a name from untrusted bytes: valid UTF-8 without NULs.
