@@ -1,0 +1,277 @@
+//go:build linux
+
+package profiler
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/sonde-dev/sonde/internal/ruby"
+	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// rubyBin is Debian's Ruby 3.1; the tests skip without it, or fail under
+// CI=true.
+func rubyBin(t *testing.T) string {
+	t.Helper()
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the ruby walker runs on x86-64")
+	}
+	const bin = "/usr/bin/ruby3.1"
+	if _, err := os.Stat(bin); err != nil {
+		if testutil.InCI() {
+			t.Fatalf("%s is missing (CI=true: apt-get install ruby): %v", bin, err)
+		}
+		t.Skipf("%s is missing: %v", bin, err)
+	}
+	return bin
+}
+
+const burnRB = "../internal/ruby/testdata/burn.rb"
+
+// startBurnRuby runs internal/ruby's burn.rb in mode and waits for its
+// "ready" line.
+func startBurnRuby(t *testing.T, mode string) int {
+	t.Helper()
+	cmd := exec.Command(rubyBin(t), burnRB, mode)
+	cmd.Stderr = os.Stderr
+	testutil.StartReady(t, cmd, 30*time.Second)
+	return cmd.Process.Pid
+}
+
+// rbFrame is a frame of a sample as the profile has it.
+type rbFrame struct {
+	typ, name, file string
+	line            int64
+}
+
+// rubyStacks returns the stacks (leaf first) of pid's samples in pd, each
+// repeated by its sample count, with each frame's first line.
+func rubyStacks(pd pprofile.Profiles, pid int) [][]rbFrame {
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	var out [][]rbFrame
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					var st []rbFrame
+					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+						loc := dict.LocationTable().At(int(li))
+						var f rbFrame
+						for _, ai := range loc.AttributeIndices().All() {
+							kv := dict.AttributeTable().At(int(ai))
+							if strs.At(int(kv.KeyStrindex())) == "profile.frame.type" {
+								f.typ = kv.Value().Str()
+							}
+						}
+						if loc.Lines().Len() > 0 {
+							ln := loc.Lines().At(0)
+							fn := dict.FunctionTable().At(int(ln.FunctionIndex()))
+							f.name, f.file, f.line = strs.At(int(fn.NameStrindex())), strs.At(int(fn.FilenameStrindex())), ln.Line()
+						}
+						st = append(st, f)
+					}
+					for range s.TimestampsUnixNano().Len() {
+						out = append(out, st)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// rubyLine returns the 1-based line of burn.rb holding text.
+func rubyLine(t *testing.T, text string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(burnRB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			return int64(i + 1)
+		}
+	}
+	t.Fatalf("%s: no line holds %q", burnRB, text)
+	return 0
+}
+
+// rubyChain is a mode of burn.rb and the Ruby frames above its leaf,
+// innermost first: name and the text on its line.
+type rubyChain struct {
+	mode  string
+	chain [][2]string
+}
+
+func rubyChains() []rubyChain {
+	top := [][2]string{
+		{"alpha", "beta(mode) + 1 # alpha's call"},
+		{"block in main", "alpha(mode) # main's call"},
+		{"main", "loop do"},
+	}
+	script := [2]string{"<main>", "main(mode) # the script's call"}
+	cat := func(a ...[][2]string) [][2]string {
+		var out [][2]string
+		for _, x := range a {
+			out = append(out, x...)
+		}
+		return out
+	}
+	return []rubyChain{
+		{"ruby", cat([][2]string{{"beta", "gamma_burn(200_000) # beta's call"}}, top, [][2]string{script})},
+		{"block", cat([][2]string{
+			{"block in beta", "with_block { gamma_burn(200_000) } # beta's block"},
+			{"with_block", "yield + 1"},
+			{"beta", "with_block { gamma_burn(200_000) } # beta's block"}}, top, [][2]string{script})},
+		{"thread", cat([][2]string{{"beta", "gamma_burn(200_000) # beta's call"}}, top,
+			[][2]string{{"block in <main>", "Thread.new { main(mode) }.join # the thread's start"}})},
+	}
+}
+
+// rubyWhole says what a stack of burn.rb whose leaf is gamma_burn lacks of
+// the whole chain c (each Ruby frame in order with its file and line, any
+// native frames between runs, and native frames below the last), or "".
+func rubyWhole(t *testing.T, st []rbFrame, c rubyChain, file string, lo, hi int64) string {
+	f := st[0]
+	if f.file != file || f.line < lo || f.line > hi {
+		return fmt.Sprintf("leaf at %s:%d, want %s:%d..%d", f.file, f.line, file, lo, hi)
+	}
+	i := 1
+	for _, w := range c.chain {
+		for i < len(st) && st[i].typ == "native" {
+			i++
+		}
+		if i == len(st) {
+			return fmt.Sprintf("no %s", w[0])
+		}
+		g := st[i]
+		if want := rubyLine(t, w[1]); g.typ != "ruby" || g.name != w[0] || g.file != file || g.line != want {
+			return fmt.Sprintf("frame %d: %s %s at %s:%d, want ruby %s at %s:%d", i, g.typ, g.name, g.file, g.line, w[0], file, want)
+		}
+		i++
+	}
+	if i == len(st) || st[i].typ != "native" {
+		return "no native frames below the Ruby ones"
+	}
+	for _, g := range st[i:] {
+		if g.typ == "ruby" {
+			return "a ruby frame below the chain"
+		}
+	}
+	return ""
+}
+
+// TestRubyFrames runs burn.rb (main -> alpha -> beta -> gamma_burn) in its
+// three modes (the chain on the main thread, the leaf in a block, the chain
+// on a second thread), started after the profiler. From the first sample
+// in gamma_burn on, at least 99 % of those samples carry the whole chain
+// with names, files and lines, and native frames below; the walker's and
+// the namer's counters say so too.
+func TestRubyFrames(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	rubyBin(t)
+	file, err := filepath.Abs(burnRB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := rubyLine(t, "while i < n"), rubyLine(t, "i += 1")
+	p, s := startProfiler(t, 99)
+	cases := rubyChains()
+	pids := make([]int, len(cases))
+	for i, c := range cases {
+		pids[i] = startBurnRuby(t, c.mode)
+	}
+	const want = 200
+	leaf := make([]int, len(cases))
+	whole := make([]int, len(cases))
+	bad := make([][]string, len(cases))
+	count := func() {
+		all := s.all()
+		for i, c := range cases {
+			leaf[i], whole[i], bad[i] = 0, 0, nil
+			for _, pd := range all {
+				for _, st := range rubyStacks(pd, pids[i]) {
+					if len(st) == 0 || st[0].typ != "ruby" || st[0].name != "gamma_burn" {
+						continue
+					}
+					leaf[i]++
+					if why := rubyWhole(t, st, c, file, lo, hi); why == "" {
+						whole[i]++
+					} else if len(bad[i]) < 5 {
+						bad[i] = append(bad[i], fmt.Sprintf("%s: %v", why, st))
+					}
+				}
+			}
+		}
+	}
+	enough := func() bool {
+		for _, n := range leaf {
+			if n < want {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for count(); !enough() && time.Now().Before(deadline); count() {
+		s.waitFor(len(s.all())+1, 5*time.Second)
+	}
+	st := p.Stats()
+	t.Logf("ruby %+v; kernel ruby samples %d frames %d read errors %d bad frames %d",
+		st.Ruby, st.Kernel.RubySamples, st.Kernel.RubyFrames, st.Kernel.RubyReadErrs, st.Kernel.RubyBadFrames)
+	for i, c := range cases {
+		t.Logf("%s: %d of %d gamma_burn samples whole", c.mode, whole[i], leaf[i])
+		for _, b := range bad[i] {
+			t.Logf("%s: not whole: %s", c.mode, b)
+		}
+		if leaf[i] < want {
+			t.Errorf("%s: %d samples in gamma_burn, want %d", c.mode, leaf[i], want)
+		}
+		if whole[i]*100 < leaf[i]*99 {
+			t.Errorf("%s: %d of %d gamma_burn samples whole, want 99 %%", c.mode, whole[i], leaf[i])
+		}
+	}
+	if st.Ruby.Processes < uint64(len(cases)) || st.Ruby.Named == 0 || st.Kernel.RubySamples == 0 || st.Kernel.RubyFrames < st.Ruby.Named {
+		t.Errorf("counters: ruby %+v, kernel samples %d frames %d", st.Ruby, st.Kernel.RubySamples, st.Kernel.RubyFrames)
+	}
+}
+
+// TestKernelRubyBounds refuses a layout whose fields are outside what the
+// walker reads of a control frame.
+func TestKernelRubyBounds(t *testing.T) {
+	good, err := ruby.LayoutFor(3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ruby.Interp{Version: "3.1.0", Layout: good, TLSOffset: 8, Core: ruby.Range{Start: 0x1000, End: 0x9000}}
+	if _, err := kernelRuby(&in); err != nil {
+		t.Fatalf("3.1: %v", err)
+	}
+	for name, mutate := range map[string]func(*ruby.Interp){
+		"ep past the frame block": func(in *ruby.Interp) { in.Layout.CFPEP = int64(tracer.RubyCFPRead) },
+		"pc not 8-aligned":        func(in *ruby.Interp) { in.Layout.CFPPC = 4 },
+		"negative cfp offset":     func(in *ruby.Interp) { in.Layout.ECCFP = -8 },
+		"no tls offset":           func(in *ruby.Interp) { in.TLSOffset = 0 },
+		"empty vm loop":           func(in *ruby.Interp) { in.Core.End = in.Core.Start },
+	} {
+		c := in
+		mutate(&c)
+		if _, err := kernelRuby(&c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
