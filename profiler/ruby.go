@@ -213,6 +213,8 @@ func kernelRuby(in *ruby.Interp) (tracer.RubyProc, error) {
 		CfpPc:         uint16(l.CFPPC),
 		CfpIseq:       uint16(l.CFPIseq),
 		CfpEp:         uint16(l.CFPEP),
+		IseqBody:      uint16(l.IseqBody),
+		BodyEncoded:   uint16(l.BodyEncoded),
 	}
 	// The walker reads tracer.RubyCFPRead bytes of a control frame: its
 	// fields must be in them, 8-aligned; the context's words 8-aligned.
@@ -224,6 +226,7 @@ func kernelRuby(in *ruby.Interp) (tracer.RubyProc, error) {
 		{"cfp pc", l.CFPPC, int64(tracer.RubyCFPRead)}, {"cfp iseq", l.CFPIseq, int64(tracer.RubyCFPRead)},
 		{"cfp ep", l.CFPEP, int64(tracer.RubyCFPRead)},
 		{"ec vm stack", l.ECVMStack, 1024}, {"ec vm stack size", l.ECVMStackSize, 1024}, {"ec cfp", l.ECCFP, 1024},
+		{"iseq body", l.IseqBody, 1024}, {"body iseq_encoded", l.BodyEncoded, 1024},
 	} {
 		if c.off < 0 || c.off%8 != 0 || c.off+8 > c.block {
 			return p, fmt.Errorf("ruby %s: %s at %d outside the walker's %d bytes", in.Version, c.what, c.off, c.block)

@@ -119,9 +119,9 @@ type rubyChain struct {
 
 func rubyChains() []rubyChain {
 	top := [][2]string{
-		{"alpha", "beta(mode) + 1 # alpha's call"},
+		{"Object#alpha", "beta(mode) + 1 # alpha's call"},
 		{"block in main", "alpha(mode) # main's call"},
-		{"main", "loop do"},
+		{"Object#main", "loop do"},
 	}
 	script := [2]string{"<main>", "main(mode) # the script's call"}
 	cat := func(a ...[][2]string) [][2]string {
@@ -132,12 +132,16 @@ func rubyChains() []rubyChain {
 		return out
 	}
 	return []rubyChain{
-		{"ruby", cat([][2]string{{"beta", "gamma_burn(200_000) # beta's call"}}, top, [][2]string{script})},
+		{"ruby", cat([][2]string{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top, [][2]string{script})},
 		{"block", cat([][2]string{
 			{"block in beta", "with_block { gamma_burn(200_000) } # beta's block"},
-			{"with_block", "yield + 1"},
-			{"beta", "with_block { gamma_burn(200_000) } # beta's block"}}, top, [][2]string{script})},
-		{"thread", cat([][2]string{{"beta", "gamma_burn(200_000) # beta's call"}}, top,
+			{"Object#with_block", "yield + 1"},
+			{"Object#beta", "with_block { gamma_burn(200_000) } # beta's block"}}, top, [][2]string{script})},
+		{"class", cat([][2]string{
+			{"Burner#run", "gamma_burn(n) # Burner#run's call"},
+			{"Burner.start", "new.run(n) # Burner.start's call"},
+			{"Object#beta", "Burner.start(200_000) # beta's class call"}}, top, [][2]string{script})},
+		{"thread", cat([][2]string{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top,
 			[][2]string{{"block in <main>", "Thread.new { main(mode) }.join # the thread's start"}})},
 	}
 }
@@ -176,11 +180,13 @@ func rubyWhole(t *testing.T, st []rbFrame, c rubyChain, file string, lo, hi int6
 }
 
 // TestRubyFrames runs burn.rb (main -> alpha -> beta -> gamma_burn) in its
-// three modes (the chain on the main thread, the leaf in a block, the chain
-// on a second thread), started after the profiler. From the first sample
-// in gamma_burn on, at least 99 % of those samples carry the whole chain
-// with names, files and lines, and native frames below; the walker's and
-// the namer's counters say so too.
+// four modes (the chain on the main thread, the leaf in a block, through a
+// class's singleton and instance methods, the chain on a second thread),
+// started after the profiler. From the first sample in gamma_burn on, at
+// least 99 % of those samples carry the whole chain with names, files and
+// lines, and native frames below; the walker's and the namer's counters say
+// so too. (Stacks sampled before libruby's unwind table is in the kernel
+// have no Ruby frames at all: see the kernel's RubyNoTable.)
 func TestRubyFrames(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	rubyBin(t)
@@ -199,20 +205,22 @@ func TestRubyFrames(t *testing.T) {
 	leaf := make([]int, len(cases))
 	whole := make([]int, len(cases))
 	bad := make([][]string, len(cases))
+	example := make([]string, len(cases))
 	count := func() {
 		all := s.all()
 		for i, c := range cases {
 			leaf[i], whole[i], bad[i] = 0, 0, nil
-			for _, pd := range all {
+			for k, pd := range all {
 				for _, st := range rubyStacks(pd, pids[i]) {
-					if len(st) == 0 || st[0].typ != "ruby" || st[0].name != "gamma_burn" {
+					if len(st) == 0 || st[0].typ != "ruby" || st[0].name != "Object#gamma_burn" {
 						continue
 					}
 					leaf[i]++
 					if why := rubyWhole(t, st, c, file, lo, hi); why == "" {
 						whole[i]++
+						example[i] = fmt.Sprint(st)
 					} else if len(bad[i]) < 5 {
-						bad[i] = append(bad[i], fmt.Sprintf("%s: %v", why, st))
+						bad[i] = append(bad[i], fmt.Sprintf("interval %d of %d: %s: %v", k, len(all), why, st))
 					}
 				}
 			}
@@ -226,15 +234,15 @@ func TestRubyFrames(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for count(); !enough() && time.Now().Before(deadline); count() {
 		s.waitFor(len(s.all())+1, 5*time.Second)
 	}
 	st := p.Stats()
-	t.Logf("ruby %+v; kernel ruby samples %d frames %d read errors %d bad frames %d",
-		st.Ruby, st.Kernel.RubySamples, st.Kernel.RubyFrames, st.Kernel.RubyReadErrs, st.Kernel.RubyBadFrames)
+	t.Logf("ruby %+v; kernel ruby samples %d frames %d read errors %d bad frames %d left native (no table yet) %d",
+		st.Ruby, st.Kernel.RubySamples, st.Kernel.RubyFrames, st.Kernel.RubyReadErrs, st.Kernel.RubyBadFrames, st.Kernel.RubyNoTable)
 	for i, c := range cases {
-		t.Logf("%s: %d of %d gamma_burn samples whole", c.mode, whole[i], leaf[i])
+		t.Logf("%s: %d of %d gamma_burn samples whole, one: %s", c.mode, whole[i], leaf[i], example[i])
 		for _, b := range bad[i] {
 			t.Logf("%s: not whole: %s", c.mode, b)
 		}

@@ -81,7 +81,8 @@ const (
 	SondeCounterCOUNTER_RUBY_FRAMES          SondeCounter = 46
 	SondeCounterCOUNTER_RUBY_READ_ERR        SondeCounter = 47
 	SondeCounterCOUNTER_RUBY_BAD_FRAME       SondeCounter = 48
-	SondeCounterCOUNTER_MAX                  SondeCounter = 49
+	SondeCounterCOUNTER_RUBY_NO_TABLE        SondeCounter = 49
+	SondeCounterCOUNTER_MAX                  SondeCounter = 50
 )
 
 type SondeFileKey struct {
@@ -326,7 +327,9 @@ type SondeRubyProc struct {
 	CfpPc         uint16
 	CfpIseq       uint16
 	CfpEp         uint16
-	Pad           uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	Pad           [3]uint16
 }
 
 type SondeRuntimeId uint32
@@ -477,7 +480,7 @@ type SondeUstackState struct {
 	RbActive   uint32
 	RbWalking  uint32
 	RbRun      uint32
-	RbPad      uint32
+	RbAny      uint32
 	Rb         SondeRubyProc
 	RbCfpSlots [8]uint64
 	JvmBlobs   [128]struct {

@@ -151,7 +151,9 @@ type testrunRubyProc struct {
 	CfpPc         uint16
 	CfpIseq       uint16
 	CfpEp         uint16
-	Pad           uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	Pad           [3]uint16
 }
 
 type testrunSampleRecord struct {
@@ -319,7 +321,7 @@ type testrunUstackState struct {
 	RbActive   uint32
 	RbWalking  uint32
 	RbRun      uint32
-	RbPad      uint32
+	RbAny      uint32
 	Rb         testrunRubyProc
 	RbCfpSlots [8]uint64
 	JvmBlobs   [128]struct {

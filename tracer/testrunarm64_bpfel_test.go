@@ -151,7 +151,9 @@ type testrunArm64RubyProc struct {
 	CfpPc         uint16
 	CfpIseq       uint16
 	CfpEp         uint16
-	Pad           uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	Pad           [3]uint16
 }
 
 type testrunArm64SampleRecord struct {
@@ -319,7 +321,7 @@ type testrunArm64UstackState struct {
 	RbActive   uint32
 	RbWalking  uint32
 	RbRun      uint32
-	RbPad      uint32
+	RbAny      uint32
 	Rb         testrunArm64RubyProc
 	RbCfpSlots [8]uint64
 	JvmBlobs   [128]struct {

@@ -44,6 +44,9 @@ type Interp struct {
 	// Ruby frames from the current one up to the first with
 	// VM_FRAME_FLAG_FINISH. Exec is rb_vm_exec, which calls it.
 	Core, Exec Range
+	// Classes are the IDs classes keep their names under; zero where they
+	// were not found (methods are then named without their class).
+	Classes ClassIDs
 }
 
 // ErrNotRuby is matched when a process maps no Ruby VM.
@@ -92,6 +95,7 @@ type binInfo struct {
 	major, minor int
 	vmPtr, ec    elf.Symbol
 	exec         elf.Symbol
+	object       elf.Symbol // rb_cObject, 0: none
 	tlsAlign     uint64
 	core         [2]uint64 // vm_exec_core's file addresses
 }
@@ -147,12 +151,13 @@ func readBin(path string) (*binInfo, error) {
 }
 
 func readELF(f *elf.File) (*binInfo, error) {
-	syms := elfx.FindSymbols(f, "ruby_current_vm_ptr", "ruby_current_ec", "rb_vm_exec", "ruby_version")
+	syms := elfx.FindSymbols(f, "ruby_current_vm_ptr", "ruby_current_ec", "rb_vm_exec", "ruby_version", "rb_cObject")
 	bi := &binInfo{}
 	var ok [4]bool
 	bi.vmPtr, ok[0] = syms["ruby_current_vm_ptr"]
 	bi.ec, ok[1] = syms["ruby_current_ec"]
 	bi.exec, ok[2] = syms["rb_vm_exec"]
+	bi.object = syms["rb_cObject"]
 	ver, hasVer := syms["ruby_version"]
 	ok[3] = hasVer
 	if !ok[0] || !ok[2] || !ok[3] {
@@ -337,6 +342,13 @@ func findIn(p *process.Process, m process.Mapping, mem Memory, layouts LayoutFun
 		Exec:  Range{base + bi.exec.Value, base + bi.exec.Value + bi.exec.Size}}
 	if in.TLSOffset, err = tlsOffset(mem, l, in.VMPtr, bi.ec.Value, bi.tlsAlign); err != nil {
 		return nil, fmt.Errorf("ruby %s: %w", bi.version, err)
+	}
+	if bi.object.Value != 0 {
+		r := NewReader(mem, l)
+		if obj, err := r.ptr(base + bi.object.Value); err == nil && obj != 0 {
+			// Not found: methods are named without their class.
+			in.Classes, _ = r.FindClassIDs(obj)
+		}
 	}
 	return in, nil
 }

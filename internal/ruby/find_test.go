@@ -101,18 +101,22 @@ type chainCase struct {
 
 func chainCases() []chainCase {
 	top := []chainFrame{
-		{"alpha", "beta(mode) + 1 # alpha's call"},
+		{"Object#alpha", "beta(mode) + 1 # alpha's call"},
 		{"block in main", "alpha(mode) # main's call"},
-		{"main", "loop do"},
+		{"Object#main", "loop do"},
 	}
 	script := chainFrame{"<main>", "main(mode) # the script's call"}
 	return []chainCase{
-		{mode: "ruby", chain: append(append([]chainFrame{{"beta", "gamma_burn(200_000) # beta's call"}}, top...), script)},
+		{mode: "ruby", chain: append(append([]chainFrame{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top...), script)},
 		{mode: "block", chain: append(append([]chainFrame{
 			{"block in beta", "with_block { gamma_burn(200_000) } # beta's block"},
-			{"with_block", "yield + 1"},
-			{"beta", "with_block { gamma_burn(200_000) } # beta's block"}}, top...), script)},
-		{mode: "thread", chain: append(append([]chainFrame{{"beta", "gamma_burn(200_000) # beta's call"}}, top...),
+			{"Object#with_block", "yield + 1"},
+			{"Object#beta", "with_block { gamma_burn(200_000) } # beta's block"}}, top...), script)},
+		{mode: "class", chain: append(append([]chainFrame{
+			{"Burner#run", "gamma_burn(n) # Burner#run's call"},
+			{"Burner.start", "new.run(n) # Burner.start's call"},
+			{"Object#beta", "Burner.start(200_000) # beta's class call"}}, top...), script)},
+		{mode: "thread", chain: append(append([]chainFrame{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top...),
 			chainFrame{"block in <main>", "Thread.new { main(mode) }.join # the thread's start"})},
 	}
 }
@@ -120,7 +124,7 @@ func chainCases() []chainCase {
 // checkChain says what is wrong with frames as a sample of burn.rb's leaf
 // in case c, or "" if nothing; src is burn.rb's path.
 func checkChain(t *testing.T, src string, c chainCase, frames []StackFrame) string {
-	if len(frames) == 0 || frames[0].Name != "gamma_burn" {
+	if len(frames) == 0 || frames[0].Name != "Object#gamma_burn" {
 		return "not in the leaf"
 	}
 	lo, hi := lineOfText(t, src, "while i < n"), lineOfText(t, src, "i += 1")

@@ -171,3 +171,38 @@ func FuzzEhFrameHdr(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOwner names a method entry's owner, and looks for the class name
+// IDs, out of an arbitrary memory image.
+func FuzzOwner(f *testing.F) {
+	f.Add(make([]byte, 1024), uint16(0), uint16(0xf01), uint16(0xc11))
+	f.Fuzz(func(t *testing.T, img []byte, at, cp, att uint16) {
+		mem := sliceMem{base: imgBase, b: img}
+		for _, l := range layouts {
+			r := NewReader(mem, l)
+			addr := imgBase + uint64(at&^7)
+			if o, err := r.Owner(addr, ClassIDs{ClassPath: uint64(cp), Attached: uint64(att)}); err == nil {
+				if len(o.Prefix) > maxNameBytes+1 || len(o.Prefix) < 2 {
+					t.Fatalf("prefix %q", o.Prefix)
+				}
+				r.sameOwner(o, addr)
+			}
+			_, _ = r.FindClassIDs(addr)
+		}
+	})
+}
+
+func TestWord(t *testing.T) {
+	for _, tc := range []struct{ pos, me, wantPos, wantME uint64 }{
+		{0, 0, 0, 0},
+		{17, 0x7fe5ca2ebf78, 17, 0x7fe5ca2ebf78},
+		{PosUnknown + 5, 0x7ffffffffff8, PosUnknown, 0x7ffffffffff8},
+		{3, 0x1001, 3, 0},  // unaligned: no method entry
+		{3, 1 << 47, 3, 0}, // outside the user half
+	} {
+		pos, me := SplitWord(Word(tc.pos, tc.me))
+		if pos != tc.wantPos || me != tc.wantME {
+			t.Errorf("Word(%d, %#x): %d, %#x; want %d, %#x", tc.pos, tc.me, pos, me, tc.wantPos, tc.wantME)
+		}
+	}
+}

@@ -53,6 +53,16 @@ type Layout struct {
 	ArrHeapLen     int64  // as.heap.len
 	ImemoTypeShift uint   // imemo type: (flags >> shift) & 15
 
+	MEOwner     int64 // rb_method_entry_t.owner: the class or module that defines the method
+	BasicKlass  int64 // RBasic.klass: a class's metaclass
+	ClassExt    int64 // RClass.ptr (rb_classext_t *)
+	ExtIVTbl    int64 // rb_classext_t.iv_tbl (st_table *): __classpath__, __attached__
+	StNum       int64 // st_table.num_entries
+	StStart     int64 // .entries_start
+	StBound     int64 // .entries_bound
+	StEntries   int64 // .entries (st_table_entry[]: hash, key, record)
+	StEntrySize int64
+
 	// Untested: written from the version's published sources, never run
 	// against a real Ruby on this project's hosts.
 	Untested bool
@@ -60,18 +70,46 @@ type Layout struct {
 
 // Value tags and frame flags, the same in every 3.x.
 const (
-	tMask      = 0x1f
-	tString    = 0x05
-	tArray     = 0x07
-	tImemo     = 0x1a
-	imemoIseq  = 7
-	frameMagic = 0x7fff0001 // VM_FRAME_MAGIC_MASK
-	magicCFunc = 0x55550001 // VM_FRAME_MAGIC_CFUNC
-	magicIFunc = 0x66660001 // VM_FRAME_MAGIC_IFUNC
-	magicDummy = 0x79990001 // VM_FRAME_MAGIC_DUMMY
-	flagFinish = 0x0020     // VM_FRAME_FLAG_FINISH: the VM loop returns when this frame does
-	flagCFrame = 0x0080     // VM_FRAME_FLAG_CFRAME: a C function's frame, no iseq
+	tMask       = 0x1f
+	tString     = 0x05
+	tArray      = 0x07
+	tImemo      = 0x1a
+	imemoIseq   = 7
+	frameMagic  = 0x7fff0001 // VM_FRAME_MAGIC_MASK
+	magicCFunc  = 0x55550001 // VM_FRAME_MAGIC_CFUNC
+	magicIFunc  = 0x66660001 // VM_FRAME_MAGIC_IFUNC
+	magicDummy  = 0x79990001 // VM_FRAME_MAGIC_DUMMY
+	flagFinish  = 0x0020     // VM_FRAME_FLAG_FINISH: the VM loop returns when this frame does
+	flagCFrame  = 0x0080     // VM_FRAME_FLAG_CFRAME: a C function's frame, no iseq
+	magicMethod = 0x11110001 // VM_FRAME_MAGIC_METHOD: ep[-2] is its method entry
+	imemoMent   = 6          // imemo_ment: a method entry
+	tClass      = 0x02
+	tModule     = 0x03
+	flSingleton = 1 << 12 // FL_SINGLETON: a metaclass or singleton class
 )
+
+// A frame's word as the walker reports it: the instruction's position in
+// its iseq (posBits, all ones: unknown) above its method entry's address
+// divided by 8 (0: none, a block's or top-level frame).
+const (
+	posBits    = 20
+	meBits     = 44
+	PosUnknown = 1<<posBits - 1
+)
+
+// Word packs a frame's position and method entry as the walker does.
+func Word(pos, me uint64) uint64 {
+	if pos > PosUnknown {
+		pos = PosUnknown
+	}
+	if me&7 != 0 || me >= 1<<47 {
+		me = 0
+	}
+	return pos<<meBits | me>>3
+}
+
+// SplitWord is Word's inverse.
+func SplitWord(w uint64) (pos, me uint64) { return w >> meBits, (w & (1<<meBits - 1)) << 3 }
 
 // layouts are the versions this package knows, by major*100+minor. 3.1 is
 // read from ruby v3_1_2's vm_core.h, iseq.h and iseq.c (64-bit, RVARGC
@@ -89,7 +127,9 @@ var layouts = map[int]Layout{
 		InsnInfoSize: 12,
 		StrNoEmbed:   1 << 13, StrEmbedShift: 14, StrEmbedMask: 0x1f, StrEmbedAry: 16, StrHeapLen: 16, StrHeapPtr: 24,
 		ArrEmbed: 1 << 13, ArrEmbedAry: 16, ArrHeapPtr: 32, ArrEmbedShift: 15, ArrEmbedMask: 3, ArrHeapLen: 16,
-		ImemoTypeShift: 12},
+		ImemoTypeShift: 12,
+		MEOwner:        32, BasicKlass: 8, ClassExt: 24, ExtIVTbl: 8,
+		StNum: 16, StStart: 32, StBound: 40, StEntries: 48, StEntrySize: 24},
 }
 
 // ErrUnknownVersion is matched by the error for a Ruby whose version has

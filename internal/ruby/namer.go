@@ -9,7 +9,8 @@ import (
 	"github.com/sonde-dev/sonde/internal/python"
 )
 
-// DefaultCacheBytes bounds a Namer's iseqs unless told otherwise.
+// DefaultCacheBytes bounds a Namer's iseqs and class names (a quarter)
+// unless told otherwise.
 const DefaultCacheBytes = 4 << 20
 
 // ErrStale is matched by the error for a frame whose iseq was freed or
@@ -23,6 +24,7 @@ type NamerStats struct {
 	Stale      uint64 // frames whose iseq changed since the sample
 	Unreadable uint64 // frames whose iseq could not be read or made no sense
 	NoLine     uint64 // frames named without a line
+	NoClass    uint64 // method frames named without their class (anonymous, or unreadable)
 	Evictions  uint64 // iseqs dropped from the cache to stay within its bound
 	Bytes      int64  // bytes the cache holds now
 	Entries    int    // iseqs it holds now
@@ -48,6 +50,7 @@ type Namer struct {
 	procfs string
 	procs  map[int]*namerProc
 	cache  *lru.Cache[entryKey, *Iseq]
+	owners *lru.Cache[entryKey, *Owner] // method entries' class names
 	stats  NamerStats
 }
 
@@ -68,7 +71,8 @@ func NewNamer(procfs string, maxBytes int64) *Namer {
 	if maxBytes <= 0 {
 		maxBytes = DefaultCacheBytes
 	}
-	return &Namer{procfs: procfs, procs: map[int]*namerProc{}, cache: lru.New[entryKey, *Iseq](maxBytes)}
+	return &Namer{procfs: procfs, procs: map[int]*namerProc{}, cache: lru.New[entryKey, *Iseq](maxBytes - maxBytes/4),
+		owners: lru.New[entryKey, *Owner](maxBytes / 4)}
 }
 
 // Add registers pid's VM, replacing what was known of pid.
@@ -99,11 +103,13 @@ func (n *Namer) forgetLocked(pid int) {
 	_ = p.mem.Close() // read only
 	delete(n.procs, pid)
 	n.cache.RemoveIf(func(k entryKey) bool { return k.pid == pid })
+	n.owners.RemoveIf(func(k entryKey) bool { return k.pid == pid })
 }
 
 // Name names the frame the walker reported for pid: its kind (Kind*), its
-// iseq's address and its pc.
-func (n *Namer) Name(pid int, kind uint8, iseq, pc uint64) (Frame, error) {
+// iseq's address and its word (Word: the pc's position and a method
+// frame's method entry).
+func (n *Namer) Name(pid int, kind uint8, iseq, word uint64) (Frame, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p, ok := n.procs[pid]
@@ -111,9 +117,10 @@ func (n *Namer) Name(pid int, kind uint8, iseq, pc uint64) (Frame, error) {
 		n.stats.Unreadable++
 		return Frame{}, fmt.Errorf("ruby frame of %d (kind %d): process not known", pid, kind)
 	}
+	pos, me := SplitWord(word)
 	s, err := n.iseqLocked(p, entryKey{pid, iseq})
-	if err == nil && (pc < s.Encoded || pc > s.Encoded+s.Words*8) {
-		err = fmt.Errorf("ruby iseq at %#x: pc %#x: %w", iseq, pc, ErrStale)
+	if err == nil && pos != PosUnknown && pos > s.Words {
+		err = fmt.Errorf("ruby iseq at %#x: position %d of %d: %w", iseq, pos, s.Words, ErrStale)
 	}
 	if err != nil {
 		if errors.Is(err, ErrStale) {
@@ -124,11 +131,39 @@ func (n *Namer) Name(pid int, kind uint8, iseq, pc uint64) (Frame, error) {
 		return Frame{}, err
 	}
 	n.stats.Named++
-	fr := Frame{Name: s.Label, File: s.File, Line: p.r.Line(s, pc)}
+	fr := Frame{Name: s.Label, File: s.File}
+	if pos != PosUnknown {
+		fr.Line = p.r.LineAt(s, pos)
+	}
 	if fr.Line == 0 {
 		n.stats.NoLine++
 	}
+	if me != 0 {
+		if o, err := n.ownerLocked(p, entryKey{pid, me}); err == nil {
+			fr.Name = o.Prefix + fr.Name
+		} else {
+			n.stats.NoClass++
+		}
+	}
 	return fr, nil
+}
+
+// ownerLocked returns the owner of the method entry at k.addr, from the
+// cache if memory still holds it, else read.
+func (n *Namer) ownerLocked(p *namerProc, k entryKey) (*Owner, error) {
+	if o, ok := n.owners.Get(k); ok {
+		same, readable := p.r.sameOwner(o, k.addr)
+		if same || !readable {
+			return o, nil
+		}
+		n.owners.Remove(k)
+	}
+	o, err := p.r.Owner(k.addr, p.in.Classes)
+	if err != nil {
+		return nil, err
+	}
+	n.owners.Put(k, o, o.memSize())
+	return o, nil
 }
 
 // iseqLocked returns the iseq at k.addr, from the cache if memory still
@@ -156,8 +191,8 @@ func (n *Namer) Stats() NamerStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.stats
-	s.Bytes = n.cache.Cost()
-	s.Entries = n.cache.Len()
-	s.Evictions = n.cache.Evictions()
+	s.Bytes = n.cache.Cost() + n.owners.Cost()
+	s.Entries = n.cache.Len() + n.owners.Len()
+	s.Evictions = n.cache.Evictions() + n.owners.Evictions()
 	return s
 }

@@ -9,7 +9,7 @@ import (
 // TestNamer names the frames of live stacks as the walker reports them
 // (iseq, pc) and compares with what Stack read.
 func TestNamer(t *testing.T) {
-	cmd := startRuby(t, "block")
+	cmd := startRuby(t, "class")
 	pid := cmd.Process.Pid
 	in, mem := findInterp(t, pid)
 	n := NewNamer("/proc", 0)
@@ -27,17 +27,17 @@ func TestNamer(t *testing.T) {
 	}
 	for i, f := range frames {
 		for range 2 { // read, then cached
-			got, err := n.Name(pid, KindIseq, f.Iseq, f.PC)
+			got, err := n.Name(pid, KindIseq, f.Iseq, f.Word)
 			if err != nil || got.Name != f.Name || got.File != f.File || got.Line != f.Line {
 				t.Fatalf("frame %d: %+v, %v; want %s %s:%d", i, got, err, f.Name, f.File, f.Line)
 			}
 		}
 	}
 	f := frames[len(frames)-1]
-	if _, err := n.Name(pid, KindIseq, f.Iseq, f.PC+1<<20); !errors.Is(err, ErrStale) {
-		t.Errorf("a pc outside the iseq: %v, want ErrStale", err)
+	if _, err := n.Name(pid, KindIseq, f.Iseq, Word(PosUnknown-1, 0)); !errors.Is(err, ErrStale) {
+		t.Errorf("a position outside the iseq: %v, want ErrStale", err)
 	}
-	if _, err := n.Name(pid+1<<22, KindIseq, f.Iseq, f.PC); err == nil {
+	if _, err := n.Name(pid+1<<22, KindIseq, f.Iseq, f.Word); err == nil {
 		t.Error("a process not added was named")
 	}
 	s := n.Stats()
@@ -51,7 +51,7 @@ func TestNamer(t *testing.T) {
 	}
 	_, _ = cmd.Process.Wait()
 	for i, f := range frames {
-		got, err := n.Name(pid, KindIseq, f.Iseq, f.PC)
+		got, err := n.Name(pid, KindIseq, f.Iseq, f.Word)
 		if err != nil || got.Name != f.Name || got.File != f.File {
 			t.Fatalf("frame %d after exit: %+v, %v; want %s %s", i, got, err, f.Name, f.File)
 		}

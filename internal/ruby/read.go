@@ -249,10 +249,17 @@ func cleanString(b []byte) string {
 // next instruction to run) is at in s, as the VM computes it
 // (rb_vm_get_sourceline), or 0 where pc is not one of s's.
 func (r *Reader) Line(s *Iseq, pc uint64) int64 {
-	if pc < s.Encoded || pc > s.Encoded+s.Words*8 || (pc-s.Encoded)%8 != 0 || s.NInsns == 0 {
+	if pc < s.Encoded || pc > s.Encoded+s.Words*8 || (pc-s.Encoded)%8 != 0 {
 		return 0
 	}
-	pos := (pc - s.Encoded) / 8
+	return r.LineAt(s, (pc-s.Encoded)/8)
+}
+
+// LineAt is Line of the pc at word pos of s's instructions.
+func (r *Reader) LineAt(s *Iseq, pos uint64) int64 {
+	if pos > s.Words || s.NInsns == 0 {
+		return 0
+	}
 	if pos > 0 {
 		pos--
 	}
@@ -308,4 +315,165 @@ func (r *Reader) succRank(table, pos uint64) (uint64, error) {
 	}
 	word := binary.LittleEndian.Uint64(b[16+small*8:])
 	return rank + uint64(bits.OnesCount64(word<<(63-bit%64))), nil
+}
+
+// Bounds of a class's instance variables looked at for its name.
+const maxIVars = 256
+
+// ClassIDs are the IDs the VM keeps a class's name (__classpath__) and a
+// singleton class's object (__attached__) under, as instance variables.
+type ClassIDs struct{ ClassPath, Attached uint64 }
+
+// ivar returns the instance variable id of the class or module cls, read
+// from its iv_tbl (an st_table) entry by entry.
+func (r *Reader) ivar(cls, id uint64) (uint64, bool, error) {
+	l := r.l
+	ext, err := r.ptr(cls + uint64(l.ClassExt))
+	if err != nil {
+		return 0, false, fmt.Errorf("class at %#x: ext: %w", cls, err)
+	}
+	if ext == 0 {
+		return 0, false, fmt.Errorf("class at %#x: no ext", cls)
+	}
+	tbl, err := r.ptr(ext + uint64(l.ExtIVTbl))
+	if err != nil || tbl == 0 {
+		return 0, false, err
+	}
+	h := make([]byte, max(l.StNum, l.StStart, l.StBound, l.StEntries)+8)
+	if err := r.mem.ReadAt(h, tbl); err != nil {
+		return 0, false, fmt.Errorf("class at %#x: ivars: %w", cls, err)
+	}
+	start := binary.LittleEndian.Uint64(h[l.StStart:])
+	bound := binary.LittleEndian.Uint64(h[l.StBound:])
+	ents := binary.LittleEndian.Uint64(h[l.StEntries:])
+	if start > bound || bound-start > maxIVars || !okPtr(ents) {
+		return 0, false, fmt.Errorf("class at %#x: ivars %d..%d at %#x", cls, start, bound, ents)
+	}
+	b := make([]byte, (bound-start)*uint64(l.StEntrySize))
+	if err := r.mem.ReadAt(b, ents+start*uint64(l.StEntrySize)); err != nil {
+		return 0, false, fmt.Errorf("class at %#x: ivars: %w", cls, err)
+	}
+	for i := 0; i+int(l.StEntrySize) <= len(b); i += int(l.StEntrySize) {
+		if binary.LittleEndian.Uint64(b[i+8:]) == id {
+			return binary.LittleEndian.Uint64(b[i+16:]), true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// FindClassIDs finds the IDs from class Object (rb_cObject's value): the
+// key of its instance variable that holds the String "Object", and the
+// key of its metaclass's that holds Object.
+func (r *Reader) FindClassIDs(object uint64) (ClassIDs, error) {
+	var ids ClassIDs
+	find := func(cls uint64, match func(v uint64) bool) (uint64, error) {
+		ext, err := r.ptr(cls + uint64(r.l.ClassExt))
+		if err != nil || ext == 0 {
+			return 0, fmt.Errorf("class at %#x: no ext", cls)
+		}
+		tbl, err := r.ptr(ext + uint64(r.l.ExtIVTbl))
+		if err != nil || tbl == 0 {
+			return 0, fmt.Errorf("class at %#x: no ivars", cls)
+		}
+		ents, err := r.ptr(tbl + uint64(r.l.StEntries))
+		if err != nil || ents == 0 {
+			return 0, fmt.Errorf("class at %#x: no ivar entries", cls)
+		}
+		bound, err := r.u64(tbl + uint64(r.l.StBound))
+		if err != nil || bound > maxIVars {
+			return 0, fmt.Errorf("class at %#x: %d ivars", cls, bound)
+		}
+		for i := range bound {
+			e := ents + i*uint64(r.l.StEntrySize)
+			key, err1 := r.u64(e + 8)
+			v, err2 := r.u64(e + 16)
+			if err1 == nil && err2 == nil && key != 0 && match(v) {
+				return key, nil
+			}
+		}
+		return 0, fmt.Errorf("class at %#x: no such ivar", cls)
+	}
+	var err error
+	if ids.ClassPath, err = find(object, func(v uint64) bool {
+		s, err := r.String(v, 16)
+		return err == nil && s == "Object"
+	}); err != nil {
+		return ids, fmt.Errorf("__classpath__: %w", err)
+	}
+	meta, err := r.ptr(object + uint64(r.l.BasicKlass))
+	if err != nil {
+		return ids, fmt.Errorf("metaclass of Object: %w", err)
+	}
+	if meta == 0 {
+		return ids, errors.New("object has no metaclass")
+	}
+	if ids.Attached, err = find(meta, func(v uint64) bool { return v == object }); err != nil {
+		return ids, fmt.Errorf("__attached__: %w", err)
+	}
+	return ids, nil
+}
+
+// Owner is the class part of a method's name: "Foo#" for an instance
+// method of Foo, "Foo." for a singleton method of Foo.
+type Owner struct {
+	Prefix string
+	hdr    []byte // the method entry's first words as read
+}
+
+func (o *Owner) memSize() int64 { return 96 + int64(len(o.Prefix)+len(o.hdr)) }
+
+// Owner reads the method entry me and names its owner with ids.
+func (r *Reader) Owner(me uint64, ids ClassIDs) (*Owner, error) {
+	l := r.l
+	if !okPtr(me) {
+		return nil, fmt.Errorf("method entry at %#x: bad address", me)
+	}
+	hdr := make([]byte, l.MEOwner+8)
+	if err := r.mem.ReadAt(hdr, me); err != nil {
+		return nil, fmt.Errorf("method entry at %#x: %w", me, err)
+	}
+	fl := binary.LittleEndian.Uint64(hdr)
+	if fl&tMask != tImemo || (fl>>l.ImemoTypeShift)&15 != imemoMent {
+		return nil, fmt.Errorf("method entry at %#x: flags %#x", me, fl)
+	}
+	owner := binary.LittleEndian.Uint64(hdr[l.MEOwner:])
+	if !okPtr(owner) {
+		return nil, fmt.Errorf("method entry at %#x: owner %#x", me, owner)
+	}
+	cf, err := r.u64(owner)
+	if err != nil {
+		return nil, fmt.Errorf("method entry at %#x: owner: %w", me, err)
+	}
+	sep := "#"
+	if cf&tMask == tClass && cf&flSingleton != 0 {
+		att, ok, err := r.ivar(owner, ids.Attached)
+		if err != nil || !ok || !okPtr(att) {
+			return nil, fmt.Errorf("method entry at %#x: singleton class without its object", me)
+		}
+		owner, sep = att, "."
+		if cf, err = r.u64(owner); err != nil {
+			return nil, fmt.Errorf("method entry at %#x: owner: %w", me, err)
+		}
+	}
+	if t := cf & tMask; t != tClass && t != tModule {
+		return nil, fmt.Errorf("method entry at %#x: owner of type %#x", me, t)
+	}
+	path, ok, err := r.ivar(owner, ids.ClassPath)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("method entry at %#x: anonymous owner", me)
+	}
+	name, err := r.String(path, maxNameBytes)
+	if err != nil {
+		return nil, fmt.Errorf("method entry at %#x: owner's name: %w", me, err)
+	}
+	return &Owner{Prefix: name + sep, hdr: hdr}, nil
+}
+
+// sameOwner is same for a method entry.
+func (r *Reader) sameOwner(o *Owner, me uint64) (same, readable bool) {
+	b := make([]byte, len(o.hdr))
+	if err := r.mem.ReadAt(b, me); err != nil {
+		return false, !errors.Is(err, io.EOF)
+	}
+	return string(b) == string(o.hdr), true
 }

@@ -13,10 +13,13 @@ const (
 
 // StackFrame is one Ruby frame of a stack read from a process's memory.
 type StackFrame struct {
-	CFP   uint64 // the rb_control_frame_t
-	Iseq  uint64 // its instruction sequence: the address the walker reports
-	PC    uint64 // its pc: the word the walker reports
-	Flags uint64 // ep[0]: frame magic and flags
+	CFP  uint64 // the rb_control_frame_t
+	Iseq uint64 // its instruction sequence: the address the walker reports
+	PC   uint64 // its pc
+	// ME is a method frame's method entry (ep[-2]), 0 for others; Word
+	// packs it with the pc's position, as the walker reports it.
+	ME, Word uint64
+	Flags    uint64 // ep[0]: frame magic and flags
 	// Finish: the frame has VM_FRAME_FLAG_FINISH, the last of the run of
 	// one vm_exec_core native frame.
 	Finish bool
@@ -109,11 +112,26 @@ func (in *Interp) Stack(mem Memory, ec uint64) ([]StackFrame, error) {
 			continue
 		}
 		sf := StackFrame{CFP: cfp, Iseq: iseq, PC: pc, Flags: flags, Finish: flags&flagFinish != 0}
+		if magic == magicMethod && ep >= 16 {
+			if me, err := r.u64(ep - 16); err == nil && okPtr(me) {
+				sf.ME = me
+			}
+		}
 		s, err := r.Iseq(iseq)
 		if err != nil {
 			return out, fmt.Errorf("frame at %#x: %w", cfp, err)
 		}
-		sf.Name, sf.File, sf.Line = s.Label, s.File, r.Line(s, pc)
+		pos := uint64(PosUnknown)
+		if pc >= s.Encoded && (pc-s.Encoded)/8 < PosUnknown {
+			pos = (pc - s.Encoded) / 8
+		}
+		sf.Word = Word(pos, sf.ME)
+		sf.Name, sf.File, sf.Line = s.Label, s.File, r.LineAt(s, pos)
+		if sf.ME != 0 {
+			if o, err := r.Owner(sf.ME, in.Classes); err == nil {
+				sf.Name = o.Prefix + sf.Name
+			}
+		}
 		out = append(out, sf)
 	}
 	return out, nil

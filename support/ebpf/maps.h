@@ -168,7 +168,7 @@ struct ustack_state {
 	__u32 rb_active;  // the process runs Ruby: vm_exec_core frames are replaced
 	__u32 rb_walking; // reporting the Ruby frames of one vm_exec_core frame
 	__u32 rb_run;     // Ruby frames reported for that vm_exec_core frame
-	__u32 rb_pad;
+	__u32 rb_any;     // Ruby frames reported in this stack
 	struct ruby_proc rb;
 	__u64 rb_cfp_slots[RUBY_CFP_READ / 8]; // a control frame, as read
 	// The CPU's code blob cache (kept across stacks), direct-mapped by PC.

@@ -738,6 +738,16 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 	}
 	// So is the Ruby walker: a vm_exec_core frame shows as the Ruby
 	// frames it runs (ruby.h).
+	if (vma && st->rb_active && !st->rb_walking && !st->rb_any && ruby_in_core(st, lookup) &&
+	    !(mi && mi->table_id != 0)) {
+		// The VM's unwind table is not in the kernel yet (a process just
+		// set up): its frames could not be stepped over, and a stack cut
+		// after the first run would be worse than none. This stack stays
+		// native, with a snapshot user space unwinds on from.
+		count(COUNTER_RUBY_NO_TABLE);
+		st->rb_active = 0;
+		st->rb_cfp = 0;
+	}
 	if (vma && st->rb_active && (st->rb_walking || ruby_in_core(st, lookup))) {
 		if (!st->rb_walking) {
 			st->rb_walking = 1;

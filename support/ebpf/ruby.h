@@ -13,7 +13,8 @@
 // of the context's VM stack, the innermost at ec->cfp, callers above it up
 // to the stack's end. As the native unwinder meets each frame of
 // vm_exec_core, ruby_frame replaces it with the Ruby frames of its run,
-// each reported as its instruction sequence and pc. C functions' control
+// each reported as its instruction sequence, the pc's position in it and,
+// for a method, its method entry (which names its class). C functions' control
 // frames are skipped: their code runs as native frames, which stay where
 // they ran.
 #pragma once
@@ -29,6 +30,7 @@
 #define RUBY_MAGIC_CFUNC      0x55550001ULL
 #define RUBY_MAGIC_IFUNC      0x66660001ULL
 #define RUBY_MAGIC_DUMMY      0x79990001ULL
+#define RUBY_MAGIC_METHOD     0x11110001ULL
 #define RUBY_FLAG_FINISH      0x0020ULL
 #define RUBY_FLAG_CFRAME      0x0080ULL
 
@@ -39,6 +41,7 @@ static __always_inline void ruby_begin(struct ustack_state *st, __u32 tgid)
 	st->rb_active = 0;
 	st->rb_walking = 0;
 	st->rb_run = 0;
+	st->rb_any = 0;
 	st->rb_cfp = 0;
 	st->rb_end = 0;
 	struct ruby_proc *rp = bpf_map_lookup_elem(&ruby_procs, &tgid);
@@ -127,14 +130,33 @@ static __always_inline enum ruby_result ruby_frame(struct ustack_state *st, stru
 		}
 		if ((iseq & 7) || iseq >= USER_ADDR_END)
 			goto bad;
+		// The pc's position in the iseq's instructions, and a method
+		// frame's method entry.
+		__u64 body = 0, encoded = 0, me = 0;
+		if (bpf_probe_read_user(&body, sizeof(body), (void *)(iseq + st->rb.iseq_body)))
+			goto read_err;
+		if (body == 0 || (body & 7) || body >= USER_ADDR_END)
+			goto bad;
+		if (bpf_probe_read_user(&encoded, sizeof(encoded),
+		                        (void *)(body + st->rb.body_encoded)))
+			goto read_err;
+		const __u64 unknown = (1ULL << RUBY_POS_BITS) - 1;
+		__u64 pos = unknown;
+		if (pc >= encoded && (pc - encoded) / 8 < unknown)
+			pos = (pc - encoded) / 8;
+		if (magic == RUBY_MAGIC_METHOD &&
+		    (bpf_probe_read_user(&me, sizeof(me), (void *)(ep - 16)) || (me & 7) ||
+		     me >= (1ULL << (RUBY_ME_BITS + 3))))
+			me = 0;
 		if (idx + 1 < MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
 			s->stack[idx] = (iseq & PC_RUNTIME_ADDR_MASK) | PC_FLAG_RUNTIME |
 			                ((__u64)RUNTIME_RUBY << RUNTIME_SHIFT) |
 			                ((__u64)RUBY_FRAME_ISEQ << RUNTIME_KIND_SHIFT);
-			s->stack[idx + 1] = pc;
+			s->stack[idx + 1] = (pos << RUBY_ME_BITS) | (me >> 3);
 		}
 		st->rb_cfp = next;
 		st->rb_run++;
+		st->rb_any = 1;
 		count(COUNTER_RUBY_FRAMES);
 		return (flags & RUBY_FLAG_FINISH) ? RUBY_LAST : RUBY_MORE;
 	}

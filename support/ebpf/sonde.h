@@ -356,6 +356,7 @@ enum counter {
 	COUNTER_RUBY_FRAMES,       // Ruby frames emitted
 	COUNTER_RUBY_READ_ERR,     // a Ruby context or frame could not be read: walk ended
 	COUNTER_RUBY_BAD_FRAME,    // a Ruby context or frame made no sense: walk ended
+	COUNTER_RUBY_NO_TABLE, // Ruby stacks left native: the VM's unwind table was not loaded yet
 	COUNTER_MAX,
 };
 
@@ -562,12 +563,20 @@ struct ruby_proc {
 	__u16 cfp_pc;   // rb_control_frame_t fields (< RUBY_CFP_READ, 8-aligned)
 	__u16 cfp_iseq;
 	__u16 cfp_ep;
-	__u16 pad;
+	__u16 iseq_body;    // rb_iseq_t.body
+	__u16 body_encoded; // rb_iseq_constant_body.iseq_encoded
+	__u16 pad[3];
 };
 
 // How a Ruby frame leaves (internal/ruby's Kind*): the address is its
-// instruction sequence (rb_iseq_t), the file word its pc, which user space
-// checks against the iseq and turns into a line.
+// instruction sequence (rb_iseq_t); the file word holds the pc's position
+// in the iseq's instructions (words) in its high RUBY_POS_BITS (all ones:
+// unknown), which user space checks against the iseq and turns into a
+// line, and below it a method frame's method entry (ep[-2]) divided by 8,
+// which names the method's class (0: not a method frame).
+#define RUBY_POS_BITS 20
+#define RUBY_ME_BITS  44
+
 enum ruby_frame_kind {
 	RUBY_FRAME_ISEQ = 1, // a method, block, class body or file's top-level code
 };

@@ -1,7 +1,8 @@
 # A CPU-bound chain main -> alpha -> beta -> gamma_burn for the profiler's
 # tests. Modes: "ruby" (the chain on the main thread), "block" (beta runs
-# the leaf in a block it yields to), "thread" (the chain on a second
-# thread, the main thread waiting on it).
+# the leaf in a block it yields to), "class" (beta reaches the leaf through
+# a singleton and an instance method of a class), "thread" (the chain on a
+# second thread, the main thread waiting on it).
 $stdout.sync = true
 
 def gamma_burn(n)
@@ -23,9 +24,21 @@ def with_block
   yield + 1
 end
 
+class Burner
+  def self.start(n)
+    new.run(n) # Burner.start's call
+  end
+
+  def run(n)
+    gamma_burn(n) # Burner#run's call
+  end
+end
+
 def beta(mode)
   if mode == "block"
     with_block { gamma_burn(200_000) } # beta's block
+  elsif mode == "class"
+    Burner.start(200_000) # beta's class call
   else
     gamma_burn(200_000) # beta's call
   end
