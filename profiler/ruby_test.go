@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sonde-dev/sonde/internal/ruby"
 	"github.com/sonde-dev/sonde/internal/testutil"
@@ -281,5 +285,68 @@ func TestKernelRubyBounds(t *testing.T) {
 		if _, err := kernelRuby(&c); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestRubyUnknownVersion runs two real Ruby 3.1 processes while the
+// profiler's layout table hides 3.1: the version is reported once (one log
+// line, counted), and its processes keep their native stacks, with
+// rb_vm_exec where Ruby frames would be.
+func TestRubyUnknownVersion(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	rubyBin(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	p, s := startProfiler(t, 99, func(o *Options) {
+		o.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+		o.rubyLayouts = func(major, minor int) (ruby.Layout, error) {
+			return ruby.Layout{}, fmt.Errorf("ruby %d.%d: hidden by the test: %w", major, minor, ruby.ErrUnknownVersion)
+		}
+	})
+	pids := []int{startBurnRuby(t, "ruby"), startBurnRuby(t, "ruby")}
+	const n = 30
+	native := map[int]int{}
+	var bad []string
+	deadline := time.Now().Add(60 * time.Second)
+	read := 0
+	for time.Now().Before(deadline) && (native[pids[0]] < n || native[pids[1]] < n) {
+		all := s.all()
+		for _, pd := range all[read:] {
+			for _, pid := range pids {
+				for _, st := range stacksOf(pd, pid) {
+					if hasFrame(st, "", "ruby") {
+						if len(bad) < 5 {
+							bad = append(bad, fmt.Sprintf("pid %d: ruby frames in %v", pid, st))
+						}
+						continue
+					}
+					if hasFrame(st, "rb_vm_exec", "native") {
+						native[pid]++
+					}
+				}
+			}
+		}
+		read = len(all)
+		s.waitFor(read+1, time.Until(deadline))
+	}
+	if len(bad) > 0 {
+		t.Errorf("a hidden version's process got ruby frames:\n%s", strings.Join(bad, "\n"))
+	}
+	for _, pid := range pids {
+		if native[pid] < n {
+			t.Errorf("pid %d: %d samples with a native rb_vm_exec frame, want >= %d", pid, native[pid], n)
+		}
+	}
+	var lines []string
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message, "ruby version not supported") {
+			lines = append(lines, fmt.Sprint(e.ContextMap()))
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "ruby 3.1") {
+		t.Errorf("unsupported version log lines: %q, want one about ruby 3.1", lines)
+	}
+	rs := p.Stats().Ruby
+	if rs.UnknownVersions != 1 || rs.Unsupported < 2 || rs.Processes != 0 {
+		t.Errorf("Stats.Ruby = %+v, want 1 unknown version, >= 2 unsupported, none walked", rs)
 	}
 }
