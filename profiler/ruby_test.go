@@ -350,3 +350,51 @@ func TestRubyUnknownVersion(t *testing.T) {
 		t.Errorf("Stats.Ruby = %+v, want 1 unknown version, >= 2 unsupported, none walked", rs)
 	}
 }
+
+// TestRubyOracle compares the profiler with Ruby's own view of the same
+// process: oracle.rb's second thread samples the main thread's innermost
+// frame with Thread#backtrace_locations every 10 ms (it gets the GVL about
+// 8 times a second: 300 samples take some 40 s). The share of gamma_burn
+// among the two leaves' samples agrees within 10 points.
+func TestRubyOracle(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	bin := rubyBin(t)
+	_, s := startProfiler(t, 99)
+	out := filepath.Join(t.TempDir(), "oracle")
+	cmd := exec.Command(bin, "../internal/ruby/testdata/oracle.rb", out)
+	cmd.Stderr = os.Stderr
+	testutil.StartReady(t, cmd, 30*time.Second)
+	pid := cmd.Process.Pid
+	var gamma, delta, og, od int
+	count := func() {
+		gamma, delta = 0, 0
+		for _, pd := range s.all() {
+			for _, st := range rubyStacks(pd, pid) {
+				if len(st) == 0 || st[0].typ != "ruby" {
+					continue
+				}
+				switch st[0].name {
+				case "Object#gamma_burn":
+					gamma++
+				case "Object#delta_burn":
+					delta++
+				}
+			}
+		}
+		if b, err := os.ReadFile(out); err == nil {
+			_, _ = fmt.Sscanf(string(b), "%d %d", &og, &od)
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for count(); (gamma+delta < 500 || og+od < 300) && time.Now().Before(deadline); count() {
+		s.waitFor(len(s.all())+1, 5*time.Second)
+	}
+	t.Logf("profiler: gamma_burn %d, delta_burn %d; Thread#backtrace: %d, %d", gamma, delta, og, od)
+	if gamma+delta < 500 || og+od < 300 || delta == 0 || od == 0 {
+		t.Fatalf("too few samples: profiler %d+%d (want 500), oracle %d+%d (want 300)", gamma, delta, og, od)
+	}
+	prof, oracle := float64(gamma)/float64(gamma+delta), float64(og)/float64(og+od)
+	if prof-oracle > 0.1 || oracle-prof > 0.1 {
+		t.Errorf("gamma_burn's share: profiler %.3f, Thread#backtrace %.3f: more than 10 points apart", prof, oracle)
+	}
+}
