@@ -193,16 +193,18 @@ func FuzzOwner(f *testing.F) {
 }
 
 func TestWord(t *testing.T) {
-	for _, tc := range []struct{ pos, me, wantPos, wantME uint64 }{
-		{0, 0, 0, 0},
-		{17, 0x7fe5ca2ebf78, 17, 0x7fe5ca2ebf78},
-		{PosUnknown + 5, 0x7ffffffffff8, PosUnknown, 0x7ffffffffff8},
-		{3, 0x1001, 3, 0},  // unaligned: no method entry
-		{3, 1 << 47, 3, 0}, // outside the user half
+	const iseq = 0x7fe5ca2e47f0
+	for _, tc := range []struct{ pos, body, me, wantPos, wantME uint64 }{
+		{0, 0x5573_11dc_b590, 0, 0, 0},
+		{17, 0x5573_11dc_b590, 0x7fe5ca2ebf78, 17, 0x7fe5ca2ebf78},
+		{PosUnknown + 5, 0x10, iseq - 8, PosUnknown, iseq - 8},
+		{3, 0x20, 0x1001, 3, 0},                          // unaligned: no method entry
+		{3, 0x20, iseq + 1<<40, 3, 0},                    // too far from the iseq
+		{3, 0x20, iseq - (1<<31)*8, 3, iseq - (1<<31)*8}, // the farthest below
 	} {
-		pos, me := SplitWord(Word(tc.pos, tc.me))
-		if pos != tc.wantPos || me != tc.wantME {
-			t.Errorf("Word(%d, %#x): %d, %#x; want %d, %#x", tc.pos, tc.me, pos, me, tc.wantPos, tc.wantME)
+		pos, check, me := SplitWord(Word(tc.pos, tc.body, tc.me, iseq), iseq)
+		if pos != tc.wantPos || me != tc.wantME || check != bodyCheck(tc.body) {
+			t.Errorf("Word(%d, %#x, %#x): %d, %#x, %#x; want %d, %#x, %#x", tc.pos, tc.body, tc.me, pos, check, me, tc.wantPos, bodyCheck(tc.body), tc.wantME)
 		}
 	}
 }

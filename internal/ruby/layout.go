@@ -89,27 +89,45 @@ const (
 )
 
 // A frame's word as the walker reports it: the instruction's position in
-// its iseq (posBits, all ones: unknown) above its method entry's address
-// divided by 8 (0: none, a block's or top-level frame).
+// its iseq (posBits, all ones: unknown), a check of the iseq's body address
+// (checkBits: bits 4 and up of the malloc'd body, which a freed and reused
+// iseq object changes) and a method frame's method entry as its distance
+// from the iseq in words (a signed 32 bits, 0: none or too far).
 const (
-	posBits    = 20
-	meBits     = 44
+	posBits    = 16
+	checkBits  = 16
 	PosUnknown = 1<<posBits - 1
 )
 
-// Word packs a frame's position and method entry as the walker does.
-func Word(pos, me uint64) uint64 {
+// Word packs a frame's position, its iseq's body and its method entry as
+// the walker does.
+func Word(pos, body, me, iseq uint64) uint64 {
 	if pos > PosUnknown {
 		pos = PosUnknown
 	}
-	if me&7 != 0 || me >= 1<<47 {
-		me = 0
+	var d uint64
+	if me != 0 && me&7 == 0 && iseq&7 == 0 {
+		delta := (int64(me) - int64(iseq)) / 8
+		if delta >= -1<<31 && delta < 1<<31 {
+			d = uint64(uint32(int32(delta)))
+		}
 	}
-	return pos<<meBits | me>>3
+	return pos<<(64-posBits) | (body>>4)&(1<<checkBits-1)<<32 | d
 }
 
-// SplitWord is Word's inverse.
-func SplitWord(w uint64) (pos, me uint64) { return w >> meBits, (w & (1<<meBits - 1)) << 3 }
+// SplitWord is Word's inverse for a frame of iseq: the position, the body
+// check, and the method entry (0: none).
+func SplitWord(w, iseq uint64) (pos, check, me uint64) {
+	pos = w >> (64 - posBits)
+	check = (w >> 32) & (1<<checkBits - 1)
+	if d := int64(int32(uint32(w))); d != 0 {
+		me = uint64(int64(iseq) + d*8)
+	}
+	return pos, check, me
+}
+
+// bodyCheck is Word's check of a body address.
+func bodyCheck(body uint64) uint64 { return (body >> 4) & (1<<checkBits - 1) }
 
 // layouts are the versions this package knows, by major*100+minor. 3.1 is
 // read from ruby v3_1_2's vm_core.h, iseq.h and iseq.c (64-bit, RVARGC

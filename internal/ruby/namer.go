@@ -107,8 +107,8 @@ func (n *Namer) forgetLocked(pid int) {
 }
 
 // Name names the frame the walker reported for pid: its kind (Kind*), its
-// iseq's address and its word (Word: the pc's position and a method
-// frame's method entry).
+// iseq's address and its word (Word: the pc's position, a check of the
+// iseq's body and a method frame's method entry).
 func (n *Namer) Name(pid int, kind uint8, iseq, word uint64) (Frame, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -117,9 +117,14 @@ func (n *Namer) Name(pid int, kind uint8, iseq, word uint64) (Frame, error) {
 		n.stats.Unreadable++
 		return Frame{}, fmt.Errorf("ruby frame of %d (kind %d): process not known", pid, kind)
 	}
-	pos, me := SplitWord(word)
+	pos, check, me := SplitWord(word, iseq)
 	s, err := n.iseqLocked(p, entryKey{pid, iseq})
-	if err == nil && pos != PosUnknown && pos > s.Words {
+	switch {
+	case err != nil:
+	case check != bodyCheck(s.Body):
+		// The sample's iseq was freed since and its object reused.
+		err = fmt.Errorf("ruby iseq at %#x: body %#x, the sample's ends %#x: %w", iseq, s.Body, check, ErrStale)
+	case pos != PosUnknown && pos > s.Words:
 		err = fmt.Errorf("ruby iseq at %#x: position %d of %d: %w", iseq, pos, s.Words, ErrStale)
 	}
 	if err != nil {

@@ -34,14 +34,18 @@ func TestNamer(t *testing.T) {
 		}
 	}
 	f := frames[len(frames)-1]
-	if _, err := n.Name(pid, KindIseq, f.Iseq, Word(PosUnknown-1, 0)); !errors.Is(err, ErrStale) {
+	past := f.Word&^(uint64(PosUnknown)<<48) | uint64(PosUnknown-1)<<48
+	if _, err := n.Name(pid, KindIseq, f.Iseq, past); !errors.Is(err, ErrStale) {
 		t.Errorf("a position outside the iseq: %v, want ErrStale", err)
+	}
+	if _, err := n.Name(pid, KindIseq, f.Iseq, f.Word^1<<32); !errors.Is(err, ErrStale) {
+		t.Errorf("another body's check: %v, want ErrStale", err)
 	}
 	if _, err := n.Name(pid+1<<22, KindIseq, f.Iseq, f.Word); err == nil {
 		t.Error("a process not added was named")
 	}
 	s := n.Stats()
-	if s.Named != uint64(2*len(frames)) || s.Stale != 1 || s.Unreadable != 1 || s.Entries == 0 || s.Bytes == 0 {
+	if s.Named != uint64(2*len(frames)) || s.Stale != 2 || s.Unreadable != 1 || s.Entries == 0 || s.Bytes == 0 {
 		t.Errorf("stats %+v after %d frames named twice", s, len(frames))
 	}
 	// Samples resolved after the process exited are named from what was

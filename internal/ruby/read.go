@@ -31,6 +31,7 @@ type Iseq struct {
 	Insns     uint64 // insns_info.body
 	NInsns    uint64 // insns_info.size
 	Succ      uint64 // insns_info.succ_index_table
+	Body      uint64 // the rb_iseq_constant_body's address
 	// hdr is the iseq's first bytes (flags, wrapper, body) as read: a
 	// cached Iseq is used again only while they are unchanged.
 	hdr []byte
@@ -102,7 +103,7 @@ func (r *Reader) Iseq(addr uint64) (*Iseq, error) {
 	if err := r.mem.ReadAt(b, body); err != nil {
 		return nil, fmt.Errorf("iseq at %#x: body: %w", addr, err)
 	}
-	s := &Iseq{hdr: hdr,
+	s := &Iseq{hdr: hdr, Body: body,
 		Encoded: binary.LittleEndian.Uint64(b[l.BodyEncoded:]),
 		Words:   uint64(binary.LittleEndian.Uint32(b[l.BodyIseqSize:])),
 		Insns:   binary.LittleEndian.Uint64(b[l.BodyInsns:]),

@@ -125,7 +125,7 @@ func (in *Interp) Stack(mem Memory, ec uint64) ([]StackFrame, error) {
 		if pc >= s.Encoded && (pc-s.Encoded)/8 < PosUnknown {
 			pos = (pc - s.Encoded) / 8
 		}
-		sf.Word = Word(pos, sf.ME)
+		sf.Word = Word(pos, s.Body, sf.ME, iseq)
 		sf.Name, sf.File, sf.Line = s.Label, s.File, r.LineAt(s, pos)
 		if sf.ME != 0 {
 			if o, err := r.Owner(sf.ME, in.Classes); err == nil {

@@ -144,15 +144,21 @@ static __always_inline enum ruby_result ruby_frame(struct ustack_state *st, stru
 		__u64 pos = unknown;
 		if (pc >= encoded && (pc - encoded) / 8 < unknown)
 			pos = (pc - encoded) / 8;
+		__u64 delta = 0; // the method entry's distance from the iseq, in words
 		if (magic == RUBY_MAGIC_METHOD &&
-		    (bpf_probe_read_user(&me, sizeof(me), (void *)(ep - 16)) || (me & 7) ||
-		     me >= (1ULL << (RUBY_ME_BITS + 3))))
-			me = 0;
+		    !bpf_probe_read_user(&me, sizeof(me), (void *)(ep - 16)) && me != 0 &&
+		    !(me & 7)) {
+			__s64 d = ((__s64)me - (__s64)iseq) / 8;
+			if (d >= -(1LL << 31) && d < (1LL << 31))
+				delta = (__u32)(__s32)d;
+		}
 		if (idx + 1 < MAX_KERNEL_FRAMES + 2 * MAX_USER_FRAMES) {
 			s->stack[idx] = (iseq & PC_RUNTIME_ADDR_MASK) | PC_FLAG_RUNTIME |
 			                ((__u64)RUNTIME_RUBY << RUNTIME_SHIFT) |
 			                ((__u64)RUBY_FRAME_ISEQ << RUNTIME_KIND_SHIFT);
-			s->stack[idx + 1] = (pos << RUBY_ME_BITS) | (me >> 3);
+			s->stack[idx + 1] =
+			        (pos << (64 - RUBY_POS_BITS)) |
+			        (((body >> 4) & ((1ULL << RUBY_CHECK_BITS) - 1)) << 32) | delta;
 		}
 		st->rb_cfp = next;
 		st->rb_run++;

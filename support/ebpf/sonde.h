@@ -571,11 +571,14 @@ struct ruby_proc {
 // How a Ruby frame leaves (internal/ruby's Kind*): the address is its
 // instruction sequence (rb_iseq_t); the file word holds the pc's position
 // in the iseq's instructions (words) in its high RUBY_POS_BITS (all ones:
-// unknown), which user space checks against the iseq and turns into a
-// line, and below it a method frame's method entry (ep[-2]) divided by 8,
-// which names the method's class (0: not a method frame).
-#define RUBY_POS_BITS 20
-#define RUBY_ME_BITS  44
+// unknown), which user space turns into a line; then RUBY_CHECK_BITS of
+// the iseq's body address from bit 4 (malloc'd: a freed iseq object reused
+// by another has another body), which user space checks the iseq against;
+// and in its low 32 bits a method frame's method entry (ep[-2]) as its
+// signed distance from the iseq in words, which names the method's class
+// (0: not a method frame, or too far).
+#define RUBY_POS_BITS   16
+#define RUBY_CHECK_BITS 16
 
 enum ruby_frame_kind {
 	RUBY_FRAME_ISEQ = 1, // a method, block, class body or file's top-level code
