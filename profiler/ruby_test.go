@@ -398,3 +398,83 @@ func TestRubyOracle(t *testing.T) {
 		t.Errorf("gamma_burn's share: profiler %.3f, Thread#backtrace %.3f: more than 10 points apart", prof, oracle)
 	}
 }
+
+// TestRubyRealProgram profiles RubyGems loading every installed gem's
+// specification over and over (library code, blocks, C functions between
+// runs, gemspecs eval'd into iseqs that are freed at the next reset): at
+// least 99 % of the samples with Ruby frames reach the stack's root through
+// the interpreter's native frames, at least 90 % of their Ruby frames are
+// named (a frame whose iseq was freed before the sample was resolved is
+// left unnamed, counted as stale or unreadable, never misnamed), and
+// RubyGems' own files are among the frames.
+func TestRubyRealProgram(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	bin := rubyBin(t)
+	p, s := startProfiler(t, 99)
+	cmd := exec.Command(bin, "-e", `require "rubygems"
+$stdout.sync = true
+said = false
+loop do
+  Gem::Specification.reset
+  Gem::Specification.to_a.size
+  puts "ready" unless said
+  said = true
+end`)
+	cmd.Stderr = os.Stderr
+	testutil.StartReady(t, cmd, 30*time.Second)
+	pid := cmd.Process.Pid
+	var withRuby, rooted, frames, named, gems int
+	var bad []string
+	count := func() {
+		withRuby, rooted, frames, named, gems, bad = 0, 0, 0, 0, 0, nil
+		for _, pd := range s.all() {
+			for _, st := range rubyStacks(pd, pid) {
+				n, inGems := 0, false
+				for _, f := range st {
+					if f.typ != "ruby" {
+						continue
+					}
+					n++
+					frames++
+					if f.name != "" && f.file != "" && f.line != 0 {
+						named++
+					}
+					inGems = inGems || strings.Contains(f.file, "/rubygems")
+				}
+				if n == 0 {
+					continue
+				}
+				withRuby++
+				if inGems {
+					gems++
+				}
+				if last := st[len(st)-1]; last.typ == "native" && (last.name == "_start" || last.name == "__clone3") {
+					rooted++
+				} else if len(bad) < 5 {
+					bad = append(bad, fmt.Sprint(st))
+				}
+			}
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for count(); withRuby < 300 && time.Now().Before(deadline); count() {
+		s.waitFor(len(s.all())+1, 5*time.Second)
+	}
+	t.Logf("%d of %d samples with ruby frames reach the root, %d in rubygems' files; %d of %d ruby frames named; ruby %+v",
+		rooted, withRuby, gems, named, frames, p.Stats().Ruby)
+	for _, b := range bad {
+		t.Logf("not rooted: %s", b)
+	}
+	if withRuby < 300 {
+		t.Fatalf("%d samples with ruby frames, want 300", withRuby)
+	}
+	if rooted*100 < withRuby*99 {
+		t.Errorf("%d of %d samples with ruby frames reach the root, want 99 %%", rooted, withRuby)
+	}
+	if named*100 < frames*90 {
+		t.Errorf("%d of %d ruby frames named, want 90 %%", named, frames)
+	}
+	if gems == 0 {
+		t.Error("no frame in rubygems' files")
+	}
+}
