@@ -171,6 +171,8 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.V8CodeCacheSize, tb.V8CodeCacheEvictions,
 		tb.PhpProcesses, tb.PhpVersionsUnknown, tb.PhpWalks, tb.PhpFrames, tb.PhpErrors,
 		tb.PhpFunctionCacheSize, tb.PhpFunctionCacheEvictions,
+		tb.RubyProcesses, tb.RubyVersionsUnknown, tb.RubyWalks, tb.RubyFrames, tb.RubyErrors,
+		tb.RubyIseqCacheSize, tb.RubyIseqCacheEvictions,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
