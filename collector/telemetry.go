@@ -90,6 +90,15 @@ var (
 	phpFrameUnreadable  = attrs("outcome", "unreadable")
 	phpErrReadError     = attrs("reason", "read_error")
 	phpErrBadFrame      = attrs("reason", "bad_frame")
+	rbSetupWalked       = attrs("outcome", "walked")
+	rbSetupUnsupported  = attrs("outcome", "unsupported")
+	rbSetupFailed       = attrs("outcome", "failed")
+	rbFrameNamed        = attrs("outcome", "named")
+	rbFrameStale        = attrs("outcome", "stale")
+	rbFrameUnreadable   = attrs("outcome", "unreadable")
+	rbErrReadError      = attrs("reason", "read_error")
+	rbErrBadFrame       = attrs("reason", "bad_frame")
+	rbErrNoTable        = attrs("reason", "no_table")
 	pySetupWalked       = attrs("outcome", "walked")
 	pySetupUnsupported  = attrs("outcome", "unsupported")
 	pySetupFailed       = attrs("outcome", "failed")
@@ -162,6 +171,8 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		tb.V8CodeCacheSize, tb.V8CodeCacheEvictions,
 		tb.PhpProcesses, tb.PhpVersionsUnknown, tb.PhpWalks, tb.PhpFrames, tb.PhpErrors,
 		tb.PhpFunctionCacheSize, tb.PhpFunctionCacheEvictions,
+		tb.RubyProcesses, tb.RubyVersionsUnknown, tb.RubyWalks, tb.RubyFrames, tb.RubyErrors,
+		tb.RubyIseqCacheSize, tb.RubyIseqCacheEvictions,
 	)
 	if err != nil {
 		return fmt.Errorf("register telemetry callback: %w", err)
@@ -282,7 +293,22 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.PhpFunctionCacheSize, hs.CacheBytes)
 	o.ObserveInt64(tb.PhpFunctionCacheEvictions, i64(hs.CacheEvictions))
 
+	rb := s.Ruby
+	o.ObserveInt64(tb.RubyProcesses, i64(rb.Processes), rbSetupWalked)
+	o.ObserveInt64(tb.RubyProcesses, i64(rb.Unsupported), rbSetupUnsupported)
+	o.ObserveInt64(tb.RubyProcesses, i64(rb.Failed), rbSetupFailed)
+	o.ObserveInt64(tb.RubyVersionsUnknown, i64(rb.UnknownVersions))
+	o.ObserveInt64(tb.RubyFrames, i64(rb.Named), rbFrameNamed)
+	o.ObserveInt64(tb.RubyFrames, i64(rb.Stale), rbFrameStale)
+	o.ObserveInt64(tb.RubyFrames, i64(rb.Unnamed-min(rb.Unnamed, rb.Stale)), rbFrameUnreadable)
+	o.ObserveInt64(tb.RubyIseqCacheSize, rb.CacheBytes)
+	o.ObserveInt64(tb.RubyIseqCacheEvictions, i64(rb.CacheEvictions))
+
 	c := s.Kernel
+	o.ObserveInt64(tb.RubyWalks, i64(c.RubySamples))
+	o.ObserveInt64(tb.RubyErrors, i64(c.RubyReadErrs), rbErrReadError)
+	o.ObserveInt64(tb.RubyErrors, i64(c.RubyBadFrames), rbErrBadFrame)
+	o.ObserveInt64(tb.RubyErrors, i64(c.RubyNoTable), rbErrNoTable)
 	o.ObserveInt64(tb.PhpWalks, i64(c.PHPSamples))
 	o.ObserveInt64(tb.PhpErrors, i64(c.PHPReadErrs), phpErrReadError)
 	o.ObserveInt64(tb.PhpErrors, i64(c.PHPBadFrames), phpErrBadFrame)

@@ -59,6 +59,10 @@ const (
 	// (1/32: 2 MiB of the default): function, class and file names, some
 	// 200 bytes a function.
 	phpCodeShare = 32
+	// rubyCodeShare is the part of SymbolCacheBytes the Ruby namer may
+	// hold (1/32: 2 MiB of the default): labels and file names, some 200
+	// bytes an iseq.
+	rubyCodeShare = 32
 )
 
 // JVMCacheBytes is the part of o.SymbolCacheBytes the JVM namer may hold
@@ -203,6 +207,9 @@ type Options struct {
 	// phpLayouts, when set, replaces the PHP versions the walker knows
 	// (php.LayoutFor): tests hide a real PHP's version.
 	phpLayouts phpLayoutFunc
+	// rubyLayouts, when set, replaces the Ruby versions the walker knows
+	// (ruby.LayoutFor): tests hide a real Ruby's version.
+	rubyLayouts rubyLayoutFunc
 }
 
 // Filters choose the profiled processes. A process is profiled when it

@@ -3,6 +3,7 @@ package profiler
 import (
 	"github.com/sonde-dev/sonde/internal/php"
 	"github.com/sonde-dev/sonde/internal/python"
+	"github.com/sonde-dev/sonde/internal/ruby"
 )
 
 // pythonLayoutFunc is the type of Options.pythonLayouts.
@@ -10,3 +11,6 @@ type pythonLayoutFunc = python.LayoutFunc
 
 // phpLayoutFunc is the type of Options.phpLayouts.
 type phpLayoutFunc = php.LayoutFunc
+
+// rubyLayoutFunc is the type of Options.rubyLayouts.
+type rubyLayoutFunc = ruby.LayoutFunc

@@ -9,3 +9,7 @@ type pythonLayoutFunc = func()
 // phpLayoutFunc is the type of Options.phpLayouts, which only the Linux
 // pipeline reads.
 type phpLayoutFunc = func()
+
+// rubyLayoutFunc is the type of Options.rubyLayouts, which only the Linux
+// pipeline reads.
+type rubyLayoutFunc = func()

@@ -217,11 +217,14 @@ func New(opts Options) (*Profiler, error) {
 		jvms.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
 		phps := newPHPProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/phpCodeShare, opts.phpLayouts)
 		phps.retry = jvms.retry
+		rubies := newRubyProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/rubyCodeShare, opts.rubyLayouts)
+		rubies.retry = jvms.retry
 		p.preparer.runtimes = newRuntimeSet(
 			newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
 			jvms,
 			newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
 			phps,
+			rubies,
 		)
 		p.resolver.runtimes = p.preparer.runtimes
 	}
@@ -254,11 +257,11 @@ func checkProcFS(root string) error {
 
 // nativeSymbolBytes is the part of SymbolCacheBytes the native symbolizer
 // holds: all but the CPython code objects', the JVM namer's, the V8
-// namer's and the PHP namer's shares. A quarter of it is the per-file
+// namer's, the PHP namer's and the Ruby namer's shares. A quarter of it is the per-file
 // inflation cap (at most 32 MiB) that README.md documents.
 func nativeSymbolBytes(symbolCacheBytes int64) int64 {
 	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare - symbolCacheBytes/v8CodeShare -
-		symbolCacheBytes/phpCodeShare
+		symbolCacheBytes/phpCodeShare - symbolCacheBytes/rubyCodeShare
 }
 
 // CPUs is how many CPUs are sampled.

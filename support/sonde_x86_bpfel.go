@@ -77,7 +77,12 @@ const (
 	SondeCounterCOUNTER_PHP_FRAMES           SondeCounter = 42
 	SondeCounterCOUNTER_PHP_READ_ERR         SondeCounter = 43
 	SondeCounterCOUNTER_PHP_BAD_FRAME        SondeCounter = 44
-	SondeCounterCOUNTER_MAX                  SondeCounter = 45
+	SondeCounterCOUNTER_RUBY_SAMPLES         SondeCounter = 45
+	SondeCounterCOUNTER_RUBY_FRAMES          SondeCounter = 46
+	SondeCounterCOUNTER_RUBY_READ_ERR        SondeCounter = 47
+	SondeCounterCOUNTER_RUBY_BAD_FRAME       SondeCounter = 48
+	SondeCounterCOUNTER_RUBY_NO_TABLE        SondeCounter = 49
+	SondeCounterCOUNTER_MAX                  SondeCounter = 50
 )
 
 type SondeFileKey struct {
@@ -304,6 +309,29 @@ const (
 	SondeRowPageROW_PAGE_NONE  SondeRowPage = 4294967295
 )
 
+type SondeRubyFrameKind uint32
+
+const (
+	SondeRubyFrameKindRUBY_FRAME_ISEQ SondeRubyFrameKind = 1
+)
+
+type SondeRubyProc struct {
+	_             structs.HostLayout
+	TlsOffset     uint64
+	CoreStart     uint64
+	CoreEnd       uint64
+	EcVmStack     uint16
+	EcVmStackSize uint16
+	EcCfp         uint16
+	CfpSize       uint16
+	CfpPc         uint16
+	CfpIseq       uint16
+	CfpEp         uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	Pad           [3]uint16
+}
+
 type SondeRuntimeId uint32
 
 const (
@@ -313,6 +341,7 @@ const (
 	SondeRuntimeIdRUNTIME_JVM        SondeRuntimeId = 1
 	SondeRuntimeIdRUNTIME_V8         SondeRuntimeId = 2
 	SondeRuntimeIdRUNTIME_PHP        SondeRuntimeId = 3
+	SondeRuntimeIdRUNTIME_RUBY       SondeRuntimeId = 5
 )
 
 type SondeSampleFlags uint32
@@ -446,6 +475,14 @@ type SondeUstackState struct {
 	Php        SondePhpProc
 	PhpExSlots [7]uint64
 	PhpFnSlots [12]uint64
+	RbCfp      uint64
+	RbEnd      uint64
+	RbActive   uint32
+	RbWalking  uint32
+	RbRun      uint32
+	RbAny      uint32
+	Rb         SondeRubyProc
+	RbCfpSlots [8]uint64
 	JvmBlobs   [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
@@ -522,6 +559,7 @@ const (
 	SondeMapPidFilter                  = "pid_filter"
 	SondeMapPythonProcs                = "python_procs"
 	SondeMapPythonThreads              = "python_threads"
+	SondeMapRubyProcs                  = "ruby_procs"
 	SondeMapScratch                    = "scratch"
 	SondeMapTables                     = "tables"
 	SondeMapUnwindScratch              = "unwind_scratch"
@@ -564,6 +602,8 @@ const (
 	SondeVarUnusedRecordType           = "unused_record_type"
 	SondeVarUnusedRowBits              = "unused_row_bits"
 	SondeVarUnusedRowPage              = "unused_row_page"
+	SondeVarUnusedRubyFrameKind        = "unused_ruby_frame_kind"
+	SondeVarUnusedRubyProc             = "unused_ruby_proc"
 	SondeVarUnusedRuntimeId            = "unused_runtime_id"
 	SondeVarUnusedSampleFlags          = "unused_sample_flags"
 	SondeVarUnusedStackSnapshot        = "unused_stack_snapshot"
@@ -646,6 +686,7 @@ type SondeMapSpecs struct {
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads       *ebpf.MapSpec `ebpf:"python_threads"`
+	RubyProcs           *ebpf.MapSpec `ebpf:"ruby_procs"`
 	Scratch             *ebpf.MapSpec `ebpf:"scratch"`
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
 	UnwindScratch       *ebpf.MapSpec `ebpf:"unwind_scratch"`
@@ -686,6 +727,8 @@ type SondeVariableSpecs struct {
 	UnusedRecordType       *ebpf.VariableSpec `ebpf:"unused_record_type"`
 	UnusedRowBits          *ebpf.VariableSpec `ebpf:"unused_row_bits"`
 	UnusedRowPage          *ebpf.VariableSpec `ebpf:"unused_row_page"`
+	UnusedRubyFrameKind    *ebpf.VariableSpec `ebpf:"unused_ruby_frame_kind"`
+	UnusedRubyProc         *ebpf.VariableSpec `ebpf:"unused_ruby_proc"`
 	UnusedRuntimeId        *ebpf.VariableSpec `ebpf:"unused_runtime_id"`
 	UnusedSampleFlags      *ebpf.VariableSpec `ebpf:"unused_sample_flags"`
 	UnusedStackSnapshot    *ebpf.VariableSpec `ebpf:"unused_stack_snapshot"`
@@ -732,6 +775,7 @@ type SondeMaps struct {
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads       *ebpf.Map `ebpf:"python_threads"`
+	RubyProcs           *ebpf.Map `ebpf:"ruby_procs"`
 	Scratch             *ebpf.Map `ebpf:"scratch"`
 	Tables              *ebpf.Map `ebpf:"tables"`
 	UnwindScratch       *ebpf.Map `ebpf:"unwind_scratch"`
@@ -758,6 +802,7 @@ func (m *SondeMaps) Close() error {
 		m.PidFilter,
 		m.PythonProcs,
 		m.PythonThreads,
+		m.RubyProcs,
 		m.Scratch,
 		m.Tables,
 		m.UnwindScratch,
@@ -799,6 +844,8 @@ type SondeVariables struct {
 	UnusedRecordType       *ebpf.Variable `ebpf:"unused_record_type"`
 	UnusedRowBits          *ebpf.Variable `ebpf:"unused_row_bits"`
 	UnusedRowPage          *ebpf.Variable `ebpf:"unused_row_page"`
+	UnusedRubyFrameKind    *ebpf.Variable `ebpf:"unused_ruby_frame_kind"`
+	UnusedRubyProc         *ebpf.Variable `ebpf:"unused_ruby_proc"`
 	UnusedRuntimeId        *ebpf.Variable `ebpf:"unused_runtime_id"`
 	UnusedSampleFlags      *ebpf.Variable `ebpf:"unused_sample_flags"`
 	UnusedStackSnapshot    *ebpf.Variable `ebpf:"unused_stack_snapshot"`

@@ -81,6 +81,7 @@ const (
 	RuntimeJVM    = uint8(support.SondeRuntimeIdRUNTIME_JVM)
 	RuntimeV8     = uint8(support.SondeRuntimeIdRUNTIME_V8)
 	RuntimePHP    = uint8(support.SondeRuntimeIdRUNTIME_PHP)
+	RuntimeRuby   = uint8(support.SondeRuntimeIdRUNTIME_RUBY)
 )
 
 // RuntimeFrame says which runtime reported the FrameRuntime frame whose

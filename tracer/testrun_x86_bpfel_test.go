@@ -139,6 +139,23 @@ type testrunPythonProc struct {
 	Pad               uint8
 }
 
+type testrunRubyProc struct {
+	_             structs.HostLayout
+	TlsOffset     uint64
+	CoreStart     uint64
+	CoreEnd       uint64
+	EcVmStack     uint16
+	EcVmStackSize uint16
+	EcCfp         uint16
+	CfpSize       uint16
+	CfpPc         uint16
+	CfpIseq       uint16
+	CfpEp         uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	Pad           [3]uint16
+}
+
 type testrunSampleRecord struct {
 	_         structs.HostLayout
 	Type      uint32
@@ -299,6 +316,14 @@ type testrunUstackState struct {
 	Php        testrunPhpProc
 	PhpExSlots [7]uint64
 	PhpFnSlots [12]uint64
+	RbCfp      uint64
+	RbEnd      uint64
+	RbActive   uint32
+	RbWalking  uint32
+	RbRun      uint32
+	RbAny      uint32
+	Rb         testrunRubyProc
+	RbCfpSlots [8]uint64
 	JvmBlobs   [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
@@ -366,6 +391,7 @@ const (
 	testrunMapPidFilter            = "pid_filter"
 	testrunMapPythonProcs          = "python_procs"
 	testrunMapPythonThreads        = "python_threads"
+	testrunMapRubyProcs            = "ruby_procs"
 	testrunMapScratch              = "scratch"
 	testrunMapTables               = "tables"
 	testrunMapUnwindScratch        = "unwind_scratch"
@@ -454,6 +480,7 @@ type testrunMapSpecs struct {
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads       *ebpf.MapSpec `ebpf:"python_threads"`
+	RubyProcs           *ebpf.MapSpec `ebpf:"ruby_procs"`
 	Scratch             *ebpf.MapSpec `ebpf:"scratch"`
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
 	UnwindScratch       *ebpf.MapSpec `ebpf:"unwind_scratch"`
@@ -514,6 +541,7 @@ type testrunMaps struct {
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads       *ebpf.Map `ebpf:"python_threads"`
+	RubyProcs           *ebpf.Map `ebpf:"ruby_procs"`
 	Scratch             *ebpf.Map `ebpf:"scratch"`
 	Tables              *ebpf.Map `ebpf:"tables"`
 	UnwindScratch       *ebpf.Map `ebpf:"unwind_scratch"`
@@ -540,6 +568,7 @@ func (m *testrunMaps) Close() error {
 		m.PidFilter,
 		m.PythonProcs,
 		m.PythonThreads,
+		m.RubyProcs,
 		m.Scratch,
 		m.Tables,
 		m.UnwindScratch,

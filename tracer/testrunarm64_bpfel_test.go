@@ -139,6 +139,23 @@ type testrunArm64PythonProc struct {
 	Pad               uint8
 }
 
+type testrunArm64RubyProc struct {
+	_             structs.HostLayout
+	TlsOffset     uint64
+	CoreStart     uint64
+	CoreEnd       uint64
+	EcVmStack     uint16
+	EcVmStackSize uint16
+	EcCfp         uint16
+	CfpSize       uint16
+	CfpPc         uint16
+	CfpIseq       uint16
+	CfpEp         uint16
+	IseqBody      uint16
+	BodyEncoded   uint16
+	Pad           [3]uint16
+}
+
 type testrunArm64SampleRecord struct {
 	_         structs.HostLayout
 	Type      uint32
@@ -299,6 +316,14 @@ type testrunArm64UstackState struct {
 	Php        testrunArm64PhpProc
 	PhpExSlots [7]uint64
 	PhpFnSlots [12]uint64
+	RbCfp      uint64
+	RbEnd      uint64
+	RbActive   uint32
+	RbWalking  uint32
+	RbRun      uint32
+	RbAny      uint32
+	Rb         testrunArm64RubyProc
+	RbCfpSlots [8]uint64
 	JvmBlobs   [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
@@ -366,6 +391,7 @@ const (
 	testrunArm64MapPidFilter            = "pid_filter"
 	testrunArm64MapPythonProcs          = "python_procs"
 	testrunArm64MapPythonThreads        = "python_threads"
+	testrunArm64MapRubyProcs            = "ruby_procs"
 	testrunArm64MapScratch              = "scratch"
 	testrunArm64MapTables               = "tables"
 	testrunArm64MapUnwindScratch        = "unwind_scratch"
@@ -454,6 +480,7 @@ type testrunArm64MapSpecs struct {
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads       *ebpf.MapSpec `ebpf:"python_threads"`
+	RubyProcs           *ebpf.MapSpec `ebpf:"ruby_procs"`
 	Scratch             *ebpf.MapSpec `ebpf:"scratch"`
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
 	UnwindScratch       *ebpf.MapSpec `ebpf:"unwind_scratch"`
@@ -514,6 +541,7 @@ type testrunArm64Maps struct {
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads       *ebpf.Map `ebpf:"python_threads"`
+	RubyProcs           *ebpf.Map `ebpf:"ruby_procs"`
 	Scratch             *ebpf.Map `ebpf:"scratch"`
 	Tables              *ebpf.Map `ebpf:"tables"`
 	UnwindScratch       *ebpf.Map `ebpf:"unwind_scratch"`
@@ -540,6 +568,7 @@ func (m *testrunArm64Maps) Close() error {
 		m.PidFilter,
 		m.PythonProcs,
 		m.PythonThreads,
+		m.RubyProcs,
 		m.Scratch,
 		m.Tables,
 		m.UnwindScratch,

@@ -479,6 +479,11 @@ type Counters struct {
 	PHPFrames       uint64 // PHP frames reported
 	PHPReadErrs     uint64 // PHP walks ended at unreadable memory
 	PHPBadFrames    uint64 // PHP walks ended at a frame without a function the walker knows
+	RubySamples     uint64 // user stacks of processes set with SetRuby
+	RubyFrames      uint64 // Ruby frames reported
+	RubyReadErrs    uint64 // Ruby walks ended at unreadable memory
+	RubyBadFrames   uint64 // Ruby walks ended at a context or frame that made no sense
+	RubyNoTable     uint64 // Ruby stacks left native: libruby's unwind table was not loaded yet
 
 	Snapshots        uint64 // samples sent with a stack snapshot (Record.Snapshot)
 	SnapshotsSkipped uint64 // snapshots not taken: the ring buffer was half full
@@ -542,6 +547,11 @@ var counters = [support.SondeCounterCOUNTER_MAX]counter{
 	support.SondeCounterCOUNTER_PHP_FRAMES:           {"php_frames", func(c *Counters) *uint64 { return &c.PHPFrames }},
 	support.SondeCounterCOUNTER_PHP_READ_ERR:         {"php_read_err", func(c *Counters) *uint64 { return &c.PHPReadErrs }},
 	support.SondeCounterCOUNTER_PHP_BAD_FRAME:        {"php_bad_frame", func(c *Counters) *uint64 { return &c.PHPBadFrames }},
+	support.SondeCounterCOUNTER_RUBY_SAMPLES:         {"ruby_samples", func(c *Counters) *uint64 { return &c.RubySamples }},
+	support.SondeCounterCOUNTER_RUBY_FRAMES:          {"ruby_frames", func(c *Counters) *uint64 { return &c.RubyFrames }},
+	support.SondeCounterCOUNTER_RUBY_READ_ERR:        {"ruby_read_err", func(c *Counters) *uint64 { return &c.RubyReadErrs }},
+	support.SondeCounterCOUNTER_RUBY_BAD_FRAME:       {"ruby_bad_frame", func(c *Counters) *uint64 { return &c.RubyBadFrames }},
+	support.SondeCounterCOUNTER_RUBY_NO_TABLE:        {"ruby_no_table", func(c *Counters) *uint64 { return &c.RubyNoTable }},
 	support.SondeCounterCOUNTER_SNAPSHOTS:            {"snapshots", func(c *Counters) *uint64 { return &c.Snapshots }},
 	support.SondeCounterCOUNTER_SNAPSHOTS_SKIPPED:    {"snapshots_skipped", func(c *Counters) *uint64 { return &c.SnapshotsSkipped }},
 }

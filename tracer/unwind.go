@@ -644,3 +644,27 @@ func (t *Tracer) ForgetPHP(pid uint32) error {
 	}
 	return nil
 }
+
+// RubyProc is what the eBPF Ruby walker needs of one Ruby process.
+type RubyProc = support.SondeRubyProc
+
+// RubyCFPRead is how many bytes of a control frame the Ruby walker reads:
+// the frame offsets of a RubyProc must be in them.
+const RubyCFPRead = len(support.SondeUstackState{}.RbCfpSlots) * 8
+
+// SetRuby makes the unwinder replace pid's vm_exec_core frames with the
+// Ruby frames they run.
+func (t *Tracer) SetRuby(pid uint32, p RubyProc) error {
+	if err := t.objs.RubyProcs.Put(pid, p); err != nil {
+		return fmt.Errorf("pid %d: set ruby: %w", pid, err)
+	}
+	return nil
+}
+
+// ForgetRuby removes pid's Ruby entry.
+func (t *Tracer) ForgetRuby(pid uint32) error {
+	if err := t.objs.RubyProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: forget ruby: %w", pid, err)
+	}
+	return nil
+}

@@ -42,10 +42,13 @@ const (
 	// closure or file's top-level code, or an internal function (C) PHP
 	// called; its address is the zend_function's.
 	FramePHP
+	// FrameRuby is Ruby run by CRuby's VM: a method, block, class body or
+	// file's top-level code; its address is the instruction sequence's.
+	FrameRuby
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go", "rust", "cpython", "jvm", "v8js", "php"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust", "cpython", "jvm", "v8js", "php", "ruby"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -64,6 +67,8 @@ func (t FrameType) String() string {
 		return "v8js"
 	case FramePHP:
 		return "php"
+	case FrameRuby:
+		return "ruby"
 	}
 	return ""
 }

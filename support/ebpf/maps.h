@@ -162,6 +162,15 @@ struct ustack_state {
 	struct php_proc php;
 	__u64 php_ex_slots[PHP_EX_READ / 8]; // a zend_execute_data, as read
 	__u64 php_fn_slots[PHP_FN_READ / 8]; // a zend_function, as read
+	// The Ruby walker's state (ruby.h).
+	__u64 rb_cfp;     // the next control frame to report; 0: none
+	__u64 rb_end;     // the end of the context's control frames (its VM stack's end)
+	__u32 rb_active;  // the process runs Ruby: vm_exec_core frames are replaced
+	__u32 rb_walking; // reporting the Ruby frames of one vm_exec_core frame
+	__u32 rb_run;     // Ruby frames reported for that vm_exec_core frame
+	__u32 rb_any;     // Ruby frames reported in this stack
+	struct ruby_proc rb;
+	__u64 rb_cfp_slots[RUBY_CFP_READ / 8]; // a control frame, as read
 	// The CPU's code blob cache (kept across stacks), direct-mapped by PC.
 	struct jvm_blob_entry jvm_blobs[JVM_BLOB_CACHE];
 	// The mapping cache (kept across stacks): entry i is mapping
@@ -389,6 +398,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct php_proc);
 } php_procs SEC(".maps");
+
+// Ruby processes and how to walk them. Filled by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct ruby_proc);
+} ruby_procs SEC(".maps");
 
 // The thread state last found for a thread (host tid). Checked against
 // the thread pointer on every use: a thread that exited and whose state

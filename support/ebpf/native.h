@@ -12,6 +12,7 @@
 #include "jvm.h"
 #include "v8.h"
 #include "php.h"
+#include "ruby.h"
 
 // saved_user_regs finds the user-mode registers the current task saved on
 // its last entry into the kernel. Kernel threads have none.
@@ -73,6 +74,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	jvm_begin(st, tgid);
 	v8_begin(st, tgid);
 	php_begin(st, tgid);
+	ruby_begin(st, tgid);
 	st->runs = 0;
 	st->adjust = 0;
 	st->have_mi = 0;
@@ -83,7 +85,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->snap_set = 0;
 	st->snap2_set = 0;
 	if (snapshot_all && !st->py_active && !st->jvm_active && !st->v8_active &&
-	    !st->php_active) {
+	    !st->php_active && !st->rb_active) {
 		st->snap_set = 1;
 		st->snap_frame = 0;
 		st->snap_pc = st->pc | PC_FLAG_NO_ADJUST;
@@ -501,7 +503,8 @@ static __always_inline void want_snapshot(struct ustack_state *st, struct sample
 	// A PHP stack whose PHP frames are all reported (php_ex 0) is native
 	// from here on: it may take one.
 	if (st->py_active || st->jvm_active || st->v8_active ||
-	    (st->php_active && (st->php_ex != 0 || st->php_walking))) {
+	    (st->php_active && (st->php_ex != 0 || st->php_walking)) ||
+	    (st->rb_active && (st->rb_cfp != 0 || st->rb_walking))) {
 		// No snapshot: a file mapped since the process was prepared (a
 		// JNI library, a C extension) is unwound by frame pointers until
 		// its table comes, so it is asked for sooner than the usual pace.
@@ -784,6 +787,40 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 		    (st->php_ex != 0 || (mi && mi->table_id != 0)))
 			return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
 		if (r == PHP_LAST)
+			return FRAME_NEXT; // the native frame takes the next slot
+	}
+	// So is the Ruby walker: a vm_exec_core frame shows as the Ruby
+	// frames it runs (ruby.h).
+	if (vma && st->rb_active && !st->rb_walking && !st->rb_any && ruby_in_core(st, lookup) &&
+	    !(mi && mi->table_id != 0)) {
+		// The VM's unwind table is not in the kernel yet (a process just
+		// set up): its frames could not be stepped over, and a stack cut
+		// after the first run would be worse than none. This stack stays
+		// native, with a snapshot user space unwinds on from.
+		count(COUNTER_RUBY_NO_TABLE);
+		st->rb_active = 0;
+		st->rb_cfp = 0;
+	}
+	if (vma && st->rb_active && (st->rb_walking || ruby_in_core(st, lookup))) {
+		if (!st->rb_walking) {
+			st->rb_walking = 1;
+			st->rb_run = 0;
+		}
+		enum ruby_result r = ruby_frame(st, s, idx);
+		if (r == RUBY_MORE) {
+			s->user_len = ulen + 1;
+			return FRAME_NEXT;
+		}
+		st->rb_walking = 0;
+		if (r == RUBY_LAST)
+			s->user_len = ulen + 1;
+		// Where the VM has no table yet (a process just started) and no
+		// Ruby frame is left, it shows as a native frame too: the stack's
+		// snapshot is unwound on from it in user space.
+		if ((r == RUBY_LAST || st->rb_run > 0) &&
+		    (st->rb_cfp != 0 || (mi && mi->table_id != 0)))
+			return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
+		if (r == RUBY_LAST)
 			return FRAME_NEXT; // the native frame takes the next slot
 	}
 	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {

@@ -58,6 +58,7 @@ enum runtime_id {
 	RUNTIME_JVM = 1,
 	RUNTIME_V8 = 2,
 	RUNTIME_PHP = 3,
+	RUNTIME_RUBY = 5,
 };
 
 // The kinds of HotSpot frame jvm.h reports.
@@ -351,6 +352,11 @@ enum counter {
 	COUNTER_PHP_FRAMES,        // PHP frames emitted
 	COUNTER_PHP_READ_ERR,      // a PHP frame could not be read: walk ended
 	COUNTER_PHP_BAD_FRAME,     // a PHP frame held no function the walker knows: walk ended
+	COUNTER_RUBY_SAMPLES,      // user stacks of Ruby processes (ruby_procs)
+	COUNTER_RUBY_FRAMES,       // Ruby frames emitted
+	COUNTER_RUBY_READ_ERR,     // a Ruby context or frame could not be read: walk ended
+	COUNTER_RUBY_BAD_FRAME,    // a Ruby context or frame made no sense: walk ended
+	COUNTER_RUBY_NO_TABLE, // Ruby stacks left native: the VM's unwind table was not loaded yet
 	COUNTER_MAX,
 };
 
@@ -535,6 +541,47 @@ enum php_frame_kind {
 	PHP_FRAME_MAIN = 3,     // the script's top-level code
 	PHP_FRAME_INCLUDE = 4,  // an included file's top-level code
 	PHP_FRAME_EVAL = 5,     // eval'd code
+};
+
+// Bytes of a rb_control_frame_t the Ruby walker (ruby.h) reads in one go:
+// every field it reads is in them.
+#define RUBY_CFP_READ 64
+
+// ruby_proc tells the Ruby walker (ruby.h) where one Ruby process keeps a
+// thread's execution context and its VM loop, and how its version lays out
+// what the walker reads; user space derives it from libruby's symbols and
+// code and internal/ruby's per-version table. Offsets are in bytes.
+struct ruby_proc {
+	// A thread's ruby_current_ec is at its thread pointer minus tls_offset.
+	__u64 tls_offset;
+	__u64 core_start; // vm_exec_core: [core_start, core_end)
+	__u64 core_end;
+	__u16 ec_vm_stack; // rb_execution_context_t fields
+	__u16 ec_vm_stack_size;
+	__u16 ec_cfp;
+	__u16 cfp_size; // sizeof(rb_control_frame_t)
+	__u16 cfp_pc;   // rb_control_frame_t fields (< RUBY_CFP_READ, 8-aligned)
+	__u16 cfp_iseq;
+	__u16 cfp_ep;
+	__u16 iseq_body;    // rb_iseq_t.body
+	__u16 body_encoded; // rb_iseq_constant_body.iseq_encoded
+	__u16 pad[3];
+};
+
+// How a Ruby frame leaves (internal/ruby's Kind*): the address is its
+// instruction sequence (rb_iseq_t); the file word holds the pc's position
+// in the iseq's instructions (words) in its high RUBY_POS_BITS (all ones:
+// unknown), which user space turns into a line; then RUBY_CHECK_BITS of
+// the iseq's body address from bit 4 (malloc'd: a freed iseq object reused
+// by another has another body), which user space checks the iseq against;
+// and in its low 32 bits a method frame's method entry (ep[-2]) as its
+// signed distance from the iseq in words, which names the method's class
+// (0: not a method frame, or too far).
+#define RUBY_POS_BITS   16
+#define RUBY_CHECK_BITS 16
+
+enum ruby_frame_kind {
+	RUBY_FRAME_ISEQ = 1, // a method, block, class body or file's top-level code
 };
 
 // A python_proc field a version does not have.

@@ -60,6 +60,13 @@ type TelemetryBuilder struct {
 	RecordsLost               metric.Int64ObservableCounter
 	RecordsMalformed          metric.Int64ObservableCounter
 	RecordsQueued             metric.Int64ObservableGauge
+	RubyErrors                metric.Int64ObservableCounter
+	RubyFrames                metric.Int64ObservableCounter
+	RubyIseqCacheEvictions    metric.Int64ObservableCounter
+	RubyIseqCacheSize         metric.Int64ObservableGauge
+	RubyProcesses             metric.Int64ObservableCounter
+	RubyVersionsUnknown       metric.Int64ObservableCounter
+	RubyWalks                 metric.Int64ObservableCounter
 	SamplesLate               metric.Int64ObservableCounter
 	SamplesLost               metric.Int64ObservableCounter
 	SamplesPending            metric.Int64ObservableGauge
@@ -579,6 +586,111 @@ func (builder *TelemetryBuilder) RegisterRecordsQueuedCallback(cb metric.Int64Ca
 		cb(ctx, &observerInt64{inst: builder.RecordsQueued, obs: o})
 		return nil
 	}, builder.RecordsQueued)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRubyErrorsCallback sets callback for observable RubyErrors metric.
+func (builder *TelemetryBuilder) RegisterRubyErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RubyErrors, obs: o})
+		return nil
+	}, builder.RubyErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRubyFramesCallback sets callback for observable RubyFrames metric.
+func (builder *TelemetryBuilder) RegisterRubyFramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RubyFrames, obs: o})
+		return nil
+	}, builder.RubyFrames)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRubyIseqCacheEvictionsCallback sets callback for observable RubyIseqCacheEvictions metric.
+func (builder *TelemetryBuilder) RegisterRubyIseqCacheEvictionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RubyIseqCacheEvictions, obs: o})
+		return nil
+	}, builder.RubyIseqCacheEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRubyIseqCacheSizeCallback sets callback for observable RubyIseqCacheSize metric.
+func (builder *TelemetryBuilder) RegisterRubyIseqCacheSizeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RubyIseqCacheSize, obs: o})
+		return nil
+	}, builder.RubyIseqCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRubyProcessesCallback sets callback for observable RubyProcesses metric.
+func (builder *TelemetryBuilder) RegisterRubyProcessesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RubyProcesses, obs: o})
+		return nil
+	}, builder.RubyProcesses)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRubyVersionsUnknownCallback sets callback for observable RubyVersionsUnknown metric.
+func (builder *TelemetryBuilder) RegisterRubyVersionsUnknownCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RubyVersionsUnknown, obs: o})
+		return nil
+	}, builder.RubyVersionsUnknown)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterRubyWalksCallback sets callback for observable RubyWalks metric.
+func (builder *TelemetryBuilder) RegisterRubyWalksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.RubyWalks, obs: o})
+		return nil
+	}, builder.RubyWalks)
 	if err != nil {
 		return err
 	}
@@ -1326,6 +1438,48 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.records.queued",
 		metric.WithDescription("Records read from the ring buffer that wait for the resolver. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RubyErrors, err = builder.meter.Int64ObservableCounter(
+		"sonde.ruby.errors",
+		metric.WithDescription("Ruby walks the eBPF walker ended early or did not start, by reason - read_error (a context or control frame could not be read), bad_frame (one that made no sense, read while it changed or corrupt; the rest of the vm_exec_core frames show as native frames) or no_table (libruby's unwind table was not loaded yet; the stack stays native). [Development]"),
+		metric.WithUnit("{walk}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RubyFrames, err = builder.meter.Int64ObservableCounter(
+		"sonde.ruby.frames",
+		metric.WithDescription("Ruby frames on the host, by outcome - named, stale (its iseq was freed or replaced between the sample and its naming, shown without a name) or unreadable (shown without a name). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RubyIseqCacheEvictions, err = builder.meter.Int64ObservableCounter(
+		"sonde.ruby.iseq_cache.evictions",
+		metric.WithDescription("Ruby iseqs and class names dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("{iseq}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RubyIseqCacheSize, err = builder.meter.Int64ObservableGauge(
+		"sonde.ruby.iseq_cache.size",
+		metric.WithDescription("Bytes of Ruby labels, file and class names cached to name Ruby frames, within a thirty-second of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RubyProcesses, err = builder.meter.Int64ObservableCounter(
+		"sonde.ruby.processes",
+		metric.WithDescription("Ruby processes found, by outcome - walked (Ruby frames), unsupported (a version without a layout, or a kernel before 5.17) or failed (could not be set up); the last two keep native stacks. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RubyVersionsUnknown, err = builder.meter.Int64ObservableCounter(
+		"sonde.ruby.versions.unknown",
+		metric.WithDescription("Ruby versions found without support, each logged once. [Development]"),
+		metric.WithUnit("{version}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.RubyWalks, err = builder.meter.Int64ObservableCounter(
+		"sonde.ruby.walks",
+		metric.WithDescription("User stacks of Ruby processes the eBPF Ruby walker was ready for. [Development]"),
+		metric.WithUnit("{stack}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.SamplesLate, err = builder.meter.Int64ObservableCounter(

@@ -521,6 +521,116 @@ func AssertEqualRecordsQueued(t *testing.T, tt *componenttest.Telemetry, dps []m
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualRubyErrors(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.ruby.errors",
+		Description: "Ruby walks the eBPF walker ended early or did not start, by reason - read_error (a context or control frame could not be read), bad_frame (one that made no sense, read while it changed or corrupt; the rest of the vm_exec_core frames show as native frames) or no_table (libruby's unwind table was not loaded yet; the stack stays native). [Development]",
+		Unit:        "{walk}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.ruby.errors")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualRubyFrames(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.ruby.frames",
+		Description: "Ruby frames on the host, by outcome - named, stale (its iseq was freed or replaced between the sample and its naming, shown without a name) or unreadable (shown without a name). [Development]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.ruby.frames")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualRubyIseqCacheEvictions(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.ruby.iseq_cache.evictions",
+		Description: "Ruby iseqs and class names dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]",
+		Unit:        "{iseq}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.ruby.iseq_cache.evictions")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualRubyIseqCacheSize(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.ruby.iseq_cache.size",
+		Description: "Bytes of Ruby labels, file and class names cached to name Ruby frames, within a thirty-second of limits::symbol_cache_bytes. [Development]",
+		Unit:        "By",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.ruby.iseq_cache.size")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualRubyProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.ruby.processes",
+		Description: "Ruby processes found, by outcome - walked (Ruby frames), unsupported (a version without a layout, or a kernel before 5.17) or failed (could not be set up); the last two keep native stacks. [Development]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.ruby.processes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualRubyVersionsUnknown(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.ruby.versions.unknown",
+		Description: "Ruby versions found without support, each logged once. [Development]",
+		Unit:        "{version}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.ruby.versions.unknown")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualRubyWalks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.ruby.walks",
+		Description: "User stacks of Ruby processes the eBPF Ruby walker was ready for. [Development]",
+		Unit:        "{stack}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.ruby.walks")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualSamplesLate(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.samples.late",
