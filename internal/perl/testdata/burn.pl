@@ -1,0 +1,37 @@
+# A CPU-bound Perl workload with a known chain: main -> alpha -> beta ->
+# gamma_burn ("chain"), or with an eval block and a required module in it
+# ("eval": main -> alpha -> (eval) -> Burn::Lib::delta -> (require) of
+# BurnLib2.pm's top-level code -> Burn::Lib2::epsilon_burn). Prints "ready"
+# once the leaf runs, then burns until killed.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+
+$| = 1;
+my $mode = shift // 'chain';
+my $said = 0;
+
+sub ready { print "ready\n" unless $said++; }
+
+sub gamma_burn {
+    my $x = 0;
+    while (1) {
+        for my $i (1 .. 1000) { $x = ($x * 31 + $i) % 1000003; }  # gamma_burn loop
+        ready();
+    }
+}
+
+sub beta { gamma_burn(); }     # beta calls gamma_burn
+
+sub alpha {
+    if ($mode eq 'eval') {
+        eval { require BurnLib; Burn::Lib::delta(); 1 } or die $@;   # alpha evals
+        return;
+    }
+    beta();                    # alpha calls beta
+}
+
+sub main { alpha(); }          # main calls alpha
+
+main();                        # top-level calls main
