@@ -1,6 +1,7 @@
 package profiler
 
 import (
+	"github.com/sonde-dev/sonde/internal/perl"
 	"github.com/sonde-dev/sonde/internal/php"
 	"github.com/sonde-dev/sonde/internal/python"
 )
@@ -10,3 +11,6 @@ type pythonLayoutFunc = python.LayoutFunc
 
 // phpLayoutFunc is the type of Options.phpLayouts.
 type phpLayoutFunc = php.LayoutFunc
+
+// perlLayoutFunc is the type of Options.perlLayouts.
+type perlLayoutFunc = perl.LayoutFunc

@@ -9,3 +9,7 @@ type pythonLayoutFunc = func()
 // phpLayoutFunc is the type of Options.phpLayouts, which only the Linux
 // pipeline reads.
 type phpLayoutFunc = func()
+
+// perlLayoutFunc is the type of Options.perlLayouts, which only the Linux
+// pipeline reads.
+type perlLayoutFunc = func()

@@ -222,6 +222,7 @@ func New(opts Options) (*Profiler, error) {
 			jvms,
 			newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
 			phps,
+			newPerlProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/perlCodeShare, opts.perlLayouts),
 		)
 		p.resolver.runtimes = p.preparer.runtimes
 	}
@@ -254,11 +255,11 @@ func checkProcFS(root string) error {
 
 // nativeSymbolBytes is the part of SymbolCacheBytes the native symbolizer
 // holds: all but the CPython code objects', the JVM namer's, the V8
-// namer's and the PHP namer's shares. A quarter of it is the per-file
+// namer's, the PHP namer's and the Perl namer's shares. A quarter of it is the per-file
 // inflation cap (at most 32 MiB) that README.md documents.
 func nativeSymbolBytes(symbolCacheBytes int64) int64 {
 	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare - symbolCacheBytes/v8CodeShare -
-		symbolCacheBytes/phpCodeShare
+		symbolCacheBytes/phpCodeShare - symbolCacheBytes/perlCodeShare
 }
 
 // CPUs is how many CPUs are sampled.

@@ -479,6 +479,10 @@ type Counters struct {
 	PHPFrames       uint64 // PHP frames reported
 	PHPReadErrs     uint64 // PHP walks ended at unreadable memory
 	PHPBadFrames    uint64 // PHP walks ended at a frame without a function the walker knows
+	PerlSamples     uint64 // user stacks of main threads of processes set with SetPerl
+	PerlFrames      uint64 // Perl frames reported
+	PerlReadErrs    uint64 // Perl walks ended at unreadable memory
+	PerlBadFrames   uint64 // Perl walks ended at a context or statement that made no sense
 
 	Snapshots        uint64 // samples sent with a stack snapshot (Record.Snapshot)
 	SnapshotsSkipped uint64 // snapshots not taken: the ring buffer was half full
@@ -542,6 +546,10 @@ var counters = [support.SondeCounterCOUNTER_MAX]counter{
 	support.SondeCounterCOUNTER_PHP_FRAMES:           {"php_frames", func(c *Counters) *uint64 { return &c.PHPFrames }},
 	support.SondeCounterCOUNTER_PHP_READ_ERR:         {"php_read_err", func(c *Counters) *uint64 { return &c.PHPReadErrs }},
 	support.SondeCounterCOUNTER_PHP_BAD_FRAME:        {"php_bad_frame", func(c *Counters) *uint64 { return &c.PHPBadFrames }},
+	support.SondeCounterCOUNTER_PERL_SAMPLES:         {"perl_samples", func(c *Counters) *uint64 { return &c.PerlSamples }},
+	support.SondeCounterCOUNTER_PERL_FRAMES:          {"perl_frames", func(c *Counters) *uint64 { return &c.PerlFrames }},
+	support.SondeCounterCOUNTER_PERL_READ_ERR:        {"perl_read_err", func(c *Counters) *uint64 { return &c.PerlReadErrs }},
+	support.SondeCounterCOUNTER_PERL_BAD_FRAME:       {"perl_bad_frame", func(c *Counters) *uint64 { return &c.PerlBadFrames }},
 	support.SondeCounterCOUNTER_SNAPSHOTS:            {"snapshots", func(c *Counters) *uint64 { return &c.Snapshots }},
 	support.SondeCounterCOUNTER_SNAPSHOTS_SKIPPED:    {"snapshots_skipped", func(c *Counters) *uint64 { return &c.SnapshotsSkipped }},
 }

@@ -42,10 +42,14 @@ const (
 	// closure or file's top-level code, or an internal function (C) PHP
 	// called; its address is the zend_function's.
 	FramePHP
+	// FramePerl is Perl 5 code: a sub, an eval, a required file's or the
+	// program's top-level code; its address is the sub's CV, else the
+	// frame's current statement (COP).
+	FramePerl
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go", "rust", "cpython", "jvm", "v8js", "php"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust", "cpython", "jvm", "v8js", "php", "perl"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -64,6 +68,8 @@ func (t FrameType) String() string {
 		return "v8js"
 	case FramePHP:
 		return "php"
+	case FramePerl:
+		return "perl"
 	}
 	return ""
 }

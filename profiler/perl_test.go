@@ -1,0 +1,276 @@
+//go:build linux
+
+package profiler
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/sonde-dev/sonde/internal/perl"
+	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/tracer"
+)
+
+// perlBin is Debian's perl; the tests skip without it, or fail under
+// CI=true.
+func perlBin(t *testing.T) string {
+	t.Helper()
+	const bin = "/usr/bin/perl"
+	if _, err := os.Stat(bin); err != nil {
+		if testutil.InCI() {
+			t.Fatalf("%s is missing (CI=true: apt-get install perl): %v", bin, err)
+		}
+		t.Skipf("%s is missing: %v", bin, err)
+	}
+	return bin
+}
+
+// startBurnPerl runs internal/perl's burn.pl in mode and waits for its
+// "ready" line.
+func startBurnPerl(t *testing.T, mode string) int {
+	t.Helper()
+	cmd := exec.Command(perlBin(t), perlTestdata(t, "burn.pl"), mode)
+	cmd.Stderr = os.Stderr
+	testutil.StartReady(t, cmd, 30*time.Second)
+	return cmd.Process.Pid
+}
+
+func perlTestdata(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("../internal/perl/testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// stackFrame is one location of a sample's stack: its frame type and its
+// innermost line's function, file and line.
+type stackFrame struct {
+	typ, name, file string
+	line            int64
+}
+
+func (f stackFrame) String() string { return fmt.Sprintf("%s:%s %s:%d", f.typ, f.name, f.file, f.line) }
+
+// framedStacks returns the stacks of pid's samples in pd, leaf first, one
+// entry per sample timestamp.
+func framedStacks(pd pprofile.Profiles, pid int) [][]stackFrame {
+	dict := pd.Dictionary()
+	strs := dict.StringTable()
+	var out [][]stackFrame
+	for _, rp := range pd.ResourceProfiles().All() {
+		if v, ok := rp.Resource().Attributes().Get("process.pid"); !ok || v.Int() != int64(pid) {
+			continue
+		}
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					var st []stackFrame
+					for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+						loc := dict.LocationTable().At(int(li))
+						var f stackFrame
+						for _, ai := range loc.AttributeIndices().All() {
+							kv := dict.AttributeTable().At(int(ai))
+							if strs.At(int(kv.KeyStrindex())) == "profile.frame.type" {
+								f.typ = kv.Value().Str()
+							}
+						}
+						if loc.Lines().Len() > 0 {
+							ln := loc.Lines().At(0)
+							fn := dict.FunctionTable().At(int(ln.FunctionIndex()))
+							f.name = strs.At(int(fn.NameStrindex()))
+							f.file = strs.At(int(fn.FilenameStrindex()))
+							f.line = ln.Line()
+						}
+						st = append(st, f)
+					}
+					for range max(1, s.TimestampsUnixNano().Len()) {
+						out = append(out, st)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// perlWant is one expected Perl frame.
+type perlWant struct {
+	name, file string
+	lines      []int64
+}
+
+// burnPerlChain is burn.pl's chain in mode from its leaf out.
+func burnPerlChain(t *testing.T, mode string) []perlWant {
+	t.Helper()
+	burn, lib, lib2 := perlTestdata(t, "burn.pl"), perlTestdata(t, "BurnLib.pm"), perlTestdata(t, "BurnLib2.pm")
+	at := func(file string, texts ...string) []int64 {
+		var out []int64
+		for _, text := range texts {
+			out = append(out, lineOf(t, file, text))
+		}
+		return out
+	}
+	top := []perlWant{
+		{"main::main", burn, at(burn, "main calls alpha")},
+		{"(main)", burn, at(burn, "top-level calls main")},
+	}
+	if mode == "eval" {
+		return append([]perlWant{
+			{"Burn::Lib2::epsilon_burn", lib2, at(lib2, "epsilon_burn loop", "main::ready()")},
+			{"(require)", lib2, at(lib2, "top-level calls epsilon_burn")},
+			{"Burn::Lib::delta", lib, at(lib, "delta requires BurnLib2")},
+			{"(eval)", burn, at(burn, "alpha evals")},
+			{"main::alpha", burn, at(burn, "alpha evals")},
+		}, top...)
+	}
+	return append([]perlWant{
+		{"main::gamma_burn", burn, at(burn, "gamma_burn loop", "ready();")},
+		{"main::beta", burn, at(burn, "beta calls gamma_burn")},
+		{"main::alpha", burn, at(burn, "alpha calls beta")},
+	}, top...)
+}
+
+func lineOf(t *testing.T, path, text string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			return int64(i + 1)
+		}
+	}
+	t.Fatalf("%s: no line holds %q", path, text)
+	return 0
+}
+
+// perlWhole says whether st, a stack with chain[0]'s frame, holds the
+// whole chain from it out with names, files and lines, and native frames
+// below it (the interpreter's main).
+func perlWhole(st []stackFrame, chain []perlWant) bool {
+	i := 0
+	for i < len(st) && (st[i].typ != "perl" || st[i].name != chain[0].name) {
+		i++
+	}
+	for _, w := range chain {
+		if i >= len(st) {
+			return false
+		}
+		f := st[i]
+		ok := f.typ == "perl" && f.name == w.name && f.file == w.file
+		lineOK := false
+		for _, l := range w.lines {
+			lineOK = lineOK || f.line == l
+		}
+		if !ok || !lineOK {
+			return false
+		}
+		i++
+	}
+	if i >= len(st) {
+		return false
+	}
+	for _, f := range st[i:] {
+		if f.typ != "native" {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPerlFrames runs burn.pl (main -> alpha -> beta -> gamma_burn, and a
+// variant through an eval block and two required modules), started after
+// the profiler. From the first sample in the leaf on, at least 99 % of
+// those samples carry the whole chain with names, files and lines, then
+// perl's native frames; the walker's and the namer's counters say so too.
+func TestPerlFrames(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	perlBin(t)
+	for _, mode := range []string{"chain", "eval"} {
+		t.Run(mode, func(t *testing.T) {
+			p, s := startProfiler(t, 99)
+			pid := startBurnPerl(t, mode)
+			chain := burnPerlChain(t, mode)
+			var leaf, whole int
+			var bad []string
+			example := ""
+			count := func() {
+				leaf, whole, bad = 0, 0, nil
+				for _, pd := range s.all() {
+					for _, st := range framedStacks(pd, pid) {
+						in := false
+						for _, f := range st {
+							in = in || (f.typ == "perl" && f.name == chain[0].name)
+						}
+						if !in {
+							continue
+						}
+						leaf++
+						if perlWhole(st, chain) {
+							whole++
+							example = fmt.Sprint(st)
+						} else if len(bad) < 5 {
+							bad = append(bad, fmt.Sprint(st))
+						}
+					}
+				}
+			}
+			deadline := time.Now().Add(45 * time.Second)
+			for count(); leaf < 300 && time.Now().Before(deadline); count() {
+				s.waitFor(len(s.all())+1, 5*time.Second)
+			}
+			st := p.Stats()
+			t.Logf("%d of %d %s samples whole; perl %+v; kernel perl samples %d frames %d read errors %d bad frames %d",
+				whole, leaf, chain[0].name, st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames, st.Kernel.PerlReadErrs, st.Kernel.PerlBadFrames)
+			t.Logf("a whole stack: %s", example)
+			for _, b := range bad {
+				t.Logf("not whole: %s", b)
+			}
+			if leaf < 300 {
+				t.Fatalf("%d samples in %s, want 300", leaf, chain[0].name)
+			}
+			if whole*100 < leaf*99 {
+				t.Errorf("%d of %d %s samples whole, want 99 %%", whole, leaf, chain[0].name)
+			}
+			if st.Perl.Processes < 1 || st.Perl.Named == 0 || st.Kernel.PerlSamples == 0 || st.Kernel.PerlFrames < st.Perl.Named {
+				t.Errorf("counters: perl %+v, kernel samples %d frames %d", st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames)
+			}
+		})
+	}
+}
+
+// TestKernelPerlBounds refuses a layout whose fields are outside what the
+// walker reads of a context, a stack info or a statement.
+func TestKernelPerlBounds(t *testing.T) {
+	good, err := perl.LayoutFor(36)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kernelPerl(&perl.Interp{Version: "5.36.0", Layout: good}); err != nil {
+		t.Fatalf("5.36: %v", err)
+	}
+	for name, mutate := range map[string]func(*perl.Layout){
+		"cv past the context":      func(l *perl.Layout) { l.CxSubCV = int64(tracer.PerlCxRead) },
+		"si_type past the si":      func(l *perl.Layout) { l.SIType = int64(tracer.PerlSIRead) },
+		"file past the statement":  func(l *perl.Layout) { l.CopFile = int64(tracer.PerlCopRead) },
+		"line not 4-aligned":       func(l *perl.Layout) { l.CopLine = 38 },
+		"negative oldcop offset":   func(l *perl.Layout) { l.CxOldcop = -8 },
+		"blk_u16 across two words": func(l *perl.Layout) { l.CxU16 = 7 },
+	} {
+		l := good
+		mutate(&l)
+		if _, err := kernelPerl(&perl.Interp{Version: "5.36.0", Layout: l}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
