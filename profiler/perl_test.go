@@ -3,6 +3,7 @@
 package profiler
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sonde-dev/sonde/internal/perl"
 	"github.com/sonde-dev/sonde/internal/testutil"
@@ -132,8 +137,12 @@ func burnPerlChain(t *testing.T, mode string) []perlWant {
 			{"main::alpha", burn, at(burn, "alpha evals")},
 		}, top...)
 	}
+	leaf := at(burn, "gamma_burn loop", "# chain ready")
+	if mode == "xs" {
+		leaf = at(burn, "# xs leaf", "# xs ready")
+	}
 	return append([]perlWant{
-		{"main::gamma_burn", burn, at(burn, "gamma_burn loop", "ready();")},
+		{"main::gamma_burn", burn, leaf},
 		{"main::beta", burn, at(burn, "beta calls gamma_burn")},
 		{"main::alpha", burn, at(burn, "alpha calls beta")},
 	}, top...)
@@ -188,20 +197,20 @@ func perlWhole(st []stackFrame, chain []perlWant) bool {
 	return true
 }
 
-// TestPerlFrames runs burn.pl (main -> alpha -> beta -> gamma_burn, and a
-// variant through an eval block and two required modules), started after
-// the profiler. From the first sample in the leaf on, at least 99 % of
+// TestPerlFrames runs burn.pl (main -> alpha -> beta -> gamma_burn, a
+// variant through an eval block and two required modules, and one whose
+// leaf is Digest::MD5's C code), started after the profiler. From the first sample in the leaf on, at least 99 % of
 // those samples carry the whole chain with names, files and lines, then
 // perl's native frames; the walker's and the namer's counters say so too.
 func TestPerlFrames(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	perlBin(t)
-	for _, mode := range []string{"chain", "eval"} {
+	for _, mode := range []string{"chain", "eval", "xs"} {
 		t.Run(mode, func(t *testing.T) {
 			p, s := startProfiler(t, 99)
 			pid := startBurnPerl(t, mode)
 			chain := burnPerlChain(t, mode)
-			var leaf, whole int
+			var leaf, whole, xs int
 			var bad []string
 			example := ""
 			count := func() {
@@ -216,6 +225,9 @@ func TestPerlFrames(t *testing.T) {
 							continue
 						}
 						leaf++
+						if st[0].typ == "native" && !strings.HasPrefix(st[0].name, "Perl_") {
+							xs++ // the leaf is C that is not the interpreter's
+						}
 						if perlWhole(st, chain) {
 							whole++
 							example = fmt.Sprint(st)
@@ -242,10 +254,80 @@ func TestPerlFrames(t *testing.T) {
 			if whole*100 < leaf*99 {
 				t.Errorf("%d of %d %s samples whole, want 99 %%", whole, leaf, chain[0].name)
 			}
+			if mode == "xs" && xs*2 < leaf {
+				t.Errorf("%d of %d samples in gamma_burn in Digest::MD5's code, want half", xs, leaf)
+			}
 			if st.Perl.Processes < 1 || st.Perl.Named == 0 || st.Kernel.PerlSamples == 0 || st.Kernel.PerlFrames < st.Perl.Named {
 				t.Errorf("counters: perl %+v, kernel samples %d frames %d", st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames)
 			}
 		})
+	}
+}
+
+// TestPerlUnknownVersion runs two real perl processes while the
+// profiler's layout table hides 5.36: the version is reported once (one
+// log line, counted), and its processes keep their native stacks, with
+// Perl_runops_standard where Perl frames would be.
+func TestPerlUnknownVersion(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	perlBin(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	p, s := startProfiler(t, 99, func(o *Options) {
+		o.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+		o.perlLayouts = func(v int) (perl.Layout, error) {
+			return perl.Layout{}, fmt.Errorf("perl 5.%d: hidden by the test: %w", v, perl.ErrUnknownVersion)
+		}
+	})
+	pids := []int{startBurnPerl(t, "chain"), startBurnPerl(t, "chain")}
+	const n = 30
+	runops := map[int]int{}
+	var bad []string
+	deadline := time.Now().Add(60 * time.Second)
+	read := 0
+	for time.Now().Before(deadline) && (runops[pids[0]] < n || runops[pids[1]] < n) {
+		all := s.all()
+		for _, pd := range all[read:] {
+			for _, pid := range pids {
+				for _, st := range framedStacks(pd, pid) {
+					seen := false
+					for _, f := range st {
+						if f.typ == "perl" && len(bad) < 5 {
+							bad = append(bad, fmt.Sprintf("pid %d: perl frames in %v", pid, st))
+						}
+						seen = seen || (f.typ == "native" && f.name == "Perl_runops_standard")
+					}
+					if seen {
+						runops[pid]++
+					}
+				}
+			}
+		}
+		read = len(all)
+		s.waitFor(read+1, time.Until(deadline))
+	}
+	if len(bad) > 0 {
+		t.Errorf("a hidden version's process got perl frames:\n%s", strings.Join(bad, "\n"))
+	}
+	for _, pid := range pids {
+		if runops[pid] < n {
+			t.Errorf("pid %d: %d samples with a native Perl_runops_standard frame, want >= %d", pid, runops[pid], n)
+		}
+	}
+	var lines []string
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message, "perl version not supported") {
+			lines = append(lines, fmt.Sprint(e.ContextMap()))
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "perl 5.36") {
+		t.Errorf("unsupported version log lines: %q, want one about perl 5.36", lines)
+	}
+	ps := p.Stats().Perl
+	if ps.UnknownVersions != 1 || ps.Unsupported < 2 || ps.Processes != 0 {
+		t.Errorf("Stats.Perl = %+v, want 1 unknown version, >= 2 unsupported, none walked", ps)
+	}
+	if _, err := perl.LayoutFor(36); errors.Is(err, perl.ErrUnknownVersion) {
+		t.Fatalf("the table itself lost 5.36: %v", err)
 	}
 }
 

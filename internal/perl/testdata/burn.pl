@@ -1,8 +1,9 @@
 # A CPU-bound Perl workload with a known chain: main -> alpha -> beta ->
 # gamma_burn ("chain"), or with an eval block and a required module in it
 # ("eval": main -> alpha -> (eval) -> Burn::Lib::delta -> (require) of
-# BurnLib2.pm's top-level code -> Burn::Lib2::epsilon_burn). Prints "ready"
-# once the leaf runs, then burns until killed.
+# BurnLib2.pm's top-level code -> Burn::Lib2::epsilon_burn), or the chain
+# with its leaf in an XS module ("xs": gamma_burn hashes with Digest::MD5's
+# C code). Prints "ready" once the leaf runs, then burns until killed.
 use strict;
 use warnings;
 use FindBin;
@@ -15,10 +16,18 @@ my $said = 0;
 sub ready { print "ready\n" unless $said++; }
 
 sub gamma_burn {
+    if ($mode eq 'xs') {
+        require Digest::MD5;
+        my $data = 'x' x (1 << 20);
+        while (1) {
+            Digest::MD5::md5($data);   # xs leaf
+            ready();                   # xs ready
+        }
+    }
     my $x = 0;
     while (1) {
         for my $i (1 .. 1000) { $x = ($x * 31 + $i) % 1000003; }  # gamma_burn loop
-        ready();
+        ready();                       # chain ready
     }
 }
 
