@@ -356,3 +356,101 @@ func TestKernelPerlBounds(t *testing.T) {
 		}
 	}
 }
+
+// coveredUntil is the end of the latest interval in profiles.
+func coveredUntil(profiles []pprofile.Profiles) time.Time {
+	var end time.Time
+	for _, pd := range profiles {
+		for _, rp := range pd.ResourceProfiles().All() {
+			for _, sp := range rp.ScopeProfiles().All() {
+				for _, prof := range sp.Profiles().All() {
+					if e := prof.Time().AsTime().Add(time.Duration(prof.DurationNano())); e.After(end) {
+						end = e
+					}
+				}
+			}
+		}
+	}
+	return end
+}
+
+// TestPerlNYTProf profiles burn.pl's two leaves (leaf_a with three times
+// leaf_b's work) under Devel::NYTProf, Debian's Perl profiler, and with
+// Sonde at once: the share of leaf_a in Sonde's samples of the two leaves
+// agrees with its share of NYTProf's exclusive times within 5 points.
+func TestPerlNYTProf(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	bin := perlBin(t)
+	if err := exec.Command(bin, "-MDevel::NYTProf::Data", "-e", "1").Run(); err != nil {
+		if testutil.InCI() {
+			t.Fatalf("Devel::NYTProf is missing (CI=true: apt-get install libdevel-nytprof-perl): %v", err)
+		}
+		t.Skipf("Devel::NYTProf is missing (libdevel-nytprof-perl): %v", err)
+	}
+	p, s := startProfiler(t, 99)
+	out := filepath.Join(t.TempDir(), "nytprof.out")
+	cmd := exec.Command(bin, "-d:NYTProf", perlTestdata(t, "burn.pl"), "oracle", "6")
+	cmd.Env = append(os.Environ(), "NYTPROF=file="+out+":stmts=0")
+	cmd.Stderr = os.Stderr
+	testutil.StartReady(t, cmd, 30*time.Second)
+	pid := cmd.Process.Pid
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("perl -d:NYTProf: %v", err)
+	}
+	// Every sample of the process is in an interval that ends within the
+	// pipeline's lag (1 s) after its exit.
+	exited := time.Now()
+	deadline := time.Now().Add(30 * time.Second)
+	for coveredUntil(s.all()).Before(exited.Add(time.Second)) && time.Now().Before(deadline) {
+		s.waitFor(len(s.all())+1, time.Until(deadline))
+	}
+	counts := map[string]int{}
+	total := 0
+	var other []string
+	for _, pd := range s.all() {
+		for _, st := range framedStacks(pd, pid) {
+			total++
+			if len(other) < 5 && fmt.Sprint(st) != "" && !strings.Contains(fmt.Sprint(st), "perl:main::leaf_") {
+				other = append(other, fmt.Sprint(st))
+			}
+			for _, f := range st {
+				if f.typ == "perl" {
+					counts[f.name]++ // the innermost Perl frame
+					break
+				}
+			}
+		}
+	}
+	a, b := counts["main::leaf_a"], counts["main::leaf_b"]
+	st := p.Stats()
+	t.Logf("%d samples of the process; perl %+v; kernel perl samples %d frames %d read errors %d bad frames %d; some not in a leaf:\n%s",
+		total, st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames, st.Kernel.PerlReadErrs, st.Kernel.PerlBadFrames, strings.Join(other, "\n"))
+	if a+b < 200 {
+		t.Fatalf("%d samples in leaf_a, %d in leaf_b, want 200 at least; innermost perl frames: %v", a, b, counts)
+	}
+	excl := exec.Command(bin, perlTestdata(t, "nytprof_excl.pl"), "main::leaf_a", "main::leaf_b")
+	excl.Env = append(os.Environ(), "NYTPROF_FILE="+out)
+	excl.Stderr = os.Stderr
+	ny, err := excl.Output()
+	if err != nil {
+		t.Fatalf("nytprof_excl.pl: %v", err)
+	}
+	secs := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(ny)), "\n") {
+		var name string
+		var sec float64
+		if _, err := fmt.Sscanf(line, "%s %f", &name, &sec); err != nil {
+			t.Fatalf("nytprof_excl.pl said %q: %v", line, err)
+		}
+		secs[name] = sec
+	}
+	ea, eb := secs["main::leaf_a"], secs["main::leaf_b"]
+	if ea+eb <= 0 {
+		t.Fatalf("NYTProf: leaf_a %.3f s, leaf_b %.3f s", ea, eb)
+	}
+	ours, theirs := float64(a)/float64(a+b), ea/(ea+eb)
+	t.Logf("leaf_a's share: Sonde %.3f (%d of %d samples), NYTProf %.3f (%.3f s of %.3f s)", ours, a, a+b, theirs, ea, ea+eb)
+	if ours-theirs > 0.05 || theirs-ours > 0.05 {
+		t.Errorf("leaf_a's share: Sonde %.3f, NYTProf %.3f: more than 5 points apart", ours, theirs)
+	}
+}

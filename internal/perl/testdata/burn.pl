@@ -4,6 +4,9 @@
 # BurnLib2.pm's top-level code -> Burn::Lib2::epsilon_burn), or the chain
 # with its leaf in an XS module ("xs": gamma_burn hashes with Digest::MD5's
 # C code). Prints "ready" once the leaf runs, then burns until killed.
+# "oracle" runs two leaves, leaf_a with three times leaf_b's work, for the
+# seconds its second argument says (default 6), then exits: NYTProf's
+# exclusive times of the two are what Sonde's samples are compared with.
 use strict;
 use warnings;
 use FindBin;
@@ -42,5 +45,15 @@ sub alpha {
 }
 
 sub main { alpha(); }          # main calls alpha
+
+sub leaf_a { my $x = 0; $x = ($x * 31 + $_) % 1000003 for 1 .. 300000; $x }
+sub leaf_b { my $x = 0; $x = ($x * 31 + $_) % 1000003 for 1 .. 100000; $x }
+
+if ($mode eq 'oracle') {
+    my $end = time + (shift // 6);
+    ready();
+    while (time < $end) { leaf_a(); leaf_b(); }
+    exit 0;
+}
 
 main();                        # top-level calls main
