@@ -111,6 +111,10 @@ func framedStacks(pd pprofile.Profiles, pid int) [][]stackFrame {
 type perlWant struct {
 	name, file string
 	lines      []int64
+	// cFrom, when set, is a native function that must be among the
+	// native frames between this frame and the next Perl frame (C that
+	// called this frame's sub), which are allowed there.
+	cFrom string
 }
 
 // burnPerlChain is burn.pl's chain in mode from its leaf out.
@@ -125,16 +129,24 @@ func burnPerlChain(t *testing.T, mode string) []perlWant {
 		return out
 	}
 	top := []perlWant{
-		{"main::main", burn, at(burn, "main calls alpha")},
-		{"(main)", burn, at(burn, "top-level calls main")},
+		{name: "main::main", file: burn, lines: at(burn, "main calls alpha")},
+		{name: "(main)", file: burn, lines: at(burn, "top-level calls main")},
 	}
 	if mode == "eval" {
 		return append([]perlWant{
-			{"Burn::Lib2::epsilon_burn", lib2, at(lib2, "epsilon_burn loop", "main::ready()")},
-			{"(require)", lib2, at(lib2, "top-level calls epsilon_burn")},
-			{"Burn::Lib::delta", lib, at(lib, "delta requires BurnLib2")},
-			{"(eval)", burn, at(burn, "alpha evals")},
-			{"main::alpha", burn, at(burn, "alpha evals")},
+			{name: "Burn::Lib2::epsilon_burn", file: lib2, lines: at(lib2, "epsilon_burn loop", "main::ready()")},
+			{name: "(require)", file: lib2, lines: at(lib2, "top-level calls epsilon_burn")},
+			{name: "Burn::Lib::delta", file: lib, lines: at(lib, "delta requires BurnLib2")},
+			{name: "(eval)", file: burn, lines: at(burn, "alpha evals")},
+			{name: "main::alpha", file: burn, lines: at(burn, "alpha evals")},
+		}, top...)
+	}
+	if mode == "sort" {
+		return append([]perlWant{
+			{name: "main::gamma_burn", file: burn, lines: at(burn, "gamma_burn loop", "# chain ready")},
+			{name: "main::beta", file: burn, lines: at(burn, "beta calls gamma_burn")},
+			{name: "main::by_num", file: burn, lines: at(burn, "by_num calls beta"), cFrom: "Perl_pp_sort"},
+			{name: "main::alpha", file: burn, lines: at(burn, "alpha sorts")},
 		}, top...)
 	}
 	leaf := at(burn, "gamma_burn loop", "# chain ready")
@@ -142,9 +154,9 @@ func burnPerlChain(t *testing.T, mode string) []perlWant {
 		leaf = at(burn, "# xs leaf", "# xs ready")
 	}
 	return append([]perlWant{
-		{"main::gamma_burn", burn, leaf},
-		{"main::beta", burn, at(burn, "beta calls gamma_burn")},
-		{"main::alpha", burn, at(burn, "alpha calls beta")},
+		{name: "main::gamma_burn", file: burn, lines: leaf},
+		{name: "main::beta", file: burn, lines: at(burn, "beta calls gamma_burn")},
+		{name: "main::alpha", file: burn, lines: at(burn, "alpha calls beta")},
 	}, top...)
 }
 
@@ -185,6 +197,15 @@ func perlWhole(st []stackFrame, chain []perlWant) bool {
 			return false
 		}
 		i++
+		if w.cFrom != "" {
+			found := false
+			for ; i < len(st) && st[i].typ == "native"; i++ {
+				found = found || st[i].name == w.cFrom
+			}
+			if !found {
+				return false
+			}
+		}
 	}
 	if i >= len(st) {
 		return false
@@ -199,13 +220,14 @@ func perlWhole(st []stackFrame, chain []perlWant) bool {
 
 // TestPerlFrames runs burn.pl (main -> alpha -> beta -> gamma_burn, a
 // variant through an eval block and two required modules, and one whose
-// leaf is Digest::MD5's C code), started after the profiler. From the first sample in the leaf on, at least 99 % of
+// leaf is Digest::MD5's C code, and one through sort's comparison sub,
+// which C calls: its native frames between), started after the profiler. From the first sample in the leaf on, at least 99 % of
 // those samples carry the whole chain with names, files and lines, then
 // perl's native frames; the walker's and the namer's counters say so too.
 func TestPerlFrames(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	perlBin(t)
-	for _, mode := range []string{"chain", "eval", "xs"} {
+	for _, mode := range []string{"chain", "eval", "xs", "sort"} {
 		t.Run(mode, func(t *testing.T) {
 			p, s := startProfiler(t, 99)
 			pid := startBurnPerl(t, mode)

@@ -3,7 +3,9 @@
 # ("eval": main -> alpha -> (eval) -> Burn::Lib::delta -> (require) of
 # BurnLib2.pm's top-level code -> Burn::Lib2::epsilon_burn), or the chain
 # with its leaf in an XS module ("xs": gamma_burn hashes with Digest::MD5's
-# C code). Prints "ready" once the leaf runs, then burns until killed.
+# C code), or through a sort's comparison sub, which C calls ("sort": main ->
+# alpha -> sort -> by_num -> beta -> gamma_burn). Prints "ready" once the
+# leaf runs, then burns until killed.
 # "oracle" runs two leaves, leaf_a with three times leaf_b's work, for the
 # seconds its second argument says (default 6), then exits: NYTProf's
 # exclusive times of the two are what Sonde's samples are compared with.
@@ -36,7 +38,13 @@ sub gamma_burn {
 
 sub beta { gamma_burn(); }     # beta calls gamma_burn
 
+sub by_num { beta(); 0 }       # by_num calls beta
+
 sub alpha {
+    if ($mode eq 'sort') {
+        my @s = sort by_num 2, 1;   # alpha sorts
+        return;
+    }
     if ($mode eq 'eval') {
         eval { require BurnLib; Burn::Lib::delta(); 1 } or die $@;   # alpha evals
         return;
