@@ -44,7 +44,7 @@ DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
                 xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
                 mold clang-format-19 rustc prometheus sqlite3 php-cli php-fpm \
                 php8.2-dev gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-system-arm \
-                perl libperl5.36 libdevel-nytprof-perl
+                perl libperl5.36 libdevel-nytprof-perl cloc
 
 .DEFAULT_GOAL := help
 

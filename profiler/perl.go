@@ -145,7 +145,7 @@ func (pp *perlProcs) stats(s *Stats) {
 	ns := pp.namer.Stats()
 	s.Perl = PerlStats{Processes: pp.found.Load(), Unsupported: pp.unsupported.Load(),
 		UnknownVersions: pp.unknownVersions.Load(), Failed: pp.failed.Load(),
-		Unnamed: pp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Stale: ns.Stale,
+		Unnamed: pp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Gone: ns.Gone, Stale: ns.Stale,
 		CacheEvictions: ns.Evictions, CacheBytes: ns.Bytes}
 }
 

@@ -476,3 +476,83 @@ func TestPerlNYTProf(t *testing.T) {
 		t.Errorf("leaf_a's share: Sonde %.3f, NYTProf %.3f: more than 5 points apart", ours, theirs)
 	}
 }
+
+// TestPerlCloc profiles a real Perl program, Debian's cloc counting the
+// lines of perl's own library (1,155 files): its samples that hold Perl
+// frames hold whole Perl stacks, each frame named with a file and a line,
+// down to cloc's top-level code, then native frames only.
+func TestPerlCloc(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	perlBin(t)
+	const cloc, tree = "/usr/bin/cloc", "/usr/share/perl/5.36.0/"
+	for _, p := range []string{cloc, tree} {
+		if _, err := os.Stat(p); err != nil {
+			if testutil.InCI() {
+				t.Fatalf("%s is missing (CI=true: apt-get install cloc perl): %v", p, err)
+			}
+			t.Skipf("%s is missing (cloc, perl): %v", p, err)
+		}
+	}
+	p, s := startProfiler(t, 99)
+	cmd := exec.Command(cloc, "--quiet", tree)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("cloc: %v", err)
+	}
+	exited := time.Now()
+	deadline := time.Now().Add(30 * time.Second)
+	for coveredUntil(s.all()).Before(exited.Add(time.Second)) && time.Now().Before(deadline) {
+		s.waitFor(len(s.all())+1, time.Until(deadline))
+	}
+	var total, withPerl, whole int
+	var bad []string
+	subs := map[string]int{}
+	for _, pd := range s.all() {
+		for _, st := range framedStacks(pd, pid) {
+			total++
+			last := -1
+			for i, f := range st {
+				if f.typ == "perl" {
+					last = i
+				}
+			}
+			if last < 0 {
+				continue
+			}
+			withPerl++
+			ok := st[last].name == "(main)" && st[last].file == cloc
+			for i, f := range st {
+				switch {
+				case f.typ == "perl":
+					ok = ok && f.name != "" && f.file != "" && f.line > 0
+					if f.name != "" {
+						subs[f.name]++
+					}
+				case i > last:
+					ok = ok && f.typ == "native"
+				}
+			}
+			if ok {
+				whole++
+			} else if len(bad) < 5 {
+				bad = append(bad, fmt.Sprint(st))
+			}
+		}
+	}
+	st := p.Stats()
+	t.Logf("%d samples of cloc, %d with Perl frames, %d of them whole; perl %+v; kernel perl samples %d frames %d read errors %d bad frames %d; frames by sub: %v",
+		total, withPerl, whole, st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames, st.Kernel.PerlReadErrs, st.Kernel.PerlBadFrames, subs)
+	for _, b := range bad {
+		t.Logf("not whole: %s", b)
+	}
+	if withPerl < 100 {
+		t.Fatalf("%d of %d samples with Perl frames, want 100", withPerl, total)
+	}
+	if whole*100 < withPerl*95 {
+		t.Errorf("%d of %d samples with Perl frames whole, want 95 %%", whole, withPerl)
+	}
+}

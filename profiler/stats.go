@@ -337,6 +337,7 @@ type PerlStats struct {
 	Unnamed         uint64 // Perl frames that could not be named (stale or unreadable)
 	Named           uint64 // Perl frames named
 	NoLine          uint64 // frames among Named without a line
+	Gone            uint64 // frames among Named from the cache, their process's memory gone (exited)
 	Stale           uint64 // frames whose sub or statement changed between the sample and its naming
 	CacheEvictions  uint64 // entries dropped to stay within the bound
 	CacheBytes      int64  // (gauge) bytes of Perl sub names cached

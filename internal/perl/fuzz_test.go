@@ -123,7 +123,7 @@ func FuzzSub(f *testing.F) {
 				if len(fn.Name) > 2*maxNameBytes+2 || len(fn.File) > maxPathBytes || fn.Name == "" {
 					t.Fatalf("5.%d: name of %d bytes, file of %d", l.Version, len(fn.Name), len(fn.File))
 				}
-				if !r.same(fn, addr, KindSub) {
+				if same, _ := r.same(fn, addr, KindSub); !same {
 					t.Fatalf("5.%d: sub not the same as itself", l.Version)
 				}
 			}

@@ -23,6 +23,7 @@ type NamerStats struct {
 	Stale      uint64 // frames whose sub or statement changed since the sample
 	Unreadable uint64 // frames whose sub could not be read or made no sense
 	NoLine     uint64 // frames named without a line (the walker found none)
+	Gone       uint64 // frames among Named from the cache where memory could not be read any more
 	Evictions  uint64 // entries dropped from the cache to stay within its bound
 	Bytes      int64  // bytes the cache holds now
 	Entries    int    // entries it holds now
@@ -41,7 +42,9 @@ type Frame struct {
 // entry is checked against the process's memory at each use (the bytes it
 // was read from must be unchanged) and against the check word the walker
 // read at the sample, so a sub freed and replaced at the same address is
-// read again or reported stale, never misnamed. It is safe for concurrent
+// read again or reported stale, never misnamed; one whose memory cannot be
+// read any more (its process exited) is named from the cache where the
+// check word matches. It is safe for concurrent
 // use; it owns the memory files Add opens and Forget closes them.
 type Namer struct {
 	mu     sync.Mutex
@@ -146,9 +149,17 @@ func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error
 		return nil, fmt.Errorf("perl frame kind %d: %w", k.kind, ErrNotSub)
 	}
 	if f, ok := n.cache.Get(k); ok {
-		if p.r.same(f, k.addr, k.kind) {
+		// Memory that cannot be read any more (the process exited since
+		// the sample, which is common for its last samples) cannot have
+		// changed since: the check word the walker read at the sample is
+		// the witness that the cached object is the sample's.
+		same, readable := p.r.same(f, k.addr, k.kind)
+		if same || !readable {
 			if f.Check != check {
 				return nil, fmt.Errorf("perl frame at %#x: %w", k.addr, ErrStale)
+			}
+			if !readable {
+				n.stats.Gone++
 			}
 			return f, nil
 		}

@@ -70,3 +70,44 @@ func TestNamerBound(t *testing.T) {
 		t.Errorf("stats %+v, entry of %d bytes, bound 400", s, fn.memSize())
 	}
 }
+
+// TestNamerGone names a sub from the cache once its process's memory
+// cannot be read any more (the process exited after the sample), only
+// with the sample's check word.
+func TestNamerGone(t *testing.T) {
+	n := NewNamer("/proc", 0)
+	r := NewReader(sliceMem{base: imgBase, b: seedImage()}, layouts[36])
+	p := &namerProc{in: &Interp{Layout: layouts[36]}, r: r}
+	fn, err := r.Sub(imgCV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := entryKey{pid: 1, addr: imgCV, kind: KindSub}
+	name := func(check uint32) (*Func, error) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.funcLocked(p, k, check)
+	}
+	if _, err := name(fn.Check); err != nil {
+		t.Fatal(err)
+	}
+	p.r = NewReader(sliceMem{base: imgBase}, layouts[36]) // the process is gone
+	got, err := name(fn.Check)
+	if err != nil || got.Name != "Pkg::f" {
+		t.Fatalf("after the exit: %v, %v", got, err)
+	}
+	if _, err := name(fn.Check ^ 1); !errors.Is(err, ErrStale) {
+		t.Fatalf("after the exit, another check word: %v, want ErrStale", err)
+	}
+	if s := n.Stats(); s.Gone != 1 {
+		t.Errorf("stats %+v, want 1 gone", s)
+	}
+	// Memory that reads but holds another object is read again: here
+	// none, so the frame is not named.
+	img := seedImage()
+	img[layouts[36].SvFlags] = svtPVGV // the CV is a glob now
+	p.r = NewReader(sliceMem{base: imgBase, b: img}, layouts[36])
+	if _, err := name(fn.Check); err == nil {
+		t.Fatal("a CV that is no CV any more was named")
+	}
+}

@@ -291,19 +291,24 @@ func codeName(kind uint8) string {
 }
 
 // same reports whether the object f was read from at addr (of kind) still
-// holds the bytes it was read from.
-func (r *Reader) same(f *Func, addr uint64, kind uint8) bool {
+// holds the bytes it was read from; readable is false where it could not
+// be read at all (the process has exited, or the object's memory was
+// unmapped).
+func (r *Reader) same(f *Func, addr uint64, kind uint8) (same, readable bool) {
 	if kind == KindSub {
 		hdr, _, err := r.cvHeader(addr)
-		return err == nil && string(hdr) == string(f.hdr)
+		if err != nil {
+			return false, errors.Is(err, ErrNotSub)
+		}
+		return string(hdr) == string(f.hdr), true
 	}
 	fileAt, err := r.u64(addr + uint64(r.l.CopFile))
 	if err != nil {
-		return false
+		return false, false
 	}
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], fileAt)
-	return string(b[:]) == string(f.hdr)
+	return string(b[:]) == string(f.hdr), true
 }
 
 // cleanString makes a name from untrusted bytes: valid UTF-8 without NULs.
