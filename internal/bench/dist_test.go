@@ -149,13 +149,13 @@ func BenchmarkDist(b *testing.B) {
 		argv := perlBurn(b)
 		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
 		cmp := env.runtimeVsNative(b, rtBench{kind: "perl", metric: "sonde.perl", argv: argv}, c)
+		cmp.print("perl")
+		env.write(b, "perl.json", cmp)
 		sc := scenario{name: "perl", title: "two busy Perl processes (burn.pl)", window: env.pythonWindow,
 			workloads: []workload{{name: "perl-1", argv: argv}, {name: "perl-2", argv: argv}}}
 		r := env.run(b, sc)
 		r.SideBySide = env.sideBySide(b, sc)
 		keep(r)
-		cmp.print("perl")
-		env.write(b, "perl.json", cmp)
 	})
 
 	env.write(b, "summary.json", all)
