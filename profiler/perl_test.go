@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -411,44 +412,56 @@ func TestPerlNYTProf(t *testing.T) {
 	}
 	p, s := startProfiler(t, 99)
 	out := filepath.Join(t.TempDir(), "nytprof.out")
-	cmd := exec.Command(bin, "-d:NYTProf", perlTestdata(t, "burn.pl"), "oracle", "6")
+	cmd := exec.Command(bin, "-d:NYTProf", perlTestdata(t, "burn.pl"), "oracle")
 	cmd.Env = append(os.Environ(), "NYTPROF=file="+out+":stmts=0")
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	pid := cmd.Process.Pid
+	// innermost counts pid's samples by their innermost Perl frame.
+	innermost := func() (counts map[string]int, total int, other []string) {
+		counts = map[string]int{}
+		for _, pd := range s.all() {
+			for _, st := range framedStacks(pd, pid) {
+				total++
+				if len(other) < 5 && !strings.Contains(fmt.Sprint(st), "perl:main::leaf_") {
+					other = append(other, fmt.Sprint(st))
+				}
+				for _, f := range st {
+					if f.typ == "perl" {
+						counts[f.name]++
+						break
+					}
+				}
+			}
+		}
+		return counts, total, other
+	}
+	// It runs until Sonde has 400 samples in the two leaves, then stops
+	// on SIGTERM and writes its profile.
+	deadline := time.Now().Add(90 * time.Second)
+	for c, _, _ := innermost(); c["main::leaf_a"]+c["main::leaf_b"] < 400 && time.Now().Before(deadline); c, _, _ = innermost() {
+		s.waitFor(len(s.all())+1, 5*time.Second)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("perl -d:NYTProf: %v", err)
 	}
 	// Every sample of the process is in an interval that ends within the
 	// pipeline's lag (1 s) after its exit.
 	exited := time.Now()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for coveredUntil(s.all()).Before(exited.Add(time.Second)) && time.Now().Before(deadline) {
 		s.waitFor(len(s.all())+1, time.Until(deadline))
 	}
-	counts := map[string]int{}
-	total := 0
-	var other []string
-	for _, pd := range s.all() {
-		for _, st := range framedStacks(pd, pid) {
-			total++
-			if len(other) < 5 && fmt.Sprint(st) != "" && !strings.Contains(fmt.Sprint(st), "perl:main::leaf_") {
-				other = append(other, fmt.Sprint(st))
-			}
-			for _, f := range st {
-				if f.typ == "perl" {
-					counts[f.name]++ // the innermost Perl frame
-					break
-				}
-			}
-		}
-	}
+	counts, total, other := innermost()
 	a, b := counts["main::leaf_a"], counts["main::leaf_b"]
 	st := p.Stats()
 	t.Logf("%d samples of the process; perl %+v; kernel perl samples %d frames %d read errors %d bad frames %d; some not in a leaf:\n%s",
 		total, st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames, st.Kernel.PerlReadErrs, st.Kernel.PerlBadFrames, strings.Join(other, "\n"))
-	if a+b < 200 {
-		t.Fatalf("%d samples in leaf_a, %d in leaf_b, want 200 at least; innermost perl frames: %v", a, b, counts)
+	if a+b < 400 {
+		t.Fatalf("%d samples in leaf_a, %d in leaf_b, want 400 at least; innermost perl frames: %v", a, b, counts)
 	}
 	excl := exec.Command(bin, perlTestdata(t, "nytprof_excl.pl"), "main::leaf_a", "main::leaf_b")
 	excl.Env = append(os.Environ(), "NYTPROF_FILE="+out)

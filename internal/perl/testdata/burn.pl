@@ -6,9 +6,10 @@
 # C code), or through a sort's comparison sub, which C calls ("sort": main ->
 # alpha -> sort -> by_num -> beta -> gamma_burn). Prints "ready" once the
 # leaf runs, then burns until killed.
-# "oracle" runs two leaves, leaf_a with three times leaf_b's work, for the
-# seconds its second argument says (default 6), then exits: NYTProf's
-# exclusive times of the two are what Sonde's samples are compared with.
+# "oracle" runs two leaves, leaf_a with three times leaf_b's work, until
+# SIGTERM or for the seconds its second argument says (default 120), then
+# exits: NYTProf's exclusive times of the two are what Sonde's samples are
+# compared with.
 use strict;
 use warnings;
 use FindBin;
@@ -58,9 +59,11 @@ sub leaf_a { my $x = 0; $x = ($x * 31 + $_) % 1000003 for 1 .. 300000; $x }
 sub leaf_b { my $x = 0; $x = ($x * 31 + $_) % 1000003 for 1 .. 100000; $x }
 
 if ($mode eq 'oracle') {
-    my $end = time + (shift // 6);
+    my $stop = 0;
+    $SIG{TERM} = sub { $stop = 1 };
+    my $end = time + (shift // 120);
     ready();
-    while (time < $end) { leaf_a(); leaf_b(); }
+    while (!$stop && time < $end) { leaf_a(); leaf_b(); }
     exit 0;
 }
 
