@@ -744,6 +744,8 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 			st->perl_run = 0;
 		}
 		enum perl_result r = perl_frame(st, s, idx);
+		if (r == PERL_SKIP)
+			return FRAME_NEXT; // the same native frame again: its next context
 		if (r == PERL_MORE) {
 			s->user_len = ulen + 1;
 			return FRAME_NEXT;

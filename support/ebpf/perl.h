@@ -23,10 +23,6 @@
 
 #include "record.h"
 
-// Contexts and stack infos that are not frames (loops, blocks, an empty
-// stack info) stepped over in one call.
-#define PERL_MAX_SKIP 16
-
 // Context types (CXt_*, the low 4 bits of blk_type) and flags; the same in
 // every Perl 5 the table knows.
 #define PERL_CXT_MASK      0x0f
@@ -114,11 +110,15 @@ enum perl_result {
 	PERL_STOP, // nothing emitted: no (readable) Perl frame left
 	PERL_MORE, // one frame emitted; the run goes on
 	PERL_LAST, // one frame emitted; it was the run's entry frame
+	PERL_SKIP, // nothing emitted: a context that is no frame, or a stack info, stepped over
 };
 
-// perl_frame emits the next Perl frame of the current run into slots
-// stack[idx], stack[idx + 1] and moves the walk to its caller. Contexts
-// or statements that cannot be read, or make no sense (read while they
+// perl_frame looks at the next context of the walk: where it is a frame it
+// emits it into slots stack[idx], stack[idx + 1] and moves the walk to its
+// caller; a loop or block context, or the end of a stack info pushed by C,
+// is stepped over (PERL_SKIP: the caller calls again, within its bounded
+// loop). One context per call keeps the verifier's work small. Contexts or
+// statements that cannot be read, or make no sense (read while they
 // changed, or corrupt), end the walk, counted: the remaining runops frames
 // show as native frames.
 static __always_inline enum perl_result perl_frame(struct ustack_state *st, struct sample_record *s,
@@ -126,17 +126,12 @@ static __always_inline enum perl_result perl_frame(struct ustack_state *st, stru
 {
 	__u64 *cx = st->perl_cx_slots;
 	const __u32 cxn = PERL_CX_READ / 8;
-	__u32 kind = 0;
-	__u64 addr = 0, retop = 0, oldcop = 0;
-	for (int i = 0; i < PERL_MAX_SKIP; i++) {
-		if (st->perl_si == 0)
-			return PERL_STOP;
-		if (st->perl_cxix < 0) {
-			if (st->perl_si_type == PERL_SI_MAIN) {
-				kind = PERL_FRAME_MAIN;
-				addr = st->perl_cop;
-				break;
-			}
+	__u32 kind;
+	__u64 addr, retop = 0, oldcop = 0;
+	if (st->perl_si == 0)
+		return PERL_STOP;
+	if (st->perl_cxix < 0) {
+		if (st->perl_si_type != PERL_SI_MAIN) {
 			// A stack info pushed by C (sort, a signal handler, tie,
 			// DESTROY): go on in the one it was pushed on.
 			__u64 prev = 0;
@@ -147,8 +142,11 @@ static __always_inline enum perl_result perl_frame(struct ustack_state *st, stru
 				goto stop;
 			if (!perl_load_si(st, prev))
 				goto read_err;
-			continue;
+			return PERL_SKIP;
 		}
+		kind = PERL_FRAME_MAIN;
+		addr = st->perl_cop;
+	} else {
 		__u64 at = st->perl_cxstack + (__u64)(__u32)st->perl_cxix * st->perl.cx_size;
 		if ((st->perl_cxstack & 7) || at >= USER_ADDR_END)
 			goto bad;
@@ -169,14 +167,11 @@ static __always_inline enum perl_result perl_frame(struct ustack_state *st, stru
 			               : PERL_FRAME_EVAL;
 			addr = st->perl_cop;
 		} else {
-			continue; // a loop, a block: part of the frame it is in
+			return PERL_SKIP; // a loop, a block: part of the frame it is in
 		}
 		retop = perl_word(cx, cxn, st->perl.cx_retop);
 		oldcop = perl_word(cx, cxn, st->perl.cx_oldcop);
-		break;
 	}
-	if (kind == 0)
-		goto bad; // too many contexts that are not frames
 	__u64 cop = st->perl_cop;
 	if (cop == 0 || (cop & 7) || cop >= USER_ADDR_END || addr == 0 || (addr & 7) ||
 	    addr >= USER_ADDR_END)
