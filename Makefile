@@ -46,7 +46,7 @@ DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
                 xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
                 mold clang-format-19 rustc prometheus sqlite3 php-cli php-fpm \
                 php8.2-dev ruby gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-system-arm \
-                qemu-user-static skopeo
+                qemu-user-static skopeo perl libperl5.36 libdevel-nytprof-perl cloc
 
 .DEFAULT_GOAL := help
 
@@ -191,11 +191,11 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 
 # make bench runs these scenarios of BenchmarkDist (a regular expression:
 # BENCH_SCENARIOS='burners|node'; the scenarios are idle, burners, node,
-# highrate, python and java); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
+# highrate, python, java, nodejs, php and perl); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
 BENCH_SCENARIOS ?= .*
 
 .PHONY: bench
-bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js, PHP; tables + JSON in _build/bench/ (root; ~22 min, +10 with REF_BIN)
+bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js, PHP, Perl; tables + JSON in _build/bench/ (root; ~22 min, +10 with REF_BIN)
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -run '^$$' -bench '^BenchmarkDist$$/^($(BENCH_SCENARIOS))$$' -benchtime 1x -timeout 40m ./internal/bench
 
 .PHONY: bench-micro

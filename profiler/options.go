@@ -59,6 +59,9 @@ const (
 	// (1/32: 2 MiB of the default): function, class and file names, some
 	// 200 bytes a function.
 	phpCodeShare = 32
+	// perlCodeShare is the part of SymbolCacheBytes the Perl namer may
+	// hold (1/64: 1 MiB of the default): sub, package and file names.
+	perlCodeShare = 64
 	// rubyCodeShare is the part of SymbolCacheBytes the Ruby namer may
 	// hold (1/32: 2 MiB of the default): labels and file names, some 200
 	// bytes an iseq.
@@ -203,6 +206,9 @@ type Options struct {
 
 	// pythonLayouts, when set, replaces the CPython versions the walker
 	// knows (python.LayoutFor): tests hide a real interpreter's version.
+	// perlLayouts, when set, replaces the Perl versions the walker knows
+	// (perl.LayoutFor): tests hide a real Perl's version.
+	perlLayouts perlLayoutFunc
 	pythonLayouts pythonLayoutFunc
 	// phpLayouts, when set, replaces the PHP versions the walker knows
 	// (php.LayoutFor): tests hide a real PHP's version.

@@ -1,6 +1,7 @@
 package profiler
 
 import (
+	"github.com/sonde-dev/sonde/internal/perl"
 	"github.com/sonde-dev/sonde/internal/php"
 	"github.com/sonde-dev/sonde/internal/python"
 	"github.com/sonde-dev/sonde/internal/ruby"
@@ -10,6 +11,9 @@ import (
 type pythonLayoutFunc = python.LayoutFunc
 
 // phpLayoutFunc is the type of Options.phpLayouts.
+
+// perlLayoutFunc is the type of Options.perlLayouts.
+type perlLayoutFunc = perl.LayoutFunc
 type phpLayoutFunc = php.LayoutFunc
 
 // rubyLayoutFunc is the type of Options.rubyLayouts.

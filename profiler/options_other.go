@@ -10,6 +10,10 @@ type pythonLayoutFunc = func()
 // pipeline reads.
 type phpLayoutFunc = func()
 
+// perlLayoutFunc is the type of Options.perlLayouts, which only the Linux
+// pipeline reads.
+type perlLayoutFunc = func()
+
 // rubyLayoutFunc is the type of Options.rubyLayouts, which only the Linux
 // pipeline reads.
 type rubyLayoutFunc = func()

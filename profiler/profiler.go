@@ -222,6 +222,7 @@ func New(opts Options) (*Profiler, error) {
 		p.preparer.runtimes = newRuntimeSet(
 			newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
 			jvms,
+			newPerlProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/perlCodeShare, opts.perlLayouts),
 			newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
 			phps,
 			rubies,
@@ -257,11 +258,11 @@ func checkProcFS(root string) error {
 
 // nativeSymbolBytes is the part of SymbolCacheBytes the native symbolizer
 // holds: all but the CPython code objects', the JVM namer's, the V8
-// namer's, the PHP namer's and the Ruby namer's shares. A quarter of it is the per-file
+// namer's, the PHP namer's, the Ruby namer's and the Perl namer's shares. A quarter of it is the per-file
 // inflation cap (at most 32 MiB) that README.md documents.
 func nativeSymbolBytes(symbolCacheBytes int64) int64 {
 	return symbolCacheBytes - symbolCacheBytes/pythonCodeShare - symbolCacheBytes/jvmCodeShare - symbolCacheBytes/v8CodeShare -
-		symbolCacheBytes/phpCodeShare - symbolCacheBytes/rubyCodeShare
+		symbolCacheBytes/phpCodeShare - symbolCacheBytes/rubyCodeShare - symbolCacheBytes/perlCodeShare
 }
 
 // CPUs is how many CPUs are sampled.

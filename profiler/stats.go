@@ -97,6 +97,8 @@ type Stats struct {
 	// PHP is the finding of PHP (the Zend Engine) and the naming of its
 	// frames.
 	PHP PHPStats
+	// Perl is the finding of Perl 5 and the naming of its frames.
+	Perl PerlStats
 	// Ruby is the finding of CRuby and the naming of its frames.
 	Ruby RubyStats
 	// OffCPU is the off-CPU join; OffCPUEnabled says whether waits are
@@ -340,6 +342,23 @@ type RubyStats struct {
 	Stale           uint64 // frames whose iseq changed between the sample and its naming
 	CacheEvictions  uint64 // iseqs dropped to stay within the bound
 	CacheBytes      int64  // (gauge) bytes of Ruby iseq names cached
+}
+
+// PerlStats count Perl processes and their frames.
+type PerlStats struct {
+	Processes   uint64 // processes set up for the eBPF Perl walker
+	Unsupported uint64 // Perls of a version without a layout, without MULTIPLICITY, or a kernel without the walker: native stacks only
+	// UnknownVersions is how many versions without support were found
+	// (each logged once).
+	UnknownVersions uint64
+	Failed          uint64 // Perls that could not be set up: native stacks only
+	Unnamed         uint64 // Perl frames that could not be named (stale or unreadable)
+	Named           uint64 // Perl frames named
+	NoLine          uint64 // frames among Named without a line
+	Gone            uint64 // frames among Named from the cache, their process's memory gone (exited)
+	Stale           uint64 // frames whose sub or statement changed between the sample and its naming
+	CacheEvictions  uint64 // entries dropped to stay within the bound
+	CacheBytes      int64  // (gauge) bytes of Perl sub names cached
 }
 
 // V8Stats count V8 (Node.js) processes and their frames.

@@ -82,7 +82,11 @@ const (
 	SondeCounterCOUNTER_RUBY_READ_ERR        SondeCounter = 47
 	SondeCounterCOUNTER_RUBY_BAD_FRAME       SondeCounter = 48
 	SondeCounterCOUNTER_RUBY_NO_TABLE        SondeCounter = 49
-	SondeCounterCOUNTER_MAX                  SondeCounter = 50
+	SondeCounterCOUNTER_PERL_SAMPLES         SondeCounter = 50
+	SondeCounterCOUNTER_PERL_FRAMES          SondeCounter = 51
+	SondeCounterCOUNTER_PERL_READ_ERR        SondeCounter = 52
+	SondeCounterCOUNTER_PERL_BAD_FRAME       SondeCounter = 53
+	SondeCounterCOUNTER_MAX                  SondeCounter = 54
 )
 
 type SondeFileKey struct {
@@ -217,6 +221,37 @@ const (
 	SondePcFlagsPC_RUNTIME_ADDR_MASK  SondePcFlags = 281474976710655
 )
 
+type SondePerlFrameKind uint32
+
+const (
+	SondePerlFrameKindPERL_FRAME_SUB     SondePerlFrameKind = 1
+	SondePerlFrameKindPERL_FRAME_EVAL    SondePerlFrameKind = 2
+	SondePerlFrameKindPERL_FRAME_REQUIRE SondePerlFrameKind = 3
+	SondePerlFrameKindPERL_FRAME_MAIN    SondePerlFrameKind = 4
+)
+
+type SondePerlProc struct {
+	_               structs.HostLayout
+	CurInterp       uint64
+	RunopsStart     uint64
+	RunopsEnd       uint64
+	OpRequire       uint32
+	InterpCurcop    uint16
+	InterpStackinfo uint16
+	SiCxstack       uint16
+	SiPrev          uint16
+	SiCxix          uint16
+	SiType          uint16
+	CxSize          uint16
+	CxType          uint16
+	CxU16           uint16
+	CxOldcop        uint16
+	CxRetop         uint16
+	CxSubCv         uint16
+	CopLine         uint16
+	CopFile         uint16
+}
+
 type SondePhpFrameKind uint32
 
 const (
@@ -341,6 +376,7 @@ const (
 	SondeRuntimeIdRUNTIME_JVM        SondeRuntimeId = 1
 	SondeRuntimeIdRUNTIME_V8         SondeRuntimeId = 2
 	SondeRuntimeIdRUNTIME_PHP        SondeRuntimeId = 3
+	SondeRuntimeIdRUNTIME_PERL       SondeRuntimeId = 4
 	SondeRuntimeIdRUNTIME_RUBY       SondeRuntimeId = 5
 )
 
@@ -451,39 +487,52 @@ type SondeUstackState struct {
 		Next    uint64
 		Row     SondeUnwindRow
 	}
-	PyFrame    uint64
-	PyActive   uint32
-	PyWalking  uint32
-	PyRun      uint32
-	PyPad      uint32
-	Py         SondePythonProc
-	JvmActive  uint32
-	JvmPad     uint32
-	Jvm        SondeJvmProc
-	JvmSlots   [16]uint64
-	V8Active   uint32
-	V8Pad      uint32
-	V8         SondeV8Proc
-	V8Slots    [8]uint64
-	PhpEx      uint64
-	PhpR14     uint64
-	PhpR15     uint64
-	PhpActive  uint32
-	PhpWalking uint32
-	PhpRun     uint32
-	PhpPad     uint32
-	Php        SondePhpProc
-	PhpExSlots [7]uint64
-	PhpFnSlots [12]uint64
-	RbCfp      uint64
-	RbEnd      uint64
-	RbActive   uint32
-	RbWalking  uint32
-	RbRun      uint32
-	RbAny      uint32
-	Rb         SondeRubyProc
-	RbCfpSlots [8]uint64
-	JvmBlobs   [128]struct {
+	PyFrame      uint64
+	PyActive     uint32
+	PyWalking    uint32
+	PyRun        uint32
+	PyPad        uint32
+	Py           SondePythonProc
+	JvmActive    uint32
+	JvmPad       uint32
+	Jvm          SondeJvmProc
+	JvmSlots     [16]uint64
+	V8Active     uint32
+	V8Pad        uint32
+	V8           SondeV8Proc
+	V8Slots      [8]uint64
+	PhpEx        uint64
+	PhpR14       uint64
+	PhpR15       uint64
+	PhpActive    uint32
+	PhpWalking   uint32
+	PhpRun       uint32
+	PhpPad       uint32
+	Php          SondePhpProc
+	PhpExSlots   [7]uint64
+	PhpFnSlots   [12]uint64
+	PerlSi       uint64
+	PerlCxstack  uint64
+	PerlCop      uint64
+	PerlCxix     int32
+	PerlSiType   uint32
+	PerlActive   uint32
+	PerlWalking  uint32
+	PerlRun      uint32
+	PerlPad      uint32
+	Perl         SondePerlProc
+	PerlCxSlots  [13]uint64
+	PerlCopSlots [7]uint64
+	PerlSiSlots  [6]uint64
+	RbCfp        uint64
+	RbEnd        uint64
+	RbActive     uint32
+	RbWalking    uint32
+	RbRun        uint32
+	RbAny        uint32
+	Rb           SondeRubyProc
+	RbCfpSlots   [8]uint64
+	JvmBlobs     [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
 		Blob       uint64
@@ -554,6 +603,7 @@ const (
 	SondeMapOffcpuStarts               = "offcpu_starts"
 	SondeMapOffcpuUnwindScratch        = "offcpu_unwind_scratch"
 	SondeMapOffcpuUnwinders            = "offcpu_unwinders"
+	SondeMapPerlProcs                  = "perl_procs"
 	SondeMapPhpProcs                   = "php_procs"
 	SondeMapPidCosts                   = "pid_costs"
 	SondeMapPidFilter                  = "pid_filter"
@@ -596,6 +646,8 @@ const (
 	SondeVarUnusedOffcpuEndFlags       = "unused_offcpu_end_flags"
 	SondeVarUnusedOffcpuEndRecord      = "unused_offcpu_end_record"
 	SondeVarUnusedPcFlags              = "unused_pc_flags"
+	SondeVarUnusedPerlFrameKind        = "unused_perl_frame_kind"
+	SondeVarUnusedPerlProc             = "unused_perl_proc"
 	SondeVarUnusedPhpFrameKind         = "unused_php_frame_kind"
 	SondeVarUnusedPidStats             = "unused_pid_stats"
 	SondeVarUnusedPythonProc           = "unused_python_proc"
@@ -681,6 +733,7 @@ type SondeMapSpecs struct {
 	OffcpuStarts        *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.MapSpec `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.MapSpec `ebpf:"offcpu_unwinders"`
+	PerlProcs           *ebpf.MapSpec `ebpf:"perl_procs"`
 	PhpProcs            *ebpf.MapSpec `ebpf:"php_procs"`
 	PidCosts            *ebpf.MapSpec `ebpf:"pid_costs"`
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
@@ -721,6 +774,8 @@ type SondeVariableSpecs struct {
 	UnusedOffcpuEndFlags   *ebpf.VariableSpec `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord  *ebpf.VariableSpec `ebpf:"unused_offcpu_end_record"`
 	UnusedPcFlags          *ebpf.VariableSpec `ebpf:"unused_pc_flags"`
+	UnusedPerlFrameKind    *ebpf.VariableSpec `ebpf:"unused_perl_frame_kind"`
+	UnusedPerlProc         *ebpf.VariableSpec `ebpf:"unused_perl_proc"`
 	UnusedPhpFrameKind     *ebpf.VariableSpec `ebpf:"unused_php_frame_kind"`
 	UnusedPidStats         *ebpf.VariableSpec `ebpf:"unused_pid_stats"`
 	UnusedPythonProc       *ebpf.VariableSpec `ebpf:"unused_python_proc"`
@@ -770,6 +825,7 @@ type SondeMaps struct {
 	OffcpuStarts        *ebpf.Map `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.Map `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.Map `ebpf:"offcpu_unwinders"`
+	PerlProcs           *ebpf.Map `ebpf:"perl_procs"`
 	PhpProcs            *ebpf.Map `ebpf:"php_procs"`
 	PidCosts            *ebpf.Map `ebpf:"pid_costs"`
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
@@ -797,6 +853,7 @@ func (m *SondeMaps) Close() error {
 		m.OffcpuStarts,
 		m.OffcpuUnwindScratch,
 		m.OffcpuUnwinders,
+		m.PerlProcs,
 		m.PhpProcs,
 		m.PidCosts,
 		m.PidFilter,
@@ -838,6 +895,8 @@ type SondeVariables struct {
 	UnusedOffcpuEndFlags   *ebpf.Variable `ebpf:"unused_offcpu_end_flags"`
 	UnusedOffcpuEndRecord  *ebpf.Variable `ebpf:"unused_offcpu_end_record"`
 	UnusedPcFlags          *ebpf.Variable `ebpf:"unused_pc_flags"`
+	UnusedPerlFrameKind    *ebpf.Variable `ebpf:"unused_perl_frame_kind"`
+	UnusedPerlProc         *ebpf.Variable `ebpf:"unused_perl_proc"`
 	UnusedPhpFrameKind     *ebpf.Variable `ebpf:"unused_php_frame_kind"`
 	UnusedPidStats         *ebpf.Variable `ebpf:"unused_pid_stats"`
 	UnusedPythonProc       *ebpf.Variable `ebpf:"unused_python_proc"`

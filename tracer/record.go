@@ -81,6 +81,7 @@ const (
 	RuntimeJVM    = uint8(support.SondeRuntimeIdRUNTIME_JVM)
 	RuntimeV8     = uint8(support.SondeRuntimeIdRUNTIME_V8)
 	RuntimePHP    = uint8(support.SondeRuntimeIdRUNTIME_PHP)
+	RuntimePerl   = uint8(support.SondeRuntimeIdRUNTIME_PERL)
 	RuntimeRuby   = uint8(support.SondeRuntimeIdRUNTIME_RUBY)
 )
 

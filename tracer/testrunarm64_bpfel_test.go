@@ -85,6 +85,28 @@ type testrunArm64MappingKey struct {
 	AddrBe    uint64
 }
 
+type testrunArm64PerlProc struct {
+	_               structs.HostLayout
+	CurInterp       uint64
+	RunopsStart     uint64
+	RunopsEnd       uint64
+	OpRequire       uint32
+	InterpCurcop    uint16
+	InterpStackinfo uint16
+	SiCxstack       uint16
+	SiPrev          uint16
+	SiCxix          uint16
+	SiType          uint16
+	CxSize          uint16
+	CxType          uint16
+	CxU16           uint16
+	CxOldcop        uint16
+	CxRetop         uint16
+	CxSubCv         uint16
+	CopLine         uint16
+	CopFile         uint16
+}
+
 type testrunArm64PhpProc struct {
 	_          structs.HostLayout
 	CurrentEx  uint64
@@ -292,39 +314,52 @@ type testrunArm64UstackState struct {
 			Rule      uint8
 		}
 	}
-	PyFrame    uint64
-	PyActive   uint32
-	PyWalking  uint32
-	PyRun      uint32
-	PyPad      uint32
-	Py         testrunArm64PythonProc
-	JvmActive  uint32
-	JvmPad     uint32
-	Jvm        testrunArm64JvmProc
-	JvmSlots   [16]uint64
-	V8Active   uint32
-	V8Pad      uint32
-	V8         testrunArm64V8Proc
-	V8Slots    [8]uint64
-	PhpEx      uint64
-	PhpR14     uint64
-	PhpR15     uint64
-	PhpActive  uint32
-	PhpWalking uint32
-	PhpRun     uint32
-	PhpPad     uint32
-	Php        testrunArm64PhpProc
-	PhpExSlots [7]uint64
-	PhpFnSlots [12]uint64
-	RbCfp      uint64
-	RbEnd      uint64
-	RbActive   uint32
-	RbWalking  uint32
-	RbRun      uint32
-	RbAny      uint32
-	Rb         testrunArm64RubyProc
-	RbCfpSlots [8]uint64
-	JvmBlobs   [128]struct {
+	PyFrame      uint64
+	PyActive     uint32
+	PyWalking    uint32
+	PyRun        uint32
+	PyPad        uint32
+	Py           testrunArm64PythonProc
+	JvmActive    uint32
+	JvmPad       uint32
+	Jvm          testrunArm64JvmProc
+	JvmSlots     [16]uint64
+	V8Active     uint32
+	V8Pad        uint32
+	V8           testrunArm64V8Proc
+	V8Slots      [8]uint64
+	PhpEx        uint64
+	PhpR14       uint64
+	PhpR15       uint64
+	PhpActive    uint32
+	PhpWalking   uint32
+	PhpRun       uint32
+	PhpPad       uint32
+	Php          testrunArm64PhpProc
+	PhpExSlots   [7]uint64
+	PhpFnSlots   [12]uint64
+	PerlSi       uint64
+	PerlCxstack  uint64
+	PerlCop      uint64
+	PerlCxix     int32
+	PerlSiType   uint32
+	PerlActive   uint32
+	PerlWalking  uint32
+	PerlRun      uint32
+	PerlPad      uint32
+	Perl         testrunArm64PerlProc
+	PerlCxSlots  [13]uint64
+	PerlCopSlots [7]uint64
+	PerlSiSlots  [6]uint64
+	RbCfp        uint64
+	RbEnd        uint64
+	RbActive     uint32
+	RbWalking    uint32
+	RbRun        uint32
+	RbAny        uint32
+	Rb           testrunArm64RubyProc
+	RbCfpSlots   [8]uint64
+	JvmBlobs     [128]struct {
 		_          structs.HostLayout
 		Pc         uint64
 		Blob       uint64
@@ -386,6 +421,7 @@ const (
 	testrunArm64MapOffcpuStarts         = "offcpu_starts"
 	testrunArm64MapOffcpuUnwindScratch  = "offcpu_unwind_scratch"
 	testrunArm64MapOffcpuUnwinders      = "offcpu_unwinders"
+	testrunArm64MapPerlProcs            = "perl_procs"
 	testrunArm64MapPhpProcs             = "php_procs"
 	testrunArm64MapPidCosts             = "pid_costs"
 	testrunArm64MapPidFilter            = "pid_filter"
@@ -475,6 +511,7 @@ type testrunArm64MapSpecs struct {
 	OffcpuStarts        *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.MapSpec `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.MapSpec `ebpf:"offcpu_unwinders"`
+	PerlProcs           *ebpf.MapSpec `ebpf:"perl_procs"`
 	PhpProcs            *ebpf.MapSpec `ebpf:"php_procs"`
 	PidCosts            *ebpf.MapSpec `ebpf:"pid_costs"`
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
@@ -536,6 +573,7 @@ type testrunArm64Maps struct {
 	OffcpuStarts        *ebpf.Map `ebpf:"offcpu_starts"`
 	OffcpuUnwindScratch *ebpf.Map `ebpf:"offcpu_unwind_scratch"`
 	OffcpuUnwinders     *ebpf.Map `ebpf:"offcpu_unwinders"`
+	PerlProcs           *ebpf.Map `ebpf:"perl_procs"`
 	PhpProcs            *ebpf.Map `ebpf:"php_procs"`
 	PidCosts            *ebpf.Map `ebpf:"pid_costs"`
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
@@ -563,6 +601,7 @@ func (m *testrunArm64Maps) Close() error {
 		m.OffcpuStarts,
 		m.OffcpuUnwindScratch,
 		m.OffcpuUnwinders,
+		m.PerlProcs,
 		m.PhpProcs,
 		m.PidCosts,
 		m.PidFilter,

@@ -479,6 +479,10 @@ type Counters struct {
 	PHPFrames       uint64 // PHP frames reported
 	PHPReadErrs     uint64 // PHP walks ended at unreadable memory
 	PHPBadFrames    uint64 // PHP walks ended at a frame without a function the walker knows
+	PerlSamples     uint64 // user stacks of main threads of processes set with SetPerl
+	PerlFrames      uint64 // Perl frames reported
+	PerlReadErrs    uint64 // Perl walks ended at unreadable memory
+	PerlBadFrames   uint64 // Perl walks ended at a context or statement that made no sense
 	RubySamples     uint64 // user stacks of processes set with SetRuby
 	RubyFrames      uint64 // Ruby frames reported
 	RubyReadErrs    uint64 // Ruby walks ended at unreadable memory
@@ -542,6 +546,10 @@ var counters = [support.SondeCounterCOUNTER_MAX]counter{
 	support.SondeCounterCOUNTER_V8SAMPLES:            {"v8_samples", func(c *Counters) *uint64 { return &c.V8Samples }},
 	support.SondeCounterCOUNTER_V8FRAMES:             {"v8_frames", func(c *Counters) *uint64 { return &c.V8Frames }},
 	support.SondeCounterCOUNTER_V8NOT_JS:             {"v8_not_js", func(c *Counters) *uint64 { return &c.V8NotJS }},
+	support.SondeCounterCOUNTER_PERL_SAMPLES:         {"perl_samples", func(c *Counters) *uint64 { return &c.PerlSamples }},
+	support.SondeCounterCOUNTER_PERL_FRAMES:          {"perl_frames", func(c *Counters) *uint64 { return &c.PerlFrames }},
+	support.SondeCounterCOUNTER_PERL_READ_ERR:        {"perl_read_err", func(c *Counters) *uint64 { return &c.PerlReadErrs }},
+	support.SondeCounterCOUNTER_PERL_BAD_FRAME:       {"perl_bad_frame", func(c *Counters) *uint64 { return &c.PerlBadFrames }},
 	support.SondeCounterCOUNTER_V8READ_ERR:           {"v8_read_err", func(c *Counters) *uint64 { return &c.V8ReadErrs }},
 	support.SondeCounterCOUNTER_PHP_SAMPLES:          {"php_samples", func(c *Counters) *uint64 { return &c.PHPSamples }},
 	support.SondeCounterCOUNTER_PHP_FRAMES:           {"php_frames", func(c *Counters) *uint64 { return &c.PHPFrames }},

@@ -637,6 +637,27 @@ func (t *Tracer) SetPHP(pid uint32, p PHPProc) error {
 	return nil
 }
 
+// PerlProc is what the eBPF Perl walker needs of one Perl process.
+type PerlProc = support.SondePerlProc
+
+// PerlCxRead, PerlSIRead and PerlCopRead are how many bytes of a context,
+// a stack info and a statement the Perl walker reads: the offsets of a
+// PerlProc must be in them.
+const (
+	PerlCxRead  = len(support.SondeUstackState{}.PerlCxSlots) * 8
+	PerlSIRead  = len(support.SondeUstackState{}.PerlSiSlots) * 8
+	PerlCopRead = len(support.SondeUstackState{}.PerlCopSlots) * 8
+)
+
+// SetPerl makes the unwinder replace the runops frames of pid's main
+// thread with the Perl frames they run.
+func (t *Tracer) SetPerl(pid uint32, p PerlProc) error {
+	if err := t.objs.PerlProcs.Put(pid, p); err != nil {
+		return fmt.Errorf("pid %d: set perl: %w", pid, err)
+	}
+	return nil
+}
+
 // ForgetPHP removes pid's PHP entry.
 func (t *Tracer) ForgetPHP(pid uint32) error {
 	if err := t.objs.PhpProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -145,6 +145,19 @@ func BenchmarkDist(b *testing.B) {
 		env.write(b, "php.json", cmp)
 	})
 
+	b.Run("perl", func(b *testing.B) {
+		argv := perlBurn(b)
+		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
+		cmp := env.runtimeVsNative(b, rtBench{kind: "perl", metric: "sonde.perl", argv: argv}, c)
+		cmp.print("perl")
+		env.write(b, "perl.json", cmp)
+		sc := scenario{name: "perl", title: "two busy Perl processes (burn.pl)", window: env.pythonWindow,
+			workloads: []workload{{name: "perl-1", argv: argv}, {name: "perl-2", argv: argv}}}
+		r := env.run(b, sc)
+		r.SideBySide = env.sideBySide(b, sc)
+		keep(r)
+	})
+
 	env.write(b, "summary.json", all)
 	fmt.Printf("bench: results in %s\n", env.results)
 }
@@ -1197,4 +1210,22 @@ func sideBySideScript(b *testing.B) string {
 		b.Fatalf("%s is set but %s is missing (set %s to the shared directory): %v", refBinEnv, script, sharedEnv, err)
 	}
 	return script
+}
+
+// perlBurn is the Perl scenario's workload: burn.pl (main -> alpha -> beta
+// -> gamma_burn) on Debian's Perl 5.36.
+func perlBurn(b *testing.B) []string {
+	b.Helper()
+	const perl = "/usr/bin/perl"
+	if _, err := os.Stat(perl); err != nil {
+		if testutil.InCI() {
+			b.Fatalf("no perl for the Perl scenario: %v", err)
+		}
+		b.Skipf("no perl for the Perl scenario: %v", err)
+	}
+	script, err := filepath.Abs("../perl/testdata/burn.pl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []string{perl, script}
 }

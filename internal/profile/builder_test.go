@@ -47,6 +47,7 @@ func TestString(t *testing.T) {
 		{"jvm", FrameJVM.String(), "jvm"},
 		{"v8js", FrameV8JS.String(), "v8js"},
 		{"php", FramePHP.String(), "php"},
+		{"perl", FramePerl.String(), "perl"},
 		{"ruby", FrameRuby.String(), "ruby"},
 		{"unknown frame", FrameUnknown.String(), ""},
 		{"frame out of range", FrameType(99).String(), ""},

@@ -31,6 +31,7 @@ func TestAttributeNamesMatchSchema(t *testing.T) {
 		{FrameJVM.String(), semconv.ProfileFrameTypeJVM.Value.AsString()},
 		{FrameV8JS.String(), semconv.ProfileFrameTypeV8JS.Value.AsString()},
 		{FramePHP.String(), semconv.ProfileFrameTypePHP.Value.AsString()},
+		{FramePerl.String(), semconv.ProfileFrameTypePerl.Value.AsString()},
 		{FrameRuby.String(), semconv.ProfileFrameTypeRuby.Value.AsString()},
 	} {
 		if tc.ours != tc.theirs {

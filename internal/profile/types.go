@@ -45,10 +45,14 @@ const (
 	// FrameRuby is Ruby run by CRuby's VM: a method, block, class body or
 	// file's top-level code; its address is the instruction sequence's.
 	FrameRuby
+	// FramePerl is Perl 5 code: a sub, an eval, a required file's or the
+	// program's top-level code; its address is the sub's CV, else the
+	// frame's current statement (COP).
+	FramePerl
 )
 
 // String returns the value written to profile.frame.type ("kernel",
-// "native", "go", "rust", "cpython", "jvm", "v8js", "php", "ruby"), or "" for FrameUnknown and values out of range.
+// "native", "go", "rust", "cpython", "jvm", "v8js", "php", "ruby", "perl"), or "" for FrameUnknown and values out of range.
 func (t FrameType) String() string {
 	switch t {
 	case FrameKernel:
@@ -69,6 +73,8 @@ func (t FrameType) String() string {
 		return "php"
 	case FrameRuby:
 		return "ruby"
+	case FramePerl:
+		return "perl"
 	}
 	return ""
 }

@@ -162,6 +162,20 @@ struct ustack_state {
 	struct php_proc php;
 	__u64 php_ex_slots[PHP_EX_READ / 8]; // a zend_execute_data, as read
 	__u64 php_fn_slots[PHP_FN_READ / 8]; // a zend_function, as read
+	// The Perl walker's state (perl.h).
+	__u64 perl_si;      // the stack info of the next Perl frame; 0: none left
+	__u64 perl_cxstack; // its contexts
+	__u64 perl_cop;     // the next frame's current statement
+	__s32 perl_cxix;    // the next context to look at (-1: the stack info's bottom)
+	__u32 perl_si_type; // the stack info's PERLSI_* type
+	__u32 perl_active;  // the process runs Perl: runops frames are replaced
+	__u32 perl_walking; // reporting the Perl frames of one runops frame
+	__u32 perl_run;     // Perl frames reported for that runops frame
+	__u32 perl_pad;
+	struct perl_proc perl;
+	__u64 perl_cx_slots[PERL_CX_READ / 8];   // a context, as read
+	__u64 perl_cop_slots[PERL_COP_READ / 8]; // a statement, as read
+	__u64 perl_si_slots[PERL_SI_READ / 8];   // a stack info, as read
 	// The Ruby walker's state (ruby.h).
 	__u64 rb_cfp;     // the next control frame to report; 0: none
 	__u64 rb_end;     // the end of the context's control frames (its VM stack's end)
@@ -406,6 +420,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ruby_proc);
 } ruby_procs SEC(".maps");
+
+// Perl processes and how to walk them. Filled by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct perl_proc);
+} perl_procs SEC(".maps");
 
 // The thread state last found for a thread (host tid). Checked against
 // the thread pointer on every use: a thread that exited and whose state

@@ -12,6 +12,7 @@
 #include "jvm.h"
 #include "v8.h"
 #include "php.h"
+#include "perl.h"
 #include "ruby.h"
 
 // saved_user_regs finds the user-mode registers the current task saved on
@@ -73,6 +74,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	py_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
 	jvm_begin(st, tgid);
 	v8_begin(st, tgid);
+	perl_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
 	php_begin(st, tgid);
 	ruby_begin(st, tgid);
 	st->runs = 0;
@@ -85,7 +87,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	st->snap_set = 0;
 	st->snap2_set = 0;
 	if (snapshot_all && !st->py_active && !st->jvm_active && !st->v8_active &&
-	    !st->php_active && !st->rb_active) {
+	    !st->php_active && !st->rb_active && !st->perl_active) {
 		st->snap_set = 1;
 		st->snap_frame = 0;
 		st->snap_pc = st->pc | PC_FLAG_NO_ADJUST;
@@ -504,7 +506,8 @@ static __always_inline void want_snapshot(struct ustack_state *st, struct sample
 	// from here on: it may take one.
 	if (st->py_active || st->jvm_active || st->v8_active ||
 	    (st->php_active && (st->php_ex != 0 || st->php_walking)) ||
-	    (st->rb_active && (st->rb_cfp != 0 || st->rb_walking))) {
+	    (st->rb_active && (st->rb_cfp != 0 || st->rb_walking)) ||
+	    (st->perl_active && (st->perl_si != 0 || st->perl_walking))) {
 		// No snapshot: a file mapped since the process was prepared (a
 		// JNI library, a C extension) is unwound by frame pointers until
 		// its table comes, so it is asked for sooner than the usual pace.
@@ -821,6 +824,31 @@ static __always_inline enum frame_result unwind_frame(struct sample_record *s,
 		    (st->rb_cfp != 0 || (mi && mi->table_id != 0)))
 			return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
 		if (r == RUBY_LAST)
+			return FRAME_NEXT; // the native frame takes the next slot
+	}
+	// So is the Perl walker: a runops frame shows as the Perl frames it
+	// runs (perl.h).
+	if (vma && st->perl_active && (st->perl_walking || perl_in_runops(st, lookup))) {
+		if (!st->perl_walking) {
+			st->perl_walking = 1;
+			st->perl_run = 0;
+		}
+		enum perl_result r = perl_frame(st, s, idx);
+		if (r == PERL_SKIP)
+			return FRAME_NEXT; // the same native frame again: its next context
+		if (r == PERL_MORE) {
+			s->user_len = ulen + 1;
+			return FRAME_NEXT;
+		}
+		st->perl_walking = 0;
+		if (r == PERL_LAST)
+			s->user_len = ulen + 1;
+		// Where the loop has no table yet and no Perl frame is left, it
+		// shows as a native frame too (see the PHP walker's).
+		if ((r == PERL_LAST || st->perl_run > 0) &&
+		    (st->perl_si != 0 || (mi && mi->table_id != 0)))
+			return step(st, s, mi, pc, lookup) == STEP_DONE ? FRAME_STOP : FRAME_NEXT;
+		if (r == PERL_LAST)
 			return FRAME_NEXT; // the native frame takes the next slot
 	}
 	if (st->py_active && (st->py_walking || py_in_eval(st, lookup))) {

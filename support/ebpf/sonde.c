@@ -50,6 +50,8 @@ const enum runtime_id *unused_runtime_id __attribute__((unused));
 const enum jvm_frame_kind *unused_jvm_frame_kind __attribute__((unused));
 const enum v8_frame_kind *unused_v8_frame_kind __attribute__((unused));
 const enum php_frame_kind *unused_php_frame_kind __attribute__((unused));
+const struct perl_proc *unused_perl_proc __attribute__((unused));
+const enum perl_frame_kind *unused_perl_frame_kind __attribute__((unused));
 const struct ruby_proc *unused_ruby_proc __attribute__((unused));
 const enum ruby_frame_kind *unused_ruby_frame_kind __attribute__((unused));
 const enum limits *unused_limits __attribute__((unused));

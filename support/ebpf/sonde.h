@@ -58,6 +58,7 @@ enum runtime_id {
 	RUNTIME_JVM = 1,
 	RUNTIME_V8 = 2,
 	RUNTIME_PHP = 3,
+	RUNTIME_PERL = 4,
 	RUNTIME_RUBY = 5,
 };
 
@@ -357,6 +358,10 @@ enum counter {
 	COUNTER_RUBY_READ_ERR,     // a Ruby context or frame could not be read: walk ended
 	COUNTER_RUBY_BAD_FRAME,    // a Ruby context or frame made no sense: walk ended
 	COUNTER_RUBY_NO_TABLE, // Ruby stacks left native: the VM's unwind table was not loaded yet
+	COUNTER_PERL_SAMPLES,  // user stacks of Perl processes' main threads (perl_procs)
+	COUNTER_PERL_FRAMES,   // Perl frames emitted
+	COUNTER_PERL_READ_ERR, // a Perl context or statement could not be read: walk ended
+	COUNTER_PERL_BAD_FRAME, // a Perl context made no sense (a bad pointer, too many skipped): walk ended
 	COUNTER_MAX,
 };
 
@@ -582,6 +587,53 @@ struct ruby_proc {
 
 enum ruby_frame_kind {
 	RUBY_FRAME_ISEQ = 1, // a method, block, class body or file's top-level code
+};
+
+// Bytes of a context (PERL_CONTEXT), of a stack info (PERL_SI) and of a
+// statement (COP) the Perl walker (perl.h) reads in one go: every field it
+// reads of each is in them.
+#define PERL_CX_READ  104
+#define PERL_SI_READ  48
+#define PERL_COP_READ 56
+
+// perl_proc tells the Perl walker (perl.h) where one Perl process (a
+// MULTIPLICITY build) keeps its interpreter and loop, and how its version
+// lays out what the walker reads; user space derives it from the
+// binary's symbols and internal/perl's per-version table. Offsets are in
+// bytes.
+struct perl_proc {
+	__u64 cur_interp;   // &PL_curinterp: the main thread's interpreter
+	__u64 runops_start; // Perl_runops_standard: [runops_start, runops_end)
+	__u64 runops_end;
+	__u32 op_require;       // OP_REQUIRE: an eval context's op type (blk_u16 >> 7) for require
+	__u16 interp_curcop;    // PerlInterpreter.Icurcop
+	__u16 interp_stackinfo; // .Icurstackinfo
+	__u16 si_cxstack;       // PERL_SI fields (< PERL_SI_READ)
+	__u16 si_prev;
+	__u16 si_cxix;
+	__u16 si_type;
+	__u16 cx_size; // sizeof(PERL_CONTEXT)
+	__u16 cx_type; // PERL_CONTEXT fields (< PERL_CX_READ)
+	__u16 cx_u16;
+	__u16 cx_oldcop;
+	__u16 cx_retop; // blk_sub.retop = blk_eval.retop: NULL where C called it
+	__u16 cx_sub_cv;
+	__u16 cop_line; // COP fields (< PERL_COP_READ)
+	__u16 cop_file;
+};
+
+// How a Perl frame leaves (internal/perl's Kind*). A sub's: the address is
+// its CV; the file word holds the line of its current statement in its
+// high 32 bits and in its low 32 the low half of the CV's body pointer
+// (sv_any), which user space checks the CV against. The other frames
+// (eval, require, the program's top level): the address is their current
+// statement (COP), the low 32 bits of the file word the low half of its
+// file name's pointer.
+enum perl_frame_kind {
+	PERL_FRAME_SUB = 1,     // a sub (or format)
+	PERL_FRAME_EVAL = 2,    // an eval block or string
+	PERL_FRAME_REQUIRE = 3, // a required file's top-level code
+	PERL_FRAME_MAIN = 4,    // the program's top-level code
 };
 
 // A python_proc field a version does not have.

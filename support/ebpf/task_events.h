@@ -35,6 +35,7 @@ static __always_inline void forget_task(struct task_struct *task)
 	bpf_map_delete_elem(&jvm_procs, &tgid);
 	bpf_map_delete_elem(&v8_procs, &tgid);
 	bpf_map_delete_elem(&php_procs, &tgid);
+	bpf_map_delete_elem(&perl_procs, &tgid);
 	bpf_map_delete_elem(&ruby_procs, &tgid);
 	// A new image asks for its tables at its first sample, even if the
 	// forked copy it replaces asked a moment ago.

@@ -41,6 +41,13 @@ type TelemetryBuilder struct {
 	JvmVersionsUnknown        metric.Int64ObservableCounter
 	JvmWalks                  metric.Int64ObservableCounter
 	OffcpuWaits               metric.Int64ObservableCounter
+	PerlErrors                metric.Int64ObservableCounter
+	PerlFrames                metric.Int64ObservableCounter
+	PerlProcesses             metric.Int64ObservableCounter
+	PerlSubCacheEvictions     metric.Int64ObservableCounter
+	PerlSubCacheSize          metric.Int64ObservableGauge
+	PerlVersionsUnknown       metric.Int64ObservableCounter
+	PerlWalks                 metric.Int64ObservableCounter
 	PhpErrors                 metric.Int64ObservableCounter
 	PhpFrames                 metric.Int64ObservableCounter
 	PhpFunctionCacheEvictions metric.Int64ObservableCounter
@@ -301,6 +308,111 @@ func (builder *TelemetryBuilder) RegisterOffcpuWaitsCallback(cb metric.Int64Call
 		cb(ctx, &observerInt64{inst: builder.OffcpuWaits, obs: o})
 		return nil
 	}, builder.OffcpuWaits)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPerlErrorsCallback sets callback for observable PerlErrors metric.
+func (builder *TelemetryBuilder) RegisterPerlErrorsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PerlErrors, obs: o})
+		return nil
+	}, builder.PerlErrors)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPerlFramesCallback sets callback for observable PerlFrames metric.
+func (builder *TelemetryBuilder) RegisterPerlFramesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PerlFrames, obs: o})
+		return nil
+	}, builder.PerlFrames)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPerlProcessesCallback sets callback for observable PerlProcesses metric.
+func (builder *TelemetryBuilder) RegisterPerlProcessesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PerlProcesses, obs: o})
+		return nil
+	}, builder.PerlProcesses)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPerlSubCacheEvictionsCallback sets callback for observable PerlSubCacheEvictions metric.
+func (builder *TelemetryBuilder) RegisterPerlSubCacheEvictionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PerlSubCacheEvictions, obs: o})
+		return nil
+	}, builder.PerlSubCacheEvictions)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPerlSubCacheSizeCallback sets callback for observable PerlSubCacheSize metric.
+func (builder *TelemetryBuilder) RegisterPerlSubCacheSizeCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PerlSubCacheSize, obs: o})
+		return nil
+	}, builder.PerlSubCacheSize)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPerlVersionsUnknownCallback sets callback for observable PerlVersionsUnknown metric.
+func (builder *TelemetryBuilder) RegisterPerlVersionsUnknownCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PerlVersionsUnknown, obs: o})
+		return nil
+	}, builder.PerlVersionsUnknown)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterPerlWalksCallback sets callback for observable PerlWalks metric.
+func (builder *TelemetryBuilder) RegisterPerlWalksCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.PerlWalks, obs: o})
+		return nil
+	}, builder.PerlWalks)
 	if err != nil {
 		return err
 	}
@@ -1324,6 +1436,48 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.offcpu.waits",
 		metric.WithDescription("Waits the off-CPU program traced, by outcome - sampled (in the off-CPU profile), short (under off_cpu_min_duration), filtered (excluded process), ring_buffer_full or map_full (dropped in the kernel), expired, evicted or orphan_end (dropped while user space joined the wait's start and end). [Development]"),
 		metric.WithUnit("{wait}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PerlErrors, err = builder.meter.Int64ObservableCounter(
+		"sonde.perl.errors",
+		metric.WithDescription("Perl walks the eBPF walker ended early, by reason - read_error (a context, stack info or statement could not be read) or bad_frame (a context that made no sense, read while it changed or corrupt); the rest of the runops frames show as native frames. [Development]"),
+		metric.WithUnit("{walk}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PerlFrames, err = builder.meter.Int64ObservableCounter(
+		"sonde.perl.frames",
+		metric.WithDescription("Perl frames on the host, by outcome - named, stale (its sub or statement was freed or replaced between the sample and its naming, shown without a name) or unreadable (shown without a name). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PerlProcesses, err = builder.meter.Int64ObservableCounter(
+		"sonde.perl.processes",
+		metric.WithDescription("Perl processes found, by outcome - walked (Perl frames), unsupported (a version without a layout, a build without MULTIPLICITY, or a kernel before 5.17) or failed (could not be set up); the last two keep native stacks. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PerlSubCacheEvictions, err = builder.meter.Int64ObservableCounter(
+		"sonde.perl.sub_cache.evictions",
+		metric.WithDescription("Perl subs and statements dropped from the cache to stay within its share of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("{sub}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PerlSubCacheSize, err = builder.meter.Int64ObservableGauge(
+		"sonde.perl.sub_cache.size",
+		metric.WithDescription("Bytes of Perl sub, package and file names cached to name Perl frames, within a sixty-fourth of limits::symbol_cache_bytes. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PerlVersionsUnknown, err = builder.meter.Int64ObservableCounter(
+		"sonde.perl.versions.unknown",
+		metric.WithDescription("Perl versions found without support, each logged once. [Development]"),
+		metric.WithUnit("{version}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.PerlWalks, err = builder.meter.Int64ObservableCounter(
+		"sonde.perl.walks",
+		metric.WithDescription("User stacks of Perl processes' main threads the eBPF Perl walker was ready for. [Development]"),
+		metric.WithUnit("{stack}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.PhpErrors, err = builder.meter.Int64ObservableCounter(
