@@ -206,9 +206,6 @@ type Options struct {
 
 	// pythonLayouts, when set, replaces the CPython versions the walker
 	// knows (python.LayoutFor): tests hide a real interpreter's version.
-	// perlLayouts, when set, replaces the Perl versions the walker knows
-	// (perl.LayoutFor): tests hide a real Perl's version.
-	perlLayouts perlLayoutFunc
 	pythonLayouts pythonLayoutFunc
 	// phpLayouts, when set, replaces the PHP versions the walker knows
 	// (php.LayoutFor): tests hide a real PHP's version.
@@ -216,6 +213,9 @@ type Options struct {
 	// rubyLayouts, when set, replaces the Ruby versions the walker knows
 	// (ruby.LayoutFor): tests hide a real Ruby's version.
 	rubyLayouts rubyLayoutFunc
+	// perlLayouts, when set, replaces the Perl versions the walker knows
+	// (perl.LayoutFor): tests hide a real Perl's version.
+	perlLayouts perlLayoutFunc
 }
 
 // Filters choose the profiled processes. A process is profiled when it
