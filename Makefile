@@ -191,11 +191,11 @@ test: deps check-generated lint dist ## Everything CI runs: packages, generated 
 
 # make bench runs these scenarios of BenchmarkDist (a regular expression:
 # BENCH_SCENARIOS='burners|node'; the scenarios are idle, burners, node,
-# highrate, python, java, nodejs, php and perl); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
+# highrate, python, java, nodejs, php, perl and ruby); SONDE_BENCH_* knobs are in internal/bench/dist_test.go.
 BENCH_SCENARIOS ?= .*
 
 .PHONY: bench
-bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js, PHP, Perl; tables + JSON in _build/bench/ (root; ~22 min, +10 with REF_BIN)
+bench: dist ## The distribution profiling this host: idle, four burners, node-like host, high rate, Python, Java, Node.js, PHP, Perl, Ruby; tables + JSON in _build/bench/ (root; ~22 min, +10 with REF_BIN)
 	SONDE_OTELCOL=$(abspath $(DIST)) $(GO) test -run '^$$' -bench '^BenchmarkDist$$/^($(BENCH_SCENARIOS))$$' -benchtime 1x -timeout 40m ./internal/bench
 
 .PHONY: bench-micro

@@ -158,6 +158,19 @@ func BenchmarkDist(b *testing.B) {
 		keep(r)
 	})
 
+	b.Run("ruby", func(b *testing.B) {
+		argv := rubyBurn(b)
+		c := testutil.BuildWorkload(b, testutil.CChainNoFP)
+		cmp := env.runtimeVsNative(b, rtBench{kind: "ruby", metric: "sonde.ruby", argv: argv}, c)
+		cmp.print("ruby")
+		env.write(b, "ruby.json", cmp)
+		sc := scenario{name: "ruby", title: "two busy Ruby processes (burn.rb)", window: env.pythonWindow,
+			workloads: []workload{{name: "ruby-1", argv: argv}, {name: "ruby-2", argv: argv}}}
+		r := env.run(b, sc)
+		r.SideBySide = env.sideBySide(b, sc)
+		keep(r)
+	})
+
 	env.write(b, "summary.json", all)
 	fmt.Printf("bench: results in %s\n", env.results)
 }
@@ -1210,6 +1223,24 @@ func sideBySideScript(b *testing.B) string {
 		b.Fatalf("%s is set but %s is missing (set %s to the shared directory): %v", refBinEnv, script, sharedEnv, err)
 	}
 	return script
+}
+
+// rubyBurn is the Ruby scenario's workload: burn.rb (main -> alpha -> beta
+// -> gamma_burn) on Debian's Ruby 3.1.
+func rubyBurn(b *testing.B) []string {
+	b.Helper()
+	const ruby = "/usr/bin/ruby"
+	if _, err := os.Stat(ruby); err != nil {
+		if testutil.InCI() {
+			b.Fatalf("no ruby for the Ruby scenario: %v", err)
+		}
+		b.Skipf("no ruby for the Ruby scenario: %v", err)
+	}
+	script, err := filepath.Abs("../ruby/testdata/burn.rb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []string{ruby, script}
 }
 
 // perlBurn is the Perl scenario's workload: burn.pl (main -> alpha -> beta
