@@ -193,11 +193,16 @@ func (e *sqliteExporter) shutdown(context.Context) error {
 
 // consumeProfiles writes pd as one interval. A failed write is rolled back,
 // counted as dropped and returned as permanent: retrying a full disk with
-// the same data does not help, and the next interval tries again.
+// the same data does not help, and the next interval tries again. An
+// interval handed over is written even if the caller's context is then
+// cancelled: a receiver shutting down with an emit in flight cancels it,
+// and the local write is short (the pprof exporter beside it writes that
+// interval too, and the two must hold the same intervals).
 func (e *sqliteExporter) consumeProfiles(ctx context.Context, pd pprofile.Profiles) error {
 	if pd.SampleCount() == 0 {
 		return nil
 	}
+	ctx = context.WithoutCancel(ctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.db == nil {

@@ -192,6 +192,22 @@ func pprofRows(t *testing.T, dir string) (leaf, totals []string) {
 // and the SQLite exporter; sqlite3 queries of the database must give the
 // pprof files' leaf functions and totals per interval and executable
 // exactly.
+// An interval handed over with a context already cancelled (a receiver
+// shutting down mid-emit) is written all the same.
+func TestCancelledContextStillWrites(t *testing.T) {
+	cfg, sexp := newSQLite(t, func(c *Config) { c.MaxAge = 0 })
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, pd := range intervals(1, 2, 50) {
+		if err := sexp.ConsumeProfiles(ctx, pd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := sqlite3(t, cfg.Path, "SELECT count(*) FROM intervals"); !slices.Equal(got, []string{"2"}) {
+		t.Errorf("intervals: %v, want 2", got)
+	}
+}
+
 func TestQueriesMatchPprof(t *testing.T) {
 	pcfg := pprofexporter.NewFactory().CreateDefaultConfig().(*pprofexporter.Config)
 	pcfg.Directory = t.TempDir()
