@@ -492,8 +492,15 @@ func TestPerlNYTProf(t *testing.T) {
 
 // TestPerlCloc profiles a real Perl program, Debian's cloc counting the
 // lines of perl's own library (1,155 files): its samples that hold Perl
-// frames hold whole Perl stacks, each frame named with a file and a line,
-// down to cloc's top-level code, then native frames only.
+// frames while the program runs (under perl_run) hold whole Perl stacks,
+// each frame named with a file and a line, down to cloc's top-level code,
+// then native frames only. Samples taken while perl compiles it (under
+// perl_parse: BEGIN blocks, use) have frames of objects perl frees or
+// changes as soon as they are done (the BEGIN block's sub, the compiler's
+// own statement, PL_compiling): read up to a poll interval later, most are
+// gone, a documented limit (docs/perl.md). Their share grows with a cold
+// page cache, so they are held to what the namer promises for them instead:
+// a frame is named whole or not at all, and every unnamed frame is counted.
 func TestPerlCloc(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	perlBin(t)
@@ -521,19 +528,31 @@ func TestPerlCloc(t *testing.T) {
 	for coveredUntil(s.all()).Before(exited.Add(time.Second)) && time.Now().Before(deadline) {
 		s.waitFor(len(s.all())+1, time.Until(deadline))
 	}
-	var total, withPerl, whole int
+	var total, withPerl, whole, compiling, unnamed int
 	var bad []string
 	subs := map[string]int{}
 	for _, pd := range s.all() {
 		for _, st := range framedStacks(pd, pid) {
 			total++
 			last := -1
+			parse := false
 			for i, f := range st {
 				if f.typ == "perl" {
 					last = i
+					if f.name == "" {
+						unnamed++
+					}
+					if (f.name == "") != (f.file == "") || (f.name != "" && f.line <= 0) {
+						t.Errorf("perl frame half named: %+v in %v", f, st)
+					}
 				}
+				parse = parse || (f.typ == "native" && f.name == "perl_parse")
 			}
 			if last < 0 {
+				continue
+			}
+			if parse {
+				compiling++
 				continue
 			}
 			withPerl++
@@ -557,15 +576,18 @@ func TestPerlCloc(t *testing.T) {
 		}
 	}
 	st := p.Stats()
-	t.Logf("%d samples of cloc, %d with Perl frames, %d of them whole; perl %+v; kernel perl samples %d frames %d read errors %d bad frames %d; frames by sub: %v",
-		total, withPerl, whole, st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames, st.Kernel.PerlReadErrs, st.Kernel.PerlBadFrames, subs)
+	t.Logf("%d samples of cloc, %d with Perl frames while it ran, %d of them whole, %d while perl compiled it; %d perl frames unnamed; perl %+v; kernel perl samples %d frames %d read errors %d bad frames %d; frames by sub: %v",
+		total, withPerl, whole, compiling, unnamed, st.Perl, st.Kernel.PerlSamples, st.Kernel.PerlFrames, st.Kernel.PerlReadErrs, st.Kernel.PerlBadFrames, subs)
 	for _, b := range bad {
 		t.Logf("not whole: %s", b)
 	}
+	if uint64(unnamed) > st.Perl.Unnamed {
+		t.Errorf("%d perl frames of cloc unnamed, %d counted", unnamed, st.Perl.Unnamed)
+	}
 	if withPerl < 100 {
-		t.Fatalf("%d of %d samples with Perl frames, want 100", withPerl, total)
+		t.Fatalf("%d of %d samples with Perl frames while cloc ran, want 100", withPerl, total)
 	}
 	if whole*100 < withPerl*95 {
-		t.Errorf("%d of %d samples with Perl frames whole, want 95 %%", whole, withPerl)
+		t.Errorf("%d of %d samples with Perl frames while cloc ran whole, want 95 %%", whole, withPerl)
 	}
 }
