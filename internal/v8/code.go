@@ -17,23 +17,33 @@ import (
 
 const (
 	scanChunk     = 4096
-	maxScan       = 2 << 20 // bytes scanned back from a pc
-	maxNotMaps    = 4096    // words remembered per process as not the code map
-	maxCodeMaps   = 16      // code maps per process: one per isolate at most
-	codeHdrBytes  = 64      // bytes of an InstructionStream compared at each use
-	maxInlined    = 1 << 12 // inlined functions of one code object
-	maxInlineHops = 64      // inlining depth followed
-	minCodeCost   = 256     // what a cached code object costs at least
+	maxScan       = 2 << 20   // bytes scanned back from a pc
+	maxKnownScan  = 256 << 10 // the same for a known code map only: a code space page
+	maxNotMaps    = 4096      // words remembered per process as not the code map
+	maxCodeMaps   = 16        // code maps per process: one per isolate at most
+	codeHdrBytes  = 64        // bytes of an InstructionStream compared at each use
+	maxInlined    = 1 << 12   // inlined functions of one code object
+	maxInlineHops = 64        // inlining depth followed
+	minCodeCost   = 256       // what a cached code object costs at least
 )
 
 // codeAt returns the start of the code object holding pc (its map word's
-// address), found by scanning back.
-func (p *namerProc) codeAt(pc uint64) (uint64, error) {
+// address), found by scanning back. With knownOnly it stops only at a word
+// equal to a code map already known and checks no other word: no read
+// beyond the scanned bytes. V8 has one such map per isolate (one per
+// process where isolates share their read-only heap, as in Node), so once
+// it is known a header is almost always found that way; the caller checks
+// what it found and scans in full where that fails.
+func (p *namerProc) codeAt(pc uint64, knownOnly bool) (uint64, error) {
 	h := p.h
+	limit := uint64(maxScan)
+	if knownOnly {
+		limit = maxKnownScan
+	}
 	l := h.l
 	buf := make([]byte, scanChunk)
 	end := pc &^ 7
-	for scanned := uint64(0); scanned < maxScan; scanned += scanChunk {
+	for scanned := uint64(0); scanned < limit; scanned += scanChunk {
 		lo := (end - scanChunk) &^ (scanChunk - 1)
 		if end%scanChunk != 0 {
 			lo = end &^ (scanChunk - 1)
@@ -54,20 +64,24 @@ func (p *namerProc) codeAt(pc uint64) (uint64, error) {
 			if p.codeMaps[w] {
 				return a, nil
 			}
-			if p.notMaps[w] {
+			if knownOnly || p.notMaps[w] {
 				continue
 			}
 			if len(p.codeMaps) < maxCodeMaps && p.isCodeMap(w) {
 				p.codeMaps[w] = true
 				return a, nil
 			}
-			if len(p.notMaps) < maxNotMaps {
-				p.notMaps[w] = true
+			if len(p.notMaps) >= maxNotMaps {
+				// Start again rather than stop remembering: the
+				// words of the code scanned lately are the likely
+				// ones.
+				clear(p.notMaps)
 			}
+			p.notMaps[w] = true
 		}
 		end = lo
 	}
-	return 0, fmt.Errorf("no code object within %d bytes before pc %#x: %w", maxScan, pc, ErrStale)
+	return 0, fmt.Errorf("no code object within %d bytes before pc %#x: %w", limit, pc, ErrStale)
 }
 
 // codeHolding returns the start of the cached code object whose
@@ -334,6 +348,37 @@ func (n *Namer) unwrapSFI(h heap, v uint64) (uint64, error) {
 	return 0, fmt.Errorf("function %#x: instance type %d: %w", v, t, ErrStale)
 }
 
+// codeFor returns the code object holding pc: the one the index says held
+// it, else the one a scan back for a known code map finds, else the one a
+// full scan finds. n.mu is held.
+func (n *Namer) codeFor(pid int, p *namerProc, pc uint64) (*codeInfo, error) {
+	if at, known := n.codeHolding(pid, p, pc); known {
+		if ci, err := n.code(pid, p, at, pc); err == nil {
+			return ci, nil
+		}
+		// What held the pc before does not now: look again.
+		p.forgetCode(at)
+	}
+	if len(p.codeMaps) > 0 {
+		if at, err := p.codeAt(pc, true); err == nil {
+			if ci, err := n.code(pid, p, at, pc); err == nil {
+				n.noteCode(p, at)
+				return ci, nil
+			}
+		}
+	}
+	at, err := p.codeAt(pc, false)
+	if err != nil {
+		return nil, err
+	}
+	ci, err := n.code(pid, p, at, pc)
+	if err != nil {
+		return nil, err
+	}
+	n.noteCode(p, at)
+	return ci, nil
+}
+
 // compiled names a frame of code in the code space: the code holding pc
 // must belong to the function sfi the sample read. sfi 0 is a leaf in
 // its code's prologue (FrameCompiled): the function is the code's own.
@@ -343,28 +388,9 @@ func (n *Namer) compiled(pid int, p *namerProc, sfi, pc uint64, returnAddr bool)
 	if returnAddr {
 		lookup-- // a call at the code's very end returns past it
 	}
-	at, known := n.codeHolding(pid, p, lookup)
-	if !known {
-		var err error
-		if at, err = p.codeAt(lookup); err != nil {
-			return Frame{}, err
-		}
-	}
-	ci, err := n.code(pid, p, at, lookup)
-	if err != nil && known {
-		// What held the pc before does not now: look again.
-		p.forgetCode(at)
-		if at, err = p.codeAt(lookup); err != nil {
-			return Frame{}, err
-		}
-		known = false
-		ci, err = n.code(pid, p, at, lookup)
-	}
+	ci, err := n.codeFor(pid, p, lookup)
 	if err != nil {
 		return Frame{}, err
-	}
-	if !known {
-		n.noteCode(p, at)
 	}
 	if sfi == 0 {
 		if ci.tier == TierBaseline {
