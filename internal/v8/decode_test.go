@@ -1,6 +1,8 @@
 package v8
 
 import (
+	"bytes"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -144,6 +146,53 @@ func TestLineEnds(t *testing.T) {
 	}
 	if got := lineEnds(utf16.Encode([]rune("x\n"))); !reflect.DeepEqual(got, []int32{1}) {
 		t.Errorf("a source ending in a newline: %v", got)
+	}
+}
+
+// TestLineTable compares the compact line table with lineOf over the
+// line ends of generated sources: short lines, lines of 254, 255 and more
+// characters (kept aside), a first line at offset 0, and every offset from
+// before the first character to past the end.
+func TestLineTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		n := rng.IntN(3 * lineMark)
+		var src []byte
+		for range n {
+			length := rng.IntN(40)
+			switch rng.IntN(8) {
+			case 0:
+				length = 254 + rng.IntN(3) // around the byte's limit
+			case 1:
+				length = 300 + rng.IntN(3000)
+			}
+			src = append(src, bytes.Repeat([]byte{'x'}, length)...)
+			src = append(src, '\n')
+		}
+		if round%2 == 0 {
+			src = append(src, "tail"...) // a last line without a newline
+		}
+		ends := lineEndsOneByte(src)
+		tab := newLineTable(ends)
+		if tab.n != len(ends) || (len(ends) > 0 && tab.last != ends[len(ends)-1]) {
+			t.Fatalf("round %d: table of %d lines ending at %d, want %d", round, tab.n, tab.last, len(ends))
+		}
+		long := 0
+		for i := 1; i < len(ends); i++ {
+			if i%lineMark != 0 && ends[i]-ends[i-1] >= lineLong {
+				long++
+			}
+		}
+		if want := int64(len(ends) + 4*((len(ends)+lineMark-1)/lineMark) + 8*long); tab.size() > want {
+			t.Errorf("round %d: %d bytes for %d lines (%d long), want at most %d", round, tab.size(), len(ends), long, want)
+		}
+		for off := int32(-2); off <= int32(len(src))+2; off++ {
+			l, c := tab.lineOf(off)
+			wl, wc := lineOf(ends, off)
+			if l != wl || c != wc {
+				t.Fatalf("round %d, offset %d: line %d col %d, want %d %d", round, off, l, c, wl, wc)
+			}
+		}
 	}
 }
 

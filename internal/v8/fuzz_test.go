@@ -43,8 +43,12 @@ func FuzzLineEnds(f *testing.F) {
 		if len(ends) > len(u)+1 {
 			t.Fatalf("%d line ends for %d characters", len(ends), len(u))
 		}
-		if l, _ := lineOf(ends, off); l < 1 {
+		l, c := lineOf(ends, off)
+		if l < 1 {
 			t.Fatalf("line %d", l)
+		}
+		if tl, tc := newLineTable(ends).lineOf(off); tl != l || tc != c {
+			t.Fatalf("offset %d: the line table says line %d col %d, the ends %d %d", off, tl, tc, l, c)
 		}
 	})
 }

@@ -107,8 +107,8 @@ type funcInfo struct {
 type scriptInfo struct {
 	hdr     []byte
 	name    string
-	ends    []int32
-	noLines bool // its source could not be read
+	lines   *lineTable // nil where noLines
+	noLines bool       // its source could not be read
 }
 
 // codeInfo is what naming needs of one code object in the code space.
@@ -436,7 +436,7 @@ func (n *Namer) function(pid int, p *namerProc, sfi uint64) (*funcInfo, error) {
 		// offset -1) is where its source starts.
 		sp := splitPosition(fn.bcPos[0].pos)
 		if sc, err := n.script(pid, p, fn.script); err == nil && !sc.noLines && sp.scriptOffset >= 0 && !sp.external {
-			line, col := lineOf(sc.ends, sp.scriptOffset)
+			line, col := sc.lines.lineOf(sp.scriptOffset)
 			fn.anon = fmt.Sprintf("<anonymous@%d:%d>", line, col)
 		}
 	}
@@ -550,6 +550,7 @@ func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 	}
 	word := func(off uint64) uint64 { return binary.LittleEndian.Uint64(hdr[off:]) }
 	sc := &scriptInfo{hdr: hdr}
+	var ends []int32
 	if name := word(l.scriptName); h.isTagged(name) {
 		if t, err := h.typeOf(name); err == nil && h.isString(t) {
 			if sc.name, err = h.str(name, maxStringLen); err != nil {
@@ -563,28 +564,33 @@ func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 			if err != nil {
 				return nil, fmt.Errorf("line ends: %w", err)
 			}
-			sc.ends = make([]int32, len(vs))
+			ends = make([]int32, len(vs))
 			for i, v := range vs {
-				sc.ends[i] = int32(h.smi(v))
+				ends[i] = int32(h.smi(v))
 			}
 		}
 	}
-	if sc.ends == nil {
+	if ends == nil {
 		// V8 computes line ends when it first needs them: read the
 		// source instead.
 		// Sources behind a C++ resource (Node's own modules) are not
 		// read: their lines stay unknown.
 		if b, ok, err := h.flatOneByte(word(l.scriptSource), maxSourceLen); ok {
-			sc.ends = lineEndsOneByte(b)
+			ends = lineEndsOneByte(b)
 		} else if err != nil {
 			sc.noLines = true
 		} else if src, err := h.str16(word(l.scriptSource), maxSourceLen); err == nil {
-			sc.ends = lineEnds(src)
+			ends = lineEnds(src)
 		} else {
 			sc.noLines = true
 		}
 	}
-	n.put(&entry{key: k, cost: int64(96 + len(hdr) + len(sc.name) + 4*len(sc.ends)), sc: sc, checked: now})
+	cost := int64(96 + len(hdr) + len(sc.name))
+	if !sc.noLines {
+		sc.lines = newLineTable(ends)
+		cost += sc.lines.size()
+	}
+	n.put(&entry{key: k, cost: cost, sc: sc, checked: now})
 	return sc, nil
 }
 
@@ -592,9 +598,9 @@ func (n *Namer) script(pid int, p *namerProc, s uint64) (*scriptInfo, error) {
 // past the script's end is no position of it (code and script read at
 // different moments of a churning heap): unknown, not the line after.
 func (sc *scriptInfo) line(off int32) int64 {
-	if sc.noLines || off < 0 || len(sc.ends) > 0 && off > sc.ends[len(sc.ends)-1] {
+	if sc.noLines || off < 0 || sc.lines.n > 0 && off > sc.lines.last {
 		return 0
 	}
-	l, _ := lineOf(sc.ends, off)
+	l, _ := sc.lines.lineOf(off)
 	return l
 }
