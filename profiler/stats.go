@@ -323,6 +323,7 @@ type PHPStats struct {
 	Unnamed         uint64 // PHP frames that could not be named (stale or unreadable)
 	Named           uint64 // PHP frames named
 	NoLine          uint64 // user frames among Named without a line
+	Gone            uint64 // frames among Named from the cache, their process's memory gone (exited)
 	Stale           uint64 // frames whose function changed between the sample and its naming
 	CacheEvictions  uint64 // functions dropped to stay within the bound
 	CacheBytes      int64  // (gauge) bytes of PHP function names cached

@@ -75,7 +75,7 @@ func FuzzFunction(f *testing.F) {
 				if len(fn.Name) > 2*maxNameBytes+2 || len(fn.File) > maxPathBytes || fn.Name == "" {
 					t.Fatalf("8.%d: name of %d bytes, file of %d", l.Minor, len(fn.Name), len(fn.File))
 				}
-				r.Same(fn, addr)
+				_, _ = r.Same(fn, addr)
 			}
 			r.Line(addr, 0x1000+uint64(at))
 			if c, err := r.Code(addr, kind); err == nil && (len(c.File) > maxPathBytes || c.Name == "") {

@@ -23,6 +23,7 @@ type NamerStats struct {
 	Stale      uint64 // frames whose function changed since the sample
 	Unreadable uint64 // frames whose function could not be read or made no sense
 	NoLine     uint64 // user frames named without a line (the walker found none)
+	Gone       uint64 // frames among Named from the cache where memory could not be read any more
 	Evictions  uint64 // functions dropped from the cache to stay within its bound
 	Bytes      int64  // bytes the cache holds now
 	Entries    int    // functions it holds now
@@ -41,7 +42,9 @@ type Frame struct {
 // against the process's memory at each use (its first bytes must be
 // unchanged) and against the check word the walker read at the sample, so
 // a function freed and replaced at the same address (the next request of
-// an FPM worker) is read again or reported stale, never misnamed. It is
+// an FPM worker) is read again or reported stale, never misnamed; one whose
+// memory cannot be read any more (its process exited) is named from the
+// cache where the check word matches. It is
 // safe for concurrent use; it owns the memory files Add opens and Forget
 // closes them.
 type Namer struct {
@@ -148,10 +151,19 @@ func (n *Namer) Name(pid int, kind uint8, fn, word uint64) (Frame, error) {
 // from the cache if memory still holds it, else read.
 func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error) {
 	if f, ok := n.cache.Get(k); ok {
-		if p.r.Same(f, k.addr) {
+		// Memory that cannot be read any more (the process exited since
+		// the sample, as it has for a short script's last second of
+		// samples) cannot have changed since: the check word the walker
+		// read at the sample is the witness that the cached function is
+		// the sample's.
+		same, readable := p.r.Same(f, k.addr)
+		if same || !readable {
 			if f.Check != check {
 				// The sample's function was another, freed since.
 				return nil, fmt.Errorf("php function at %#x: %w", k.addr, ErrStale)
+			}
+			if !readable {
+				n.stats.Gone++
 			}
 			return f, nil
 		}

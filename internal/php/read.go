@@ -171,13 +171,14 @@ func (r *Reader) Code(addr uint64, kind uint8) (*Func, error) {
 }
 
 // Same reports whether the function at addr still starts with the bytes f
-// was read from.
-func (r *Reader) Same(f *Func, addr uint64) bool {
+// was read from; readable is false where they could not be read at all
+// (the process has exited, or the memory was unmapped).
+func (r *Reader) Same(f *Func, addr uint64) (same, readable bool) {
 	b := make([]byte, len(f.hdr))
 	if r.mem.ReadAt(b, addr) != nil {
-		return false
+		return false, false
 	}
-	return string(b) == string(f.hdr)
+	return string(b) == string(f.hdr), true
 }
 
 // String reads the zend_string at addr, of at most limit bytes.
