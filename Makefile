@@ -39,14 +39,16 @@ GOLANGCI_LINT ?= $(GO) tool -modfile=tools/go.mod golangci-lint
 # kernel check's QEMU, linkers and BOLT for the workloads that need them,
 # Prometheus and sqlite3 for the tests of the profile metrics and the SQLite
 # exporter, the aarch64 cross toolchain and QEMU the arm64 tests use, QEMU's
-# user-mode emulator that runs the arm64 release binary (`make release`), and
-# skopeo, which reads the OCI image index as registries and runtimes do.
+# user-mode emulator that runs the arm64 release binary (`make release`),
+# skopeo, which reads the OCI image index as registries and runtimes do, and
+# the real programs the interpreter tests profile (cloc, composer).
 # `make deps` installs the missing ones (as root) or names them.
 DEB_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev binutils gcc g++ make git \
                 xz-utils linux-perf libc6-dbg qemu-system-x86 lld-19 bolt-19 \
                 mold clang-format-19 rustc prometheus sqlite3 php-cli php-fpm \
                 php8.2-dev ruby gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-system-arm \
-                qemu-user-static skopeo perl libperl5.36 libdevel-nytprof-perl cloc
+                qemu-user-static skopeo perl libperl5.36 libdevel-nytprof-perl cloc \
+                composer
 
 .DEFAULT_GOAL := help
 
