@@ -216,6 +216,9 @@ type Options struct {
 	// perlLayouts, when set, replaces the Perl versions the walker knows
 	// (perl.LayoutFor): tests hide a real Perl's version.
 	perlLayouts perlLayoutFunc
+	// v8Find, when set, replaces v8.Find, which reads a V8's layout from
+	// its metadata: tests hide a real V8's.
+	v8Find v8FindFunc
 }
 
 // Filters choose the profiled processes. A process is profiled when it

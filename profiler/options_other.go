@@ -17,3 +17,7 @@ type perlLayoutFunc = func()
 // rubyLayoutFunc is the type of Options.rubyLayouts, which only the Linux
 // pipeline reads.
 type rubyLayoutFunc = func()
+
+// v8FindFunc is the type of Options.v8Find, which only the Linux pipeline
+// reads.
+type v8FindFunc = func()

@@ -223,7 +223,7 @@ func New(opts Options) (*Profiler, error) {
 			newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
 			jvms,
 			newPerlProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/perlCodeShare, opts.perlLayouts),
-			newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare),
+			newV8Procs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/v8CodeShare, opts.v8Find),
 			phps,
 			rubies,
 		)

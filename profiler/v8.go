@@ -34,6 +34,8 @@ type v8Procs struct {
 	kernel v8Kernel
 	procfs string
 	namer  *v8.Namer
+	// find reads a process's V8 and its layout (v8.Find but in tests).
+	find v8FindFunc
 
 	seen imageMemo
 	logs onceLog
@@ -48,9 +50,12 @@ type v8Procs struct {
 	unnamed         atomic.Uint64 // V8 frames that could not be named
 }
 
-func newV8Procs(log *zap.Logger, k v8Kernel, procfs string, cacheBytes int64) *v8Procs {
+func newV8Procs(log *zap.Logger, k v8Kernel, procfs string, cacheBytes int64, find v8FindFunc) *v8Procs {
+	if find == nil {
+		find = v8.Find
+	}
 	return &v8Procs{log: log, kernel: k, procfs: procfs, namer: v8.NewNamer(procfs, cacheBytes),
-		logs: onceLog{log: log}}
+		logs: onceLog{log: log}, find: find}
 }
 
 func (vp *v8Procs) id() uint8 { return tracer.RuntimeV8 }
@@ -72,7 +77,7 @@ func (vp *v8Procs) prepare(proc *process.Process) (found bool) {
 		settled = false
 		return false
 	}
-	vm, err := v8.Find(proc, mem)
+	vm, err := vp.find(proc, mem)
 	_ = mem.Close() // read only
 	switch {
 	case errors.Is(err, v8.ErrNotV8):

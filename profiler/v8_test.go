@@ -3,13 +3,22 @@
 package profiler
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/internal/v8"
 )
 
 // nodes lists the Node binaries the profiler's V8 test runs: Debian's and
@@ -152,4 +161,96 @@ func TestV8FramelessBuiltinLeaf(t *testing.T) {
 	if split*100 < (split+short)*80 {
 		t.Errorf("%d of %d samples split into builtin and caller, want 80 %%", split, split+short)
 	}
+}
+
+// TestV8UnknownVersion runs two burn.js on Debian's Node while the
+// profiler's V8 finder reports its V8 as one without a layout, as for a
+// V8 whose metadata lacks what the walker needs: the version is reported
+// once (one log line, counted), and its processes keep native stacks, with
+// no v8js frame.
+func TestV8UnknownVersion(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	node := nodes(t)["debian"]
+	if node == "" {
+		t.Skip("Debian's node is not installed")
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	p, s := startProfiler(t, 99, func(o *Options) {
+		o.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+		o.v8Find = func(proc *process.Process, mem v8.Memory) (*v8.VM, error) {
+			vm, err := v8.Find(proc, mem)
+			if err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("v8 %s: hidden by the test: %w", vm.V8, v8.ErrUnknownVersion)
+		}
+	})
+	var pids []int
+	for range 2 {
+		cmd := exec.Command(node, "../internal/v8/testdata/burn.js")
+		cmd.Stderr = os.Stderr
+		testutil.StartReady(t, cmd, 30*time.Second)
+		pids = append(pids, cmd.Process.Pid)
+	}
+	const n = 30
+	native := map[int]int{}
+	var bad []string
+	deadline := time.Now().Add(60 * time.Second)
+	read := 0
+	for time.Now().Before(deadline) && (native[pids[0]] < n || native[pids[1]] < n) {
+		all := s.all()
+		for _, pd := range all[read:] {
+			for _, pid := range pids {
+				for _, st := range framedStacks(pd, pid) {
+					js := false
+					for _, f := range st {
+						js = js || f.typ == "v8js"
+					}
+					switch {
+					case js && len(bad) < 5:
+						bad = append(bad, fmt.Sprintf("pid %d: v8js frames in %v", pid, st))
+					case !js && slices.ContainsFunc(st, func(f stackFrame) bool { return f.typ == "native" }):
+						native[pid]++
+					}
+				}
+			}
+		}
+		read = len(all)
+		s.waitFor(read+1, time.Until(deadline))
+	}
+	if len(bad) > 0 {
+		t.Errorf("a hidden version's process got javascript frames:\n%s", strings.Join(bad, "\n"))
+	}
+	for _, pid := range pids {
+		if native[pid] < n {
+			t.Errorf("pid %d: %d native stacks, want >= %d", pid, native[pid], n)
+		}
+	}
+	// Other Nodes on the host (another test's) are hidden too, each
+	// version reported once: Debian's must be, once.
+	var lines []string
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message, "v8 layout not supported") && strings.Contains(fmt.Sprint(e.ContextMap()), "v8 "+debianV8(t, node)+":") {
+			lines = append(lines, fmt.Sprint(e.ContextMap()))
+		}
+	}
+	if len(lines) != 1 {
+		t.Errorf("unsupported layout log lines about Debian's V8: %q, want one", lines)
+	}
+	vs := p.Stats().V8
+	if vs.UnknownVersions < 1 || vs.Unsupported < 2 || vs.Processes != 0 {
+		t.Errorf("Stats.V8 = %+v, want an unknown version, >= 2 unsupported, none walked", vs)
+	}
+}
+
+// debianV8 is the V8 version node reports (process.versions.v8, less
+// Node's own suffix: "11.3.244.8" of "11.3.244.8-node.38").
+func debianV8(t *testing.T, node string) string {
+	t.Helper()
+	out, err := exec.Command(node, "-p", "process.versions.v8").Output()
+	if err != nil {
+		t.Fatalf("%s -p process.versions.v8: %v", node, err)
+	}
+	v, _, _ := strings.Cut(strings.TrimSpace(string(out)), "-")
+	return v
 }
