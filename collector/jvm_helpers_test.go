@@ -154,7 +154,9 @@ func startJava(t *testing.T, j jdk, xargs ...string) javaProc {
 				ready <- fmt.Errorf("no ready line: %w", err)
 				return
 			}
-			if line == "ready\n" {
+			// HotSpot writes a -XX:+PrintCompilation line in pieces,
+			// from the compiler's thread: "ready" may end one.
+			if strings.HasSuffix(line, "ready\n") {
 				ready <- nil
 				// The rest, for tests that read the VM's logs; it ends
 				// with the process.
