@@ -95,7 +95,7 @@ func (pp *perlProcs) prepare(proc *process.Process) (found bool) {
 		return false
 	}
 	kp, err := kernelPerl(in)
-	if err == nil && !pp.namerHas(proc) {
+	if err == nil && !(setUpBefore(&pp.walked, proc) && pp.namer.Known(proc.PID)) {
 		err = pp.namer.Add(proc.PID, in)
 	}
 	if err == nil {
@@ -116,15 +116,6 @@ func (pp *perlProcs) prepare(proc *process.Process) (found bool) {
 			zap.String("version", in.Version))
 	}
 	return true
-}
-
-// namerHas says whether the namer already names proc's frames: the same
-// process (start time), set up before and not exec'd since (forgetImage),
-// prepared again because its set of mapped files changed; adding it again
-// would drop its cached subs.
-func (pp *perlProcs) namerHas(proc *process.Process) bool {
-	prev, ok := pp.walked.Load(proc.PID)
-	return ok && prev == proc.StartTime && pp.namer.Known(proc.PID)
 }
 
 func (pp *perlProcs) forgetImage(pid int) {

@@ -121,7 +121,7 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 		return false
 	}
 	kp, err := kernelPHP(in)
-	if err == nil && !pp.namerHas(proc) {
+	if err == nil && !(setUpBefore(&pp.walked, proc) && pp.namer.Known(proc.PID)) {
 		err = pp.namer.Add(proc.PID, in)
 	}
 	if err == nil {
@@ -153,16 +153,6 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 			zap.String("version", in.Version))
 	}
 	return true
-}
-
-// namerHas says whether the namer already names proc's frames: the same
-// process (start time), set up before and not exec'd since (forgetImage).
-// Such a process is prepared again whenever its set of mapped files
-// changes, which for PHP is at most reads of a file (its stream layer maps
-// files to read them); adding it again would drop its cached functions.
-func (pp *phpProcs) namerHas(proc *process.Process) bool {
-	prev, ok := pp.walked.Load(proc.PID)
-	return ok && prev == proc.StartTime && pp.namer.Known(proc.PID)
 }
 
 func (pp *phpProcs) forgetImage(pid int) {

@@ -180,3 +180,13 @@ func (o *onceLog) warn(key, msg string, fields ...zap.Field) bool {
 	}
 	return !done
 }
+
+// setUpBefore says whether proc was set up for its runtime's walker
+// before, as this very process (walked maps a pid to the start time of the
+// image set up) and not exec'd since (forgetImage deletes it). Such a
+// process is prepared again whenever its set of mapped files changes (PHP
+// maps each file it reads): its namer keeps what it cached of it.
+func setUpBefore(walked *sync.Map, proc *process.Process) bool {
+	prev, ok := walked.Load(proc.PID)
+	return ok && prev == proc.StartTime
+}

@@ -88,6 +88,21 @@ func (n *Namer) Add(pid int, in *Interp) error {
 	return nil
 }
 
+// Update replaces what is known of pid's VM (its class IDs may be found
+// after it starts) and keeps its memory file and what is cached of it: the
+// same process, prepared again because its mapped files changed. It
+// reports false where pid is not known, to be added.
+func (n *Namer) Update(pid int, in *Interp) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p, ok := n.procs[pid]
+	if !ok {
+		return false
+	}
+	p.in, p.r = in, NewReader(p.mem, in.Layout)
+	return true
+}
+
 // Forget drops pid and its iseqs (exit, exec).
 func (n *Namer) Forget(pid int) {
 	n.mu.Lock()

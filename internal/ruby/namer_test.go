@@ -48,6 +48,14 @@ func TestNamer(t *testing.T) {
 	if s.Named != uint64(2*len(frames)) || s.Stale != 2 || s.Unreadable != 1 || s.Entries == 0 || s.Bytes == 0 {
 		t.Errorf("stats %+v after %d frames named twice", s, len(frames))
 	}
+	// The same process prepared again keeps what is cached of it; an
+	// unknown one is to be added.
+	if !n.Update(pid, in) || n.Stats().Entries != s.Entries {
+		t.Errorf("update of a known process: %d entries cached, want %d", n.Stats().Entries, s.Entries)
+	}
+	if n.Update(pid+1<<22, in) {
+		t.Error("a process not added was updated")
+	}
 	// Samples resolved after the process exited are named from what was
 	// read while it lived (their lines are not known any more).
 	if err := cmd.Process.Kill(); err != nil {
