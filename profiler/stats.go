@@ -373,6 +373,7 @@ type V8Stats struct {
 	Unnamed         uint64 // V8 frames that could not be named (stale or unreadable)
 	Named           uint64 // V8 frames named
 	NoLine          uint64 // frames among Named without a line (no position table collected)
+	Gone            uint64 // frames among Named from the cache alone, their process's memory gone (exited)
 	Stale           uint64 // frames whose function or code changed between the sample and its naming
 	// Reused counts the cached objects named without a read: a read made
 	// after their sample was taken found them unchanged (a receiver

@@ -153,7 +153,7 @@ func (vp *v8Procs) stats(s *Stats) {
 	ns := vp.namer.Stats()
 	s.V8 = V8Stats{Processes: vp.found.Load(), Unsupported: vp.unsupported.Load(),
 		UnknownVersions: vp.unknownVersions.Load(), Failed: vp.failed.Load(),
-		Unnamed: vp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Stale: ns.Stale, Reused: ns.Reused,
+		Unnamed: vp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Gone: ns.Gone, Stale: ns.Stale, Reused: ns.Reused,
 		CacheEvictions: ns.Evictions, CacheBytes: ns.Bytes}
 }
 

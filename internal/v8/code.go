@@ -2,7 +2,9 @@ package v8
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -353,8 +355,12 @@ func (n *Namer) unwrapSFI(h heap, v uint64) (uint64, error) {
 // full scan finds. n.mu is held.
 func (n *Namer) codeFor(pid int, p *namerProc, pc uint64) (*codeInfo, error) {
 	if at, known := n.codeHolding(pid, p, pc); known {
-		if ci, err := n.code(pid, p, at, pc); err == nil {
+		ci, err := n.code(pid, p, at, pc)
+		if err == nil {
 			return ci, nil
+		}
+		if errors.Is(err, io.EOF) {
+			return nil, err // the process is gone: what the index holds stays
 		}
 		// What held the pc before does not now: look again.
 		p.forgetCode(at)

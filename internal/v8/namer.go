@@ -4,10 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sonde-dev/sonde/internal/lru"
+	"io"
 	"sync"
 	"time"
 
+	"github.com/sonde-dev/sonde/internal/lru"
 	"github.com/sonde-dev/sonde/internal/python"
 	"github.com/sonde-dev/sonde/internal/symbolize"
 )
@@ -23,7 +24,10 @@ type NamerStats struct {
 	NoLine uint64
 	// Reused counts the cached objects taken without reading them again:
 	// they were read and found unchanged after the sample was taken.
-	Reused    uint64
+	Reused uint64
+	// Gone counts frames among Named named from the cache alone, their
+	// process's memory gone (it exited before they were named).
+	Gone      uint64
 	Evictions uint64 // cache entries dropped to stay within the bound
 	Bytes     int64  // bytes the cache holds now
 	Entries   int    // entries it holds now
@@ -47,6 +51,8 @@ type Namer struct {
 	// captured is when the sample of the frame being named was taken
 	// (FrameCaptured; zero: unknown).
 	captured time.Time
+	// gone: the process of the frame being named has exited (namerProc).
+	gone bool
 }
 
 type namerProc struct {
@@ -66,6 +72,12 @@ type namerProc struct {
 	// whose entries were evicted are dropped when met, and all at once
 	// when there are more than the cache could hold.
 	codeStarts []uint64
+	// gone: a read found the process's memory gone (io.EOF: it has
+	// exited). Its frames are named from the cache alone from then on,
+	// where the frame's own words agree with what is cached (the
+	// function's bytecode, the code's function and range), since nothing
+	// can be checked against memory any more.
+	gone bool
 }
 
 type entryKey struct {
@@ -202,7 +214,13 @@ func (n *Namer) Stats() NamerStats {
 // frame's sample found it unchanged. n.mu is held.
 func (n *Namer) checkedSince(k entryKey) *entry {
 	e := n.get(k)
-	if e == nil || n.captured.IsZero() || !e.checked.After(n.captured) {
+	if e == nil {
+		return nil
+	}
+	if n.gone {
+		return e
+	}
+	if n.captured.IsZero() || !e.checked.After(n.captured) {
 		return nil
 	}
 	n.stats.Reused++
@@ -247,21 +265,33 @@ func (n *Namer) FrameCaptured(captured time.Time, pid int, kind FrameKind, addr,
 		n.stats.Unreadable++
 		return Frame{}, fmt.Errorf("v8 %d: not added: %w", pid, ErrUnreadable)
 	}
-	var f Frame
-	var err error
-	switch kind {
-	case FrameInterpreted:
-		f, err = n.interpreted(pid, p, addr, uint32(word>>32), uint32(word))
-	case FrameCompiled:
-		f, err = n.compiled(pid, p, addr, word, returnAddr)
-	case FrameBuiltin:
-		f, err = n.builtinJS(pid, p, addr, word)
-	case FrameStub:
-		f = n.stub(p, addr, word)
-	default:
-		err = fmt.Errorf("frame kind %d: %w", kind, ErrUnreadable)
+	n.gone = p.gone
+	f, err := n.frame(pid, p, kind, addr, word, returnAddr)
+	if err != nil && !p.gone && errors.Is(err, io.EOF) {
+		// The process exited since the sample: what the cache holds of
+		// it is all there is.
+		p.gone, n.gone = true, true
+		f, err = n.frame(pid, p, kind, addr, word, returnAddr)
+	}
+	if err == nil && n.gone {
+		n.stats.Gone++
 	}
 	return n.account(pid, addr, f, err)
+}
+
+// frame names one frame of p. n.mu is held.
+func (n *Namer) frame(pid int, p *namerProc, kind FrameKind, addr, word uint64, returnAddr bool) (Frame, error) {
+	switch kind {
+	case FrameInterpreted:
+		return n.interpreted(pid, p, addr, uint32(word>>32), uint32(word))
+	case FrameCompiled:
+		return n.compiled(pid, p, addr, word, returnAddr)
+	case FrameBuiltin:
+		return n.builtinJS(pid, p, addr, word)
+	case FrameStub:
+		return n.stub(p, addr, word), nil
+	}
+	return Frame{}, fmt.Errorf("frame kind %d: %w", kind, ErrUnreadable)
 }
 
 // account counts the outcome of naming a frame. n.mu is held.

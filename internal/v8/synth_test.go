@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -596,5 +597,53 @@ func TestNamerFindsCodeByItsRange(t *testing.T) {
 	}
 	if !slices.Contains(n.procs[1].codeStarts, sy.istream-1) || slices.Contains(n.procs[1].codeStarts, sy.istream-1-64) {
 		t.Errorf("code index %#x after the rescan, want %#x in it and not %#x", n.procs[1].codeStarts, sy.istream-1, sy.istream-1-64)
+	}
+}
+
+// goneMem is the memory of a process that has exited: every read ends at
+// once (io.EOF).
+type goneMem struct{}
+
+func (goneMem) ReadAt(p []byte, a uint64) error {
+	return fmt.Errorf("read %d bytes at %#x: %w", len(p), a, io.EOF)
+}
+
+// TestNamerAfterExit: once the process's memory is gone, frames are named
+// from what the cache holds where the frame's own words agree with it (the
+// function's bytecode, the code's function), whenever it was read; a
+// frame they contradict is stale, and one never read stays unnamed.
+func TestNamerAfterExit(t *testing.T) {
+	sy := buildSynth()
+	n := synthNamer(t, sy.img)
+	pc := sy.instrs + uint64(sy.offInner) + 4
+	word := uint64(uint32(54-1+sy.bcCall))<<32 | uint64(uint32(sy.bytecodeF))
+	before := time.Now()
+	compiled, err := n.FrameCaptured(before, 1, FrameCompiled, sy.sfiF, pc, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interp, err := n.FrameCaptured(before, 1, FrameInterpreted, sy.sfiF, word, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.procs[1].h.mem = goneMem{}
+	later := time.Now().Add(time.Second) // after every check: nothing reusable while alive
+	if fr, err := n.FrameCaptured(later, 1, FrameCompiled, sy.sfiF, pc, false); err != nil || fmt.Sprint(fr) != fmt.Sprint(compiled) {
+		t.Errorf("compiled frame after exit: %+v %v, want %+v", fr, err, compiled)
+	}
+	if fr, err := n.FrameCaptured(later, 1, FrameInterpreted, sy.sfiF, word, true); err != nil || fmt.Sprint(fr) != fmt.Sprint(interp) {
+		t.Errorf("interpreted frame after exit: %+v %v, want %+v", fr, err, interp)
+	}
+	if _, err := n.FrameCaptured(later, 1, FrameCompiled, sy.sfiG, pc, false); !errors.Is(err, ErrStale) {
+		t.Errorf("code of another function after exit: %v, want ErrStale", err)
+	}
+	if _, err := n.FrameCaptured(later, 1, FrameInterpreted, sy.sfiF, word+8, true); !errors.Is(err, ErrStale) {
+		t.Errorf("another bytecode array after exit: %v, want ErrStale", err)
+	}
+	if _, err := n.FrameCaptured(later, 1, FrameInterpreted, sy.sfiF+0x40, word, true); err == nil {
+		t.Error("a function never read was named after exit")
+	}
+	if st := n.Stats(); st.Gone != 2 {
+		t.Errorf("stats %+v: want 2 frames named after exit", st)
 	}
 }
