@@ -2,12 +2,16 @@ package profiler
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
@@ -152,4 +156,57 @@ func hasFrame(st []testFrame, name, typ string) bool {
 		}
 	}
 	return false
+}
+
+// hiddenRuntimeStacks reads s's profiles until each of pids has n samples
+// with a native frame named native ("": any native frame) and no frame of
+// type typ, the runtime hidden from the profiler, or until a minute has
+// passed. It fails the test for each pid short of n, and for any sample
+// that holds a typ frame (at most five shown).
+func hiddenRuntimeStacks(t *testing.T, s *sink, pids []int, typ, native string, n int) {
+	t.Helper()
+	counts := map[int]int{}
+	var bad []string
+	short := func() bool { return slices.ContainsFunc(pids, func(pid int) bool { return counts[pid] < n }) }
+	deadline := time.Now().Add(60 * time.Second)
+	read := 0
+	for time.Now().Before(deadline) && short() {
+		all := s.all()
+		for _, pd := range all[read:] {
+			for _, pid := range pids {
+				for _, st := range stacksOf(pd, pid) {
+					switch {
+					case hasFrame(st, "", typ):
+						if len(bad) < 5 {
+							bad = append(bad, fmt.Sprintf("pid %d: %s frames in %v", pid, typ, st))
+						}
+					case hasFrame(st, native, "native"):
+						counts[pid]++
+					}
+				}
+			}
+		}
+		read = len(all)
+		s.waitFor(read+1, time.Until(deadline))
+	}
+	if len(bad) > 0 {
+		t.Errorf("a hidden version's process got %s frames:\n%s", typ, strings.Join(bad, "\n"))
+	}
+	for _, pid := range pids {
+		if counts[pid] < n {
+			t.Errorf("pid %d: %d samples with a native %q frame and no %s frame, want >= %d", pid, counts[pid], native, typ, n)
+		}
+	}
+}
+
+// logContexts returns the fields of the log entries whose message holds
+// msg and whose fields mention about.
+func logContexts(logs *observer.ObservedLogs, msg, about string) []string {
+	var out []string
+	for _, e := range logs.All() {
+		if c := fmt.Sprint(e.ContextMap()); strings.Contains(e.Message, msg) && strings.Contains(c, about) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -95,7 +95,7 @@ func (pp *perlProcs) prepare(proc *process.Process) (found bool) {
 		return false
 	}
 	kp, err := kernelPerl(in)
-	if err == nil && !(setUpBefore(&pp.walked, proc) && pp.namer.Known(proc.PID)) {
+	if err == nil && (!setUpBefore(&pp.walked, proc) || !pp.namer.Known(proc.PID)) {
 		err = pp.namer.Add(proc.PID, in)
 	}
 	if err == nil {

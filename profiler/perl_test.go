@@ -302,47 +302,8 @@ func TestPerlUnknownVersion(t *testing.T) {
 		}
 	})
 	pids := []int{startBurnPerl(t, "chain"), startBurnPerl(t, "chain")}
-	const n = 30
-	runops := map[int]int{}
-	var bad []string
-	deadline := time.Now().Add(60 * time.Second)
-	read := 0
-	for time.Now().Before(deadline) && (runops[pids[0]] < n || runops[pids[1]] < n) {
-		all := s.all()
-		for _, pd := range all[read:] {
-			for _, pid := range pids {
-				for _, st := range framedStacks(pd, pid) {
-					seen := false
-					for _, f := range st {
-						if f.typ == "perl" && len(bad) < 5 {
-							bad = append(bad, fmt.Sprintf("pid %d: perl frames in %v", pid, st))
-						}
-						seen = seen || (f.typ == "native" && f.name == "Perl_runops_standard")
-					}
-					if seen {
-						runops[pid]++
-					}
-				}
-			}
-		}
-		read = len(all)
-		s.waitFor(read+1, time.Until(deadline))
-	}
-	if len(bad) > 0 {
-		t.Errorf("a hidden version's process got perl frames:\n%s", strings.Join(bad, "\n"))
-	}
-	for _, pid := range pids {
-		if runops[pid] < n {
-			t.Errorf("pid %d: %d samples with a native Perl_runops_standard frame, want >= %d", pid, runops[pid], n)
-		}
-	}
-	var lines []string
-	for _, e := range logs.All() {
-		if strings.Contains(e.Message, "perl version not supported") {
-			lines = append(lines, fmt.Sprint(e.ContextMap()))
-		}
-	}
-	if len(lines) != 1 || !strings.Contains(lines[0], "perl 5.36") {
+	hiddenRuntimeStacks(t, s, pids, "perl", "Perl_runops_standard", 30)
+	if lines := logContexts(logs, "perl version not supported", ""); len(lines) != 1 || !strings.Contains(lines[0], "perl 5.36") {
 		t.Errorf("unsupported version log lines: %q, want one about perl 5.36", lines)
 	}
 	ps := p.Stats().Perl

@@ -121,7 +121,7 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 		return false
 	}
 	kp, err := kernelPHP(in)
-	if err == nil && !(setUpBefore(&pp.walked, proc) && pp.namer.Known(proc.PID)) {
+	if err == nil && (!setUpBefore(&pp.walked, proc) || !pp.namer.Known(proc.PID)) {
 		err = pp.namer.Add(proc.PID, in)
 	}
 	if err == nil {
@@ -240,7 +240,7 @@ func (pp *phpProcs) stats(s *Stats) {
 	ns := pp.namer.Stats()
 	s.PHP = PHPStats{Processes: pp.found.Load(), Unsupported: pp.unsupported.Load(),
 		UnknownVersions: pp.unknownVersions.Load(), Failed: pp.failed.Load(),
-		Unnamed: pp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Gone: ns.Gone, Stale: ns.Stale,
+		Unnamed: pp.unnamed.Load(), Named: ns.Named, NoLine: ns.NoLine, Gone: ns.Gone, ByCode: ns.ByCode, Stale: ns.Stale,
 		CacheEvictions: ns.Evictions, CacheBytes: ns.Bytes}
 }
 

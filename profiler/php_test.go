@@ -128,46 +128,8 @@ func TestPHPUnknownVersion(t *testing.T) {
 		}
 	})
 	pids := []int{startBurnPHP(t, "php"), startBurnPHP(t, "php")}
-	const n = 30
-	execSamples := map[int]int{}
-	var bad []string
-	deadline := time.Now().Add(60 * time.Second)
-	read := 0
-	for time.Now().Before(deadline) && (execSamples[pids[0]] < n || execSamples[pids[1]] < n) {
-		all := s.all()
-		for _, pd := range all[read:] {
-			for _, pid := range pids {
-				for _, st := range stacksOf(pd, pid) {
-					if hasFrame(st, "", "php") {
-						if len(bad) < 5 {
-							bad = append(bad, fmt.Sprintf("pid %d: php frames in %v", pid, st))
-						}
-						continue
-					}
-					if hasFrame(st, "execute_ex", "native") {
-						execSamples[pid]++
-					}
-				}
-			}
-		}
-		read = len(all)
-		s.waitFor(read+1, time.Until(deadline))
-	}
-	if len(bad) > 0 {
-		t.Errorf("a hidden version's process got php frames:\n%s", strings.Join(bad, "\n"))
-	}
-	for _, pid := range pids {
-		if execSamples[pid] < n {
-			t.Errorf("pid %d: %d samples with a native execute_ex frame, want >= %d", pid, execSamples[pid], n)
-		}
-	}
-	var lines []string
-	for _, e := range logs.All() {
-		if strings.Contains(e.Message, "php version not supported") {
-			lines = append(lines, fmt.Sprint(e.ContextMap()))
-		}
-	}
-	if len(lines) != 1 || !strings.Contains(lines[0], "php 8.2.") {
+	hiddenRuntimeStacks(t, s, pids, "php", "execute_ex", 30)
+	if lines := logContexts(logs, "php version not supported", ""); len(lines) != 1 || !strings.Contains(lines[0], "php 8.2.") {
 		t.Errorf("unsupported version log lines: %q, want one about php 8.2", lines)
 	}
 	ps := p.Stats().PHP

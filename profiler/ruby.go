@@ -122,7 +122,7 @@ func (rp *rubyProcs) prepare(proc *process.Process) (found bool) {
 		return false
 	}
 	kp, err := kernelRuby(in)
-	if err == nil && !(setUpBefore(&rp.walked, proc) && rp.namer.Update(proc.PID, in)) {
+	if err == nil && (!setUpBefore(&rp.walked, proc) || !rp.namer.Update(proc.PID, in)) {
 		err = rp.namer.Add(proc.PID, in)
 	}
 	if err == nil {

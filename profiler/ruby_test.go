@@ -303,46 +303,8 @@ func TestRubyUnknownVersion(t *testing.T) {
 		}
 	})
 	pids := []int{startBurnRuby(t, "ruby"), startBurnRuby(t, "ruby")}
-	const n = 30
-	native := map[int]int{}
-	var bad []string
-	deadline := time.Now().Add(60 * time.Second)
-	read := 0
-	for time.Now().Before(deadline) && (native[pids[0]] < n || native[pids[1]] < n) {
-		all := s.all()
-		for _, pd := range all[read:] {
-			for _, pid := range pids {
-				for _, st := range stacksOf(pd, pid) {
-					if hasFrame(st, "", "ruby") {
-						if len(bad) < 5 {
-							bad = append(bad, fmt.Sprintf("pid %d: ruby frames in %v", pid, st))
-						}
-						continue
-					}
-					if hasFrame(st, "rb_vm_exec", "native") {
-						native[pid]++
-					}
-				}
-			}
-		}
-		read = len(all)
-		s.waitFor(read+1, time.Until(deadline))
-	}
-	if len(bad) > 0 {
-		t.Errorf("a hidden version's process got ruby frames:\n%s", strings.Join(bad, "\n"))
-	}
-	for _, pid := range pids {
-		if native[pid] < n {
-			t.Errorf("pid %d: %d samples with a native rb_vm_exec frame, want >= %d", pid, native[pid], n)
-		}
-	}
-	var lines []string
-	for _, e := range logs.All() {
-		if strings.Contains(e.Message, "ruby version not supported") {
-			lines = append(lines, fmt.Sprint(e.ContextMap()))
-		}
-	}
-	if len(lines) != 1 || !strings.Contains(lines[0], "ruby 3.1") {
+	hiddenRuntimeStacks(t, s, pids, "ruby", "rb_vm_exec", 30)
+	if lines := logContexts(logs, "ruby version not supported", ""); len(lines) != 1 || !strings.Contains(lines[0], "ruby 3.1") {
 		t.Errorf("unsupported version log lines: %q, want one about ruby 3.1", lines)
 	}
 	rs := p.Stats().Ruby

@@ -324,6 +324,7 @@ type PHPStats struct {
 	Named           uint64 // PHP frames named
 	NoLine          uint64 // user frames among Named without a line
 	Gone            uint64 // frames among Named from the cache, their process's memory gone (exited)
+	ByCode          uint64 // frames among Named after a closure read before with the same opcodes (its Closure freed)
 	Stale           uint64 // frames whose function changed between the sample and its naming
 	CacheEvictions  uint64 // functions dropped to stay within the bound
 	CacheBytes      int64  // (gauge) bytes of PHP function names cached

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,49 +191,10 @@ func TestV8UnknownVersion(t *testing.T) {
 		testutil.StartReady(t, cmd, 30*time.Second)
 		pids = append(pids, cmd.Process.Pid)
 	}
-	const n = 30
-	native := map[int]int{}
-	var bad []string
-	deadline := time.Now().Add(60 * time.Second)
-	read := 0
-	for time.Now().Before(deadline) && (native[pids[0]] < n || native[pids[1]] < n) {
-		all := s.all()
-		for _, pd := range all[read:] {
-			for _, pid := range pids {
-				for _, st := range framedStacks(pd, pid) {
-					js := false
-					for _, f := range st {
-						js = js || f.typ == "v8js"
-					}
-					switch {
-					case js && len(bad) < 5:
-						bad = append(bad, fmt.Sprintf("pid %d: v8js frames in %v", pid, st))
-					case !js && slices.ContainsFunc(st, func(f stackFrame) bool { return f.typ == "native" }):
-						native[pid]++
-					}
-				}
-			}
-		}
-		read = len(all)
-		s.waitFor(read+1, time.Until(deadline))
-	}
-	if len(bad) > 0 {
-		t.Errorf("a hidden version's process got javascript frames:\n%s", strings.Join(bad, "\n"))
-	}
-	for _, pid := range pids {
-		if native[pid] < n {
-			t.Errorf("pid %d: %d native stacks, want >= %d", pid, native[pid], n)
-		}
-	}
+	hiddenRuntimeStacks(t, s, pids, "v8js", "", 30)
 	// Other Nodes on the host (another test's) are hidden too, each
 	// version reported once: Debian's must be, once.
-	var lines []string
-	for _, e := range logs.All() {
-		if strings.Contains(e.Message, "v8 layout not supported") && strings.Contains(fmt.Sprint(e.ContextMap()), "v8 "+debianV8(t, node)+":") {
-			lines = append(lines, fmt.Sprint(e.ContextMap()))
-		}
-	}
-	if len(lines) != 1 {
+	if lines := logContexts(logs, "v8 layout not supported", "v8 "+debianV8(t, node)+":"); len(lines) != 1 {
 		t.Errorf("unsupported layout log lines about Debian's V8: %q, want one", lines)
 	}
 	vs := p.Stats().V8

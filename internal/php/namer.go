@@ -24,6 +24,7 @@ type NamerStats struct {
 	Unreadable uint64 // frames whose function could not be read or made no sense
 	NoLine     uint64 // user frames named without a line (the walker found none)
 	Gone       uint64 // frames among Named from the cache where memory could not be read any more
+	ByCode     uint64 // frames among Named after a closure read before with the same opcodes
 	Evictions  uint64 // functions dropped from the cache to stay within its bound
 	Bytes      int64  // bytes the cache holds now
 	Entries    int    // functions it holds now
@@ -66,6 +67,11 @@ type entryKey struct {
 	addr uint64
 	kind uint8
 }
+
+// closureKind keys the closures read by their code (addr: their check
+// word, the low half of their opcodes' address) beside the functions
+// keyed by address.
+const closureKind = 0xff
 
 // NewNamer returns a Namer that reads memory under procfs and keeps at
 // most maxBytes of functions (0: DefaultCacheBytes).
@@ -128,6 +134,17 @@ func (n *Namer) Name(pid int, kind uint8, fn, word uint64) (Frame, error) {
 	}
 	check := uint32(word)
 	f, err := n.funcLocked(p, entryKey{pid, fn, kind}, check)
+	if err != nil && kind == KindFunction {
+		// A closure's function is a copy in its Closure object, often
+		// freed before its samples are named (usort's comparator); its
+		// opcodes, which the check word witnesses, are its declaring
+		// function's and outlive it: a closure read before with the
+		// same opcodes names it.
+		if c, ok := n.cache.Get(entryKey{pid, uint64(check), closureKind}); ok {
+			f, err = c, nil
+			n.stats.ByCode++
+		}
+	}
 	if err != nil {
 		if errors.Is(err, ErrStale) {
 			n.stats.Stale++
@@ -157,16 +174,20 @@ func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error
 		// read at the sample is the witness that the cached function is
 		// the sample's.
 		same, readable := p.r.Same(f, k.addr)
-		if same || !readable {
+		if !readable {
 			if f.Check != check {
 				// The sample's function was another, freed since.
 				return nil, fmt.Errorf("php function at %#x: %w", k.addr, ErrStale)
 			}
-			if !readable {
-				n.stats.Gone++
-			}
+			n.stats.Gone++
 			return f, nil
 		}
+		if same && f.Check == check {
+			return f, nil
+		}
+		// Changed, or another function with the same first bytes there:
+		// closures of one class share them, and one closure object's
+		// memory is often the next one's. Read again.
 		n.cache.Remove(k)
 	}
 	var f *Func
@@ -179,11 +200,15 @@ func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error
 	if err != nil {
 		return nil, err
 	}
+	// What memory holds now is kept, the sample's function or not; one
+	// too large to keep is named all the same.
+	n.cache.Put(k, f, f.memSize())
+	if f.Closure {
+		n.cache.Put(entryKey{k.pid, uint64(f.Check), closureKind}, f, f.memSize())
+	}
 	if f.Check != check {
 		return nil, fmt.Errorf("php function at %#x: %w", k.addr, ErrStale)
 	}
-	// One too large to keep is named all the same.
-	n.cache.Put(k, f, f.memSize())
 	return f, nil
 }
 

@@ -2,6 +2,7 @@ package php
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -37,6 +38,28 @@ func TestNamerLive(t *testing.T) {
 	s := n.Stats()
 	if s.Named != uint64(2*len(frames)) || s.Stale != uint64(2*len(frames)) || s.Entries == 0 || s.Bytes <= 0 {
 		t.Errorf("stats %+v after %d frames twice", s, len(frames))
+	}
+	// A function whose memory no longer holds it (named at an address
+	// beside it): a closure is named after the one read before with the
+	// same opcodes (its Closure object freed, its code alive); another
+	// function is not named.
+	closures := 0
+	for _, sf := range frames {
+		if sf.Kind != KindFunction {
+			continue
+		}
+		got, err := n.Name(pid, sf.Kind, sf.Addr+8, sf.Word)
+		if strings.Contains(sf.Name, "{closure}") {
+			closures++
+			if err != nil || got.Name != sf.Name || got.File != sf.File || got.Line != sf.Line {
+				t.Errorf("%s freed: named %+v, %v; want it named by its code", sf.Name, got, err)
+			}
+		} else if err == nil {
+			t.Errorf("%s freed: named %+v", sf.Name, got)
+		}
+	}
+	if closures == 0 || n.Stats().ByCode != uint64(closures) {
+		t.Errorf("%d closures in %v; stats %+v", closures, frames, n.Stats())
 	}
 }
 

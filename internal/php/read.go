@@ -39,6 +39,10 @@ type Func struct {
 	File      string // "" for an internal function
 	LineStart int64
 	Internal  bool
+	// Closure: a closure's function, a copy in its Closure object, which
+	// is freed with it while its opcodes (its declaring function's) live
+	// on.
+	Closure bool
 	// Check is the word the walker reports with the frame to tell this
 	// function from another later at the same address: the low 32 bits
 	// of its opcodes (user code) or of its name (internal functions).
@@ -118,6 +122,7 @@ func (r *Reader) Function(addr uint64, kind uint8) (*Func, error) {
 			return nil, fmt.Errorf("function at %#x without opcodes: %w", addr, ErrNotFunction)
 		}
 		f.Check = uint32(opcodes)
+		f.Closure = flags&zendACCClosure != 0
 		if fileAt := binary.LittleEndian.Uint64(body[l.OpFilename:]); fileAt != 0 {
 			if f.File, err = r.String(fileAt, maxPathBytes); err != nil {
 				return nil, fmt.Errorf("function at %#x: file: %w", addr, err)
