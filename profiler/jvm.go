@@ -5,7 +5,6 @@ package profiler
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,14 +37,8 @@ type jvmProcs struct {
 	seen imageMemo
 	logs onceLog
 
-	// retry, when set, asks the preparer to prepare pid again soon: a
-	// JVM found still starting is looked at again every jvmRetryDelay,
-	// jvmRetries times at most per image, rather than at the next
-	// change of its mappings the kernel reports (at most once a second),
-	// so the samples of its first second are not all native.
-	retry   func(pid int)
-	retryMu sync.Mutex
-	retried map[int]int // pid -> retries asked for its current image
+	// retries prepare a process again soon where it is not whole yet.
+	retries retrier
 
 	found       atomic.Uint64 // processes set up for the JVM walker
 	unsupported atomic.Uint64 // JVMs whose layout is not supported: native stacks
@@ -105,7 +98,7 @@ func (jp *jvmProcs) prepare(proc *process.Process) (found bool) {
 		// asks for one soon.
 		settled, again = false, true
 		jp.log.Debug("cannot read the jvm yet", zap.Int("pid", proc.PID), zap.Error(err))
-		jp.retrySoon(proc.PID)
+		jp.retries.soon(proc.PID)
 		return false
 	}
 	if !jp.kernel.CheckedMappings() {
@@ -135,37 +128,9 @@ func (jp *jvmProcs) prepare(proc *process.Process) (found bool) {
 	return true
 }
 
-// Retries of a JVM still starting: every 100 ms for at most 3 s.
-const (
-	jvmRetryDelay = 100 * time.Millisecond
-	jvmRetries    = 30
-)
-
-// retrySoon asks for pid to be prepared again after jvmRetryDelay, within
-// its image's retries.
-func (jp *jvmProcs) retrySoon(pid int) {
-	if jp.retry == nil {
-		return
-	}
-	jp.retryMu.Lock()
-	if jp.retried == nil {
-		jp.retried = map[int]int{}
-	}
-	n := jp.retried[pid]
-	if n < jvmRetries {
-		jp.retried[pid] = n + 1
-	}
-	jp.retryMu.Unlock()
-	if n < jvmRetries {
-		time.AfterFunc(jvmRetryDelay, func() { jp.retry(pid) })
-	}
-}
-
 func (jp *jvmProcs) forgetImage(pid int) {
 	jp.seen.forget(pid)
-	jp.retryMu.Lock()
-	delete(jp.retried, pid)
-	jp.retryMu.Unlock()
+	jp.retries.forget(pid)
 }
 
 func (jp *jvmProcs) forget(pid int) { jp.namer.Forget(pid) }

@@ -42,13 +42,8 @@ type phpProcs struct {
 	seen imageMemo
 	logs onceLog
 
-	// retry, when set, asks the preparer to prepare pid again soon: a PHP
-	// without a JIT buffer (opcache maps it as PHP starts, if the JIT is
-	// on) is looked at again every phpRetryDelay, phpRetries times at
-	// most per image, so that its JIT code is known from its first second.
-	retry   func(pid int)
-	retryMu sync.Mutex
-	retried map[int]int // pid -> retries asked for its current image
+	// retries prepare a process again soon where it is not whole yet.
+	retries retrier
 
 	walked      sync.Map      // pid -> start time of the image set up for the walker
 	found       atomic.Uint64 // processes set up for the PHP walker
@@ -141,12 +136,12 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 			zap.Bool("jit", in.JIT.End != 0))
 	}
 	// Examined again until opcache's JIT buffer is found, when its files
-	// change and for its first seconds (retrySoon): a process prepared at
+	// change and for its first seconds (retries.soon): a process prepared at
 	// its exec maps it later, if it runs the JIT.
 	settled = in.JIT.End != 0
 	if !settled {
 		again = true
-		pp.retrySoon(proc.PID)
+		pp.retries.soon(proc.PID)
 	}
 	if in.Layout.Untested {
 		pp.logs.warn("untested php "+in.Version, "php version supported from its published sources, untested",
@@ -158,36 +153,7 @@ func (pp *phpProcs) prepare(proc *process.Process) (found bool) {
 func (pp *phpProcs) forgetImage(pid int) {
 	pp.seen.forget(pid)
 	pp.walked.Delete(pid)
-	pp.retryMu.Lock()
-	delete(pp.retried, pid)
-	pp.retryMu.Unlock()
-}
-
-// Retries of a PHP whose JIT buffer is not mapped yet: every 100 ms for
-// at most 3 s.
-const (
-	phpRetryDelay = 100 * time.Millisecond
-	phpRetries    = 30
-)
-
-// retrySoon asks for pid to be prepared again after phpRetryDelay, within
-// its image's retries.
-func (pp *phpProcs) retrySoon(pid int) {
-	if pp.retry == nil {
-		return
-	}
-	pp.retryMu.Lock()
-	if pp.retried == nil {
-		pp.retried = map[int]int{}
-	}
-	n := pp.retried[pid]
-	if n < phpRetries {
-		pp.retried[pid] = n + 1
-	}
-	pp.retryMu.Unlock()
-	if n < phpRetries {
-		time.AfterFunc(phpRetryDelay, func() { pp.retry(pid) })
-	}
+	pp.retries.forget(pid)
 }
 
 // mapsJIT says whether proc maps executable shared memory (opcache's JIT

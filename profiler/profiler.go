@@ -214,11 +214,11 @@ func New(opts Options) (*Profiler, error) {
 	p.resolver.holds = p.preparer.holds
 	if runtimeWalkers {
 		jvms := newJVMProcs(log, tr, opts.ProcFS, opts.JVMCacheBytes())
-		jvms.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
+		jvms.retries.retry = func(pid int) { p.preparer.enqueue(pid, prepareUnknown) }
 		phps := newPHPProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/phpCodeShare, opts.phpLayouts)
-		phps.retry = jvms.retry
+		phps.retries.retry = jvms.retries.retry
 		rubies := newRubyProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/rubyCodeShare, opts.rubyLayouts)
-		rubies.retry = jvms.retry
+		rubies.retries.retry = jvms.retries.retry
 		p.preparer.runtimes = newRuntimeSet(
 			newPythonProcs(log, tr, opts.ProcFS, opts.SymbolCacheBytes/pythonCodeShare, opts.pythonLayouts),
 			jvms,

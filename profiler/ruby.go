@@ -41,13 +41,8 @@ type rubyProcs struct {
 	seen imageMemo
 	logs onceLog
 
-	// retry, when set, asks the preparer to prepare pid again soon: a Ruby
-	// whose VM has not started yet (a process prepared at its exec) is
-	// looked at again every rubyRetryDelay, rubyRetries times at most per
-	// image.
-	retry   func(pid int)
-	retryMu sync.Mutex
-	retried map[int]int
+	// retries prepare a process again soon where it is not whole yet.
+	retries retrier
 
 	walked          sync.Map      // pid -> start time of the image set up for the walker
 	found           atomic.Uint64 // processes set up for the Ruby walker
@@ -66,12 +61,6 @@ func newRubyProcs(log *zap.Logger, k rubyKernel, procfs string, cacheBytes int64
 }
 
 func (rp *rubyProcs) id() uint8 { return tracer.RuntimeRuby }
-
-// Retries of a Ruby whose VM has not started: every 100 ms for at most 3 s.
-const (
-	rubyRetryDelay = 100 * time.Millisecond
-	rubyRetries    = 30
-)
 
 // prepare examines proc once per image and set of mapped files: if it runs
 // a Ruby whose version the table knows, the walker gets its layout and the
@@ -100,7 +89,7 @@ func (rp *rubyProcs) prepare(proc *process.Process) (found bool) {
 		return false
 	case errors.Is(err, ruby.ErrNotStarted):
 		settled, again = false, true
-		rp.retrySoon(proc.PID)
+		rp.retries.soon(proc.PID)
 		return false
 	case errors.Is(err, ruby.ErrUnknownVersion):
 		rp.unsupported.Add(1)
@@ -145,32 +134,10 @@ func (rp *rubyProcs) prepare(proc *process.Process) (found bool) {
 	return true
 }
 
-// retrySoon asks for pid to be prepared again after rubyRetryDelay, within
-// its image's retries.
-func (rp *rubyProcs) retrySoon(pid int) {
-	if rp.retry == nil {
-		return
-	}
-	rp.retryMu.Lock()
-	if rp.retried == nil {
-		rp.retried = map[int]int{}
-	}
-	n := rp.retried[pid]
-	if n < rubyRetries {
-		rp.retried[pid] = n + 1
-	}
-	rp.retryMu.Unlock()
-	if n < rubyRetries {
-		time.AfterFunc(rubyRetryDelay, func() { rp.retry(pid) })
-	}
-}
-
 func (rp *rubyProcs) forgetImage(pid int) {
 	rp.seen.forget(pid)
 	rp.walked.Delete(pid)
-	rp.retryMu.Lock()
-	delete(rp.retried, pid)
-	rp.retryMu.Unlock()
+	rp.retries.forget(pid)
 }
 
 func (rp *rubyProcs) forget(pid int) { rp.namer.Forget(pid) }

@@ -190,3 +190,48 @@ func setUpBefore(walked *sync.Map, proc *process.Process) bool {
 	prev, ok := walked.Load(proc.PID)
 	return ok && prev == proc.StartTime
 }
+
+// retrier asks the preparer to prepare a process again soon, rather than
+// at the next change of its mappings the kernel reports (at most once a
+// second): every retryDelay, retries times at most per image. A runtime
+// found still starting (a JVM, a Ruby VM) or not whole yet (PHP's JIT
+// buffer, which opcache maps as PHP starts) is so known from its first
+// second. Its zero value asks nothing until retry is set.
+type retrier struct {
+	retry   func(pid int) // nil: no retries
+	mu      sync.Mutex
+	retried map[int]int // pid -> retries asked for its current image
+}
+
+// Retries: every 100 ms for at most 3 s.
+const (
+	retryDelay = 100 * time.Millisecond
+	retries    = 30
+)
+
+// soon asks for pid to be prepared again after retryDelay, within its
+// image's retries.
+func (r *retrier) soon(pid int) {
+	if r.retry == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.retried == nil {
+		r.retried = map[int]int{}
+	}
+	n := r.retried[pid]
+	if n < retries {
+		r.retried[pid] = n + 1
+	}
+	r.mu.Unlock()
+	if n < retries {
+		time.AfterFunc(retryDelay, func() { r.retry(pid) })
+	}
+}
+
+// forget lets pid's next image have its own retries.
+func (r *retrier) forget(pid int) {
+	r.mu.Lock()
+	delete(r.retried, pid)
+	r.mu.Unlock()
+}
