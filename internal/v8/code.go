@@ -30,13 +30,14 @@ const (
 )
 
 // codeAt returns the start of the code object holding pc (its map word's
-// address), found by scanning back. With knownOnly it stops only at a word
-// equal to a code map already known and checks no other word: no read
-// beyond the scanned bytes. V8 has one such map per isolate (one per
-// process where isolates share their read-only heap, as in Node), so once
-// it is known a header is almost always found that way; the caller checks
-// what it found and scans in full where that fails.
-func (p *namerProc) codeAt(pc uint64, knownOnly bool) (uint64, error) {
+// address), found by scanning back, above floor (0: none). With knownOnly
+// it stops only at a word equal to a code map already known and checks no
+// other word: no read beyond the scanned bytes. V8 has one such map per
+// isolate (one per process where isolates share their read-only heap, as
+// in Node), so once it is known a header is almost always found that way;
+// the caller checks what it found and scans in full, above it, where that
+// fails.
+func (p *namerProc) codeAt(pc uint64, knownOnly bool, floor uint64) (uint64, error) {
 	h := p.h
 	limit := uint64(maxScan)
 	if knownOnly {
@@ -60,6 +61,9 @@ func (p *namerProc) codeAt(pc uint64, knownOnly bool) (uint64, error) {
 		for i := int(n) - 8; i >= 0; i -= 8 {
 			w := binary.LittleEndian.Uint64(buf[i:])
 			a := lo + uint64(i)
+			if a <= floor {
+				return 0, fmt.Errorf("no code object between %#x and pc %#x: %w", floor, pc, ErrStale)
+			}
 			if a+l.istreamInstructions > pc || !h.isTagged(w) {
 				continue
 			}
@@ -352,7 +356,8 @@ func (n *Namer) unwrapSFI(h heap, v uint64) (uint64, error) {
 
 // codeFor returns the code object holding pc: the one the index says held
 // it, else the one a scan back for a known code map finds, else the one a
-// full scan finds. n.mu is held.
+// full scan finds above that. A process gone (io.EOF) ends the search.
+// n.mu is held.
 func (n *Namer) codeFor(pid int, p *namerProc, pc uint64) (*codeInfo, error) {
 	if at, known := n.codeHolding(pid, p, pc); known {
 		ci, err := n.code(pid, p, at, pc)
@@ -365,16 +370,30 @@ func (n *Namer) codeFor(pid int, p *namerProc, pc uint64) (*codeInfo, error) {
 		// What held the pc before does not now: look again.
 		p.forgetCode(at)
 	}
+	var floor uint64
+	var found error // why the code the known map led to does not hold pc
 	if len(p.codeMaps) > 0 {
-		if at, err := p.codeAt(pc, true); err == nil {
-			if ci, err := n.code(pid, p, at, pc); err == nil {
+		if at, err := p.codeAt(pc, true, 0); err == nil {
+			ci, err := n.code(pid, p, at, pc)
+			if err == nil {
 				n.noteCode(p, at)
 				return ci, nil
 			}
+			if errors.Is(err, io.EOF) {
+				return nil, err
+			}
+			// Only a header of another map, above the one found, can
+			// hold pc: the full scan stops there, not to check it again.
+			floor, found = at, err
+		} else if errors.Is(err, io.EOF) {
+			return nil, err
 		}
 	}
-	at, err := p.codeAt(pc, false)
+	at, err := p.codeAt(pc, false, floor)
 	if err != nil {
+		if found != nil {
+			return nil, found
+		}
 		return nil, err
 	}
 	ci, err := n.code(pid, p, at, pc)
