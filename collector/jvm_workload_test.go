@@ -291,7 +291,13 @@ func TestJFROracle(t *testing.T) {
 }
 
 // inlineFlags show C2's inlined frames between safepoints.
-var inlineFlags = []string{"-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"}
+// inlineFlags run Inline with the debug information that names inlined
+// frames at any pc, and with leaf and mid always inlined: left to its
+// heuristics, C2 at times compiled leaf apart (a CI run saw JFR's leaf
+// "JIT compiled" under mid "Inlined" in every sample), and the workload
+// then had no inlined chain to compare.
+var inlineFlags = []string{"-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints",
+	"-XX:CompileCommand=quiet", "-XX:CompileCommand=inline,Inline::leaf", "-XX:CompileCommand=inline,Inline::mid"}
 
 // runInlineJFR runs Inline with DebugNonSafepoints under JFR until C2
 // has compiled loop, then for 4 s of its CPU (SIGTERM ends it and JFR
