@@ -91,7 +91,9 @@ type Profiler struct {
 	backlogLogAt  time.Time
 	backlogUntold bool // dropped since the last log line
 	// emitStart is when the emit in progress began; zero between emits.
+	// emitting is how many samples that emit holds.
 	emitStart time.Time
+	emitting  int
 
 	wake chan struct{} // the resolver opened an interval, or drained the ring: older ones may be complete
 	// kicked: the reporter asked the reader to read the ring buffer now
@@ -965,15 +967,19 @@ func (p *Profiler) flush(ctx context.Context, emit EmitFunc, iv *interval) {
 	}
 	profiles := pd.ProfileCount() // pd belongs to emit once called
 	p.mu.Lock()
-	p.emitStart = time.Now()
+	p.emitStart, p.emitting = time.Now(), n
 	p.mu.Unlock()
 	err := emit(ctx, pd)
 	p.mu.Lock()
-	p.emitStart = time.Time{}
-	p.mu.Unlock()
+	// Counted as refused before it stops counting as emitting, so that
+	// Stats never misses the interval's samples.
 	if err != nil {
 		p.emitErrors.Add(1)
 		p.emitDropped.Add(uint64(n))
+	}
+	p.emitStart, p.emitting = time.Time{}, 0
+	p.mu.Unlock()
+	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("next consumer refused the interval's profiles; dropped",
 				zap.Int("samples", n), zap.Uint64("failures_total", p.emitErrors.Load()), zap.Error(err))

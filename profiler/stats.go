@@ -38,6 +38,9 @@ type Stats struct {
 	// (but for the newest interval's) once the consumer has held the
 	// reporter for a reporting interval.
 	Pending int
+	// Emitting (gauge) is how many samples the interval handed to the
+	// next consumer holds while it has not returned; 0 between emits.
+	Emitting int
 	// Backlog counts the intervals, and the samples they held, dropped
 	// unsent because the next consumer fell behind: it held the reporter
 	// for a reporting interval or more while more than
@@ -257,6 +260,7 @@ func (p *Profiler) Stats() Stats {
 	s.IntervalFull = p.intervalFull
 	s.Late = p.late
 	s.Pending = p.pending
+	s.Emitting = p.emitting
 	s.Backlog.Intervals, s.Backlog.Samples = p.backlog.intervals, p.backlog.samples
 	p.mu.Unlock()
 	s.Queued = int(max(p.inflight.Load(), 0))
