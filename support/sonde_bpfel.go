@@ -27,6 +27,7 @@ const (
 	SondeCfaTypeCFA_FP_RECORD SondeCfaType = 8
 	SondeCfaTypeCFA_SP_RA     SondeCfaType = 9
 	SondeCfaTypeCFA_SP_GO     SondeCfaType = 10
+	SondeCfaTypeCFA_GO_CGO    SondeCfaType = 11
 )
 
 type SondeCounter uint32

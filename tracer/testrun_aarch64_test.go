@@ -17,7 +17,8 @@ import (
 // any kernel) on a stack crafted in this process: the return address in
 // x30 for the interrupted frame only, in a frame record (also counted from
 // SP, as GCC's big frames need), in its own slot, in Go's frame, and signed
-// with a pointer authentication code; and, in code without a table, the
+// with a pointer authentication code, and in Go's frame found from what
+// runtime.asmcgocall saved on the system stack; and, in code without a table, the
 // signal trampoline (the vDSO's __kernel_rt_sigreturn), known by its code,
 // through the signal frame; and so in a table before its first row or
 // under an unknown rule (musl's __restore_rt).
@@ -50,6 +51,7 @@ func TestUnwindStepARM64TestRun(t *testing.T) {
 		mustRow(t, 0x300, CFASPRA, 16, FPSame, -16),           // str x30, [sp, #-16]!
 		mustRow(t, 0x400, CFASPGo, 48, FPSame, 0),             // Go: x30 at sp, x29 below
 		mustRow(t, 0x500, CFASPRecord, 8208, FPOffset, -8208), // GCC's 8 KiB frame: the record at sp
+		mustRow(t, 0x600, CFAGoCgo, 16, FPSame, 0),            // runtime.asmcgocall's call of C
 	}
 	if rows[5].Rule&rowFPFromBase == 0 {
 		t.Fatalf("row %+v: a record 8 KiB below the CFA is stored counted from SP", rows[5])
@@ -72,6 +74,17 @@ func TestUnwindStepARM64TestRun(t *testing.T) {
 	*word(fp) = base + 0xa00
 	*word(fp + 8) = 0x402222
 	*word(sp - 8) = base + 0xb00 // Go: caller's x29 below sp
+
+	// runtime.asmcgocall's call of C: at the system stack's SP the
+	// goroutine's g and its frame's depth below g.stack.hi, or 0 and the
+	// frame's SP; g.stack {lo, hi} is g's first field.
+	sysSP, sysSP0 := base+0x3100, base+0x3180
+	g, hi := base+0x3200, base+0x3400
+	frameSP := hi - 0x40
+	*word(sysSP), *word(sysSP + 8) = g, 0x40
+	*word(sysSP0), *word(sysSP0 + 8) = 0, frameSP
+	*word(g + 8) = hi
+	*word(frameSP - 8), *word(frameSP) = base+0xe00, pac|0x406666
 
 	// Code without a table (the vDSO): the signal trampoline, whose frame
 	// is the kernel's signal frame at its sp, and other code, after which
@@ -121,6 +134,8 @@ func TestUnwindStepARM64TestRun(t *testing.T) {
 		{"x30 alone", 0x310, 0x310, sp + 8, 0x77, 0, want{cont, 0x401111, sp + 24, 0x77, 0}, false, 0},
 		{"go frame", 0x410, 0x410, sp + 8, 0x77, 0, want{cont, 0x401111, sp + 56, base + 0x900, 0}, false, 0},
 		{"record 8 KiB below the cfa", 0x510, 0x510, sp, 0x77, 0, want{cont, 0x401111, sp + 8208, base + 0x900, 0}, false, 0},
+		{"cgo call: the frame from g and depth", 0x610, 0x610, sysSP, 0x77, 0, want{cont, 0x406666, frameSP + 16, base + 0xe00, 0}, false, 0},
+		{"cgo call on the system stack: the frame's sp", 0x610, 0x610, sysSP0, 0x77, 0, want{cont, 0x406666, frameSP + 16, base + 0xe00, 0}, false, 0},
 		{"signal trampoline: the signal frame", tramp, tramp - 1, sigSP, sigSP, 0,
 			want{cont, noAdjust | 0x403333, base + 0x3000, base + 0xc00, 0}, true, 0},
 		{"the trampoline, interrupted there", tramp, tramp, sigSP, sigSP, 0x406666,

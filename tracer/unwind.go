@@ -32,6 +32,7 @@ const (
 	CFAFPRecord = uint8(support.SondeCfaTypeCFA_FP_RECORD)
 	CFASPRA     = uint8(support.SondeCfaTypeCFA_SP_RA)
 	CFASPGo     = uint8(support.SondeCfaTypeCFA_SP_GO)
+	CFAGoCgo    = uint8(support.SondeCfaTypeCFA_GO_CGO)
 
 	FPSame    = uint8(support.SondeFpRuleFP_SAME)
 	FPOffset  = uint8(support.SondeFpRuleFP_OFFSET)

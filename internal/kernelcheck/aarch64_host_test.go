@@ -20,8 +20,9 @@ import (
 // says what their stacks must be), by name in the initramfs: C without
 // frame pointers, the same with return addresses signed (PAC), C++ that
 // throws, Go with a frameless leaf, and C whose leaf is a signal handler
-// (returning through the vDSO's signal trampoline), and Go whose collector
-// runs on the system stack. All static: the guest has no libraries.
+// (returning through the vDSO's signal trampoline), Go whose collector
+// runs on the system stack, and Go calling C through cgo. All static: the
+// guest has no libraries.
 var armWorkloads = map[string]string{
 	"cchain-nofp": testutil.CChainNoFP,
 	"cpac":        testutil.CPAC,
@@ -29,6 +30,7 @@ var armWorkloads = map[string]string{
 	"goleaf":      testutil.GoLeaf,
 	"signal":      testutil.Signal,
 	"gosys":       testutil.GoSys,
+	"gocall":      testutil.GoCall,
 }
 
 // minLeaf is the least leaf samples a workload must have for its share of

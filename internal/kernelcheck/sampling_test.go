@@ -46,6 +46,9 @@ type guestWorkload struct {
 	// through, in place of chain: the samples checked are those with this
 	// frame, which must not be the outermost.
 	through string
+	// via: frames that must follow the chain, in this order, with
+	// others between them.
+	via []string
 }
 
 // counts says whether st, a sample's stack, is one of w's checked ones:
@@ -83,10 +86,18 @@ func (w guestWorkload) whole(st []string) bool {
 		st[len(st)-1] != w.root || slices.Contains(st, "") {
 		return false
 	}
+	rest := st[len(w.chain):]
+	for _, f := range w.via {
+		i := slices.Index(rest, f)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+1:]
+	}
 	if w.interrupted == nil {
 		return true
 	}
-	rest := st[len(w.chain):]
+	rest = st[len(w.chain):]
 	if len(rest) < 2 || !slices.Contains(sigreturnFrames, rest[0]) {
 		return false
 	}
@@ -111,6 +122,10 @@ var guestWorkloads = map[string]guestWorkload{
 	// Go's collector on the system stack: a stack through
 	// runtime.systemstack goes on to the goroutine's bottom.
 	"gosys": {through: "runtime.systemstack", root: "runtime.goexit"},
+	// Go calling C through cgo: C on the system stack goes on, through
+	// runtime.asmcgocall, to the goroutine that called it.
+	"gocall": {chain: []string{"c_leaf", "c_outer"}, via: []string{"runtime.asmcgocall", "runtime.cgocall", "main.goOuter", "main.main"},
+		root: "runtime.goexit"},
 }
 
 // samplingResult is what the profiler found of one workload's stacks.

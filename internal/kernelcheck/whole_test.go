@@ -9,6 +9,7 @@ import (
 func TestGuestWorkloadWhole(t *testing.T) {
 	sig := guestWorkloads["signal"]
 	c := guestWorkloads["cchain-nofp"]
+	cgo := guestWorkloads["gocall"]
 	for _, tc := range []struct {
 		w     guestWorkload
 		stack string
@@ -31,6 +32,10 @@ func TestGuestWorkloadWhole(t *testing.T) {
 		{sig, "handler [vdso] __libc_start_call_main _start", false},   // the interrupted code lost
 		{sig, "handler [vdso] b a main  _start", false},                // an unnamed frame
 		{sig, "handler [vdso] b a main __libc_start_main_impl _start", true},
+		{cgo, "c_leaf c_outer _cgo_0b1c_Cfunc_c_outer runtime.asmcgocall runtime.cgocall main._Cfunc_c_outer main.goOuter main.main runtime.main runtime.goexit", true},
+		{cgo, "c_leaf c_outer _cgo_0b1c_Cfunc_c_outer runtime.asmcgocall", false},                                            // ends at the switch
+		{cgo, "c_leaf c_outer runtime.asmcgocall runtime.cgocall main.main runtime.main runtime.goexit", false},              // goOuter skipped
+		{cgo, "c_leaf c_outer main.goOuter runtime.asmcgocall runtime.cgocall main.main runtime.main runtime.goexit", false}, // out of order
 	} {
 		st := strings.Split(tc.stack, " ")
 		if got := tc.w.whole(st); got != tc.want {

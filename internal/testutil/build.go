@@ -65,6 +65,16 @@ func BuildCgo(tb testing.TB, name, dir string, cflags []string, flags ...string)
 	return buildGo(tb, name, dir, []string{"CGO_ENABLED=1", "CC=cc", "CGO_CFLAGS=" + strings.Join(cflags, " ")}, flags)
 }
 
+// BuildCgoFor builds the Go main package in dir, which uses cgo, for
+// linux/goarch with the C cross compiler cc (a cross build); cflags replace
+// cgo's default C flags, as BuildCgo's do.
+func BuildCgoFor(tb testing.TB, cc, name, dir, goarch string, cflags []string, flags ...string) string {
+	tb.Helper()
+	RequireTool(tb, cc)
+	return buildGo(tb, name, dir, []string{"GOOS=linux", "GOARCH=" + goarch, "CGO_ENABLED=1", "CC=" + cc,
+		"CGO_CFLAGS=" + strings.Join(cflags, " ")}, flags)
+}
+
 // BuildGoFor builds the Go main package in dir for linux/goarch, without
 // cgo (a cross build), as BuildGo does for this machine.
 func BuildGoFor(tb testing.TB, name, dir, goarch string, flags ...string) string {

@@ -76,6 +76,10 @@ const (
 	// the C function c_leaf, through cgo again, or with the argument "go"
 	// the Go function main.goLeaf.
 	GoCgo = "gocgo"
+	// GoCall: Go calling C through cgo, one way only: main.main ->
+	// main.goOuter -> (cgo) c_outer -> c_leaf, which burns CPU; the C half
+	// without frame pointers. BuildWorkloadARM64 builds it static.
+	GoCall = "gocall"
 	// Threads: C: a thread named argv[1] burns CPU (spin -> burn) while the
 	// main thread waits in pthread_join.
 	Threads = "threads"
@@ -123,7 +127,7 @@ func BuildWorkload(tb testing.TB, name string) string {
 		return BuildC(tb, name, append([]string{"-shared", "-fPIC"}, noFramePointers...), filepath.Join(dir, strings.TrimSuffix(name, ".so")+".c"))
 	case GoChain, GoLeaf, GoSys:
 		return BuildGo(tb, name, filepath.Join(dir, name))
-	case GoCgo:
+	case GoCgo, GoCall:
 		return BuildCgo(tb, name, filepath.Join(dir, name), noFramePointers)
 	}
 	tb.Fatalf("unknown workload %q", name)
@@ -159,6 +163,9 @@ func BuildWorkloadARM64(tb testing.TB, name string) string {
 		return BuildCWith(tb, CrossCXX, name, static(noFramePointers), filepath.Join(dir, name+".cc"))
 	case GoChain, GoLeaf, GoSys:
 		return BuildGoFor(tb, name, filepath.Join(dir, name), "arm64")
+	case GoCall:
+		return BuildCgoFor(tb, CrossCC, name, filepath.Join(dir, name), "arm64", noFramePointers,
+			"-ldflags=-linkmode=external -extldflags=-static")
 	}
 	tb.Fatalf("no arm64 build of workload %q", name)
 	return ""

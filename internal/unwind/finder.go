@@ -305,6 +305,10 @@ func (fd *Finder) goRow(v uint64) Row {
 	var rows []Row
 	if g.recordSwitch {
 		recordRows(ranges, func(r Row) { rows = append(rows, r) })
+	} else if g.cgoSwitch {
+		if err := cgoRows(ranges, elfCode(fd.ef), func(r Row) { rows = append(rows, r) }); err != nil {
+			return Row{}
+		}
 	} else if err := asmRows(&g, ranges, elfCode(fd.ef), func(r Row) { rows = append(rows, r) }); err != nil {
 		return Row{}
 	}
@@ -330,18 +334,18 @@ func (fd *Finder) cfiRow(v uint64) (Row, bool) {
 			return fd.cfiRow(v)
 		}
 		if !found {
-			return Row{}, false
+			return fd.pltRow(v, false)
 		}
 	} else {
 		idx := fd.buildIndex()
 		i := sort.Search(len(idx), func(i int) bool { return idx[i].begin > v })
 		if i == 0 {
-			return Row{}, false
+			return fd.pltRow(v, false)
 		}
 		ref = idx[i-1]
 	}
 	if v-ref.begin >= uint64(ref.size) {
-		return Row{}, true // a gap, or past the last FDE
+		return fd.pltRow(v, true) // a gap, or past the last FDE
 	}
 	rows, ok := fd.fdeRows(ref)
 	if !ok {
@@ -355,6 +359,22 @@ func (fd *Finder) cfiRow(v uint64) (Row, bool) {
 		r = x
 	}
 	return r, true
+}
+
+// pltRow is the row at v where no FDE covers it: an aarch64 PLT stub's
+// (frameSections), as the table has it, or none (ok as given).
+func (fd *Finder) pltRow(v uint64, ok bool) (Row, bool) {
+	for _, s := range []*section{fd.eh, fd.dbg} {
+		if s == nil {
+			continue
+		}
+		for _, r := range s.plt {
+			if v >= r.lo && v < r.hi {
+				return Row{PC: r.lo, CFA: CFASPLR}, true
+			}
+		}
+	}
+	return Row{}, ok
 }
 
 // nextFDE returns the start of the first FDE the table keeps after v.

@@ -16,7 +16,8 @@ import (
 )
 
 // finderFiles are real files of every kind a table is built from: glibc
-// (and its loader, whose entry has no CFI), Go with and without cgo, a C++
+// (and its loader, whose entry has no CFI), Go with and without cgo (and
+// with it for arm64, where the cross compiler is), a C++
 // compiler with hundreds of thousands of rows, and every linker layout.
 func finderFiles(t *testing.T) map[string]string {
 	t.Helper()
@@ -28,6 +29,10 @@ func finderFiles(t *testing.T) map[string]string {
 	}
 	if exe, err := os.Executable(); err == nil {
 		files["go-test-binary"] = exe
+	}
+	// arm64's cgo call, whose rows come from its code.
+	if _, err := exec.LookPath(testutil.CrossCC); err == nil || testutil.InCI() {
+		files["go-cgo-arm64"] = testutil.BuildWorkloadARM64(t, testutil.GoCall)
 	}
 	if out, err := exec.Command("g++", "-print-prog-name=cc1plus").Output(); err == nil {
 		if p := filepath.Clean(string(out[:len(out)-1])); filepath.IsAbs(p) {

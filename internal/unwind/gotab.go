@@ -3,6 +3,7 @@ package unwind
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -80,6 +81,9 @@ type goFunc struct {
 	// where x29 points while it runs a function on the system stack
 	// (recordRows).
 	recordSwitch bool
+	// cgoSwitch: runtime.asmcgocall on arm64 with its code known
+	// (cgoRows).
+	cgoSwitch bool
 }
 
 // recordSwitches are the arm64 switches to the system stack that keep x29
@@ -90,7 +94,8 @@ type goFunc struct {
 // runtime.systemstack moves SP to the system stack and leaves x29 alone
 // (as Go 1.26's runtime does; older releases are not checked).
 // runtime.asmcgocall points x29 at the system stack's frame
-// (g0.sched.bp): it stays an end (systemStackCalls).
+// (g0.sched.bp): cgoRows finds its way back where its code is known, and
+// without the code it stays an end (systemStackCalls).
 var recordSwitches = map[string]bool{
 	"runtime.systemstack": true,
 }
@@ -112,6 +117,103 @@ func recordRows(ranges []spRange, add func(Row)) {
 		}
 		add(row)
 	}
+}
+
+// cgoCall is the runtime's call of a C function on the system stack.
+const cgoCall = "runtime.asmcgocall"
+
+// The arm64 instructions cgoRows reads: values, and the masks that leave
+// out their register fields.
+const (
+	a64MovSP  = 0x9100001f // mov sp, xN
+	a64BLR    = 0xd63f0000 // blr xN
+	a64StrSP  = 0xf90003e0 // str xT, [sp]
+	a64StrSP8 = 0xf90007e0 // str xT, [sp, #8]
+	a64Ret    = 0xd65f03c0 // ret
+	a64RegN   = 0xfffffc1f // all but Rn
+	a64RegT   = 0xffffffe0 // all but Rt
+)
+
+// maxCgoCallBytes bounds the code cgoRows reads (Go 1.26's
+// runtime.asmcgocall is 240 bytes).
+const maxCgoCallBytes = 4096
+
+// cgoRows appends to add the rows of runtime.asmcgocall on arm64 from
+// its SP ranges and its code. It opens its frame as every Go arm64 frame,
+// then moves SP to the system stack and x29 to the system stack's frame,
+// saves there the goroutine's g and the depth of its frame below
+// g.stack.hi (or 0 and the frame's SP, on the system stack already), and
+// calls C with blr. From the blr (a return address is looked up in it) to
+// the move of SP back to the frame the rows are CFAGoCgo: the frame is
+// found from the two saved words. Between the first move of SP and the
+// blr, where nothing leads back yet, the stack ends, as it does in the
+// whole function without its code. A blr is taken for the call of C only
+// right after the two stores: other code keeps the rows of an end.
+func cgoRows(ranges []spRange, code codeReader, add func(Row)) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	start, stop := ranges[0].start, ranges[len(ranges)-1].stop
+	if stop <= start || stop-start > maxCgoCallBytes {
+		return fmt.Errorf("%d bytes of code, more than %d", stop-start, maxCgoCallBytes)
+	}
+	b := make([]byte, stop-start)
+	if err := code(start, b); err != nil {
+		return err
+	}
+	insn := func(pc uint64) uint32 {
+		if pc < start || pc+4 > stop {
+			return 0
+		}
+		return binary.LittleEndian.Uint32(b[pc-start:])
+	}
+	// saved says whether the two words are stored right before pc: the
+	// depth (or SP) at SP+8 by the instruction before, g (or 0) at SP
+	// within the three before that.
+	saved := func(pc uint64) bool {
+		if insn(pc-4)&a64RegT != a64StrSP8 {
+			return false
+		}
+		for i := uint64(2); i <= 4; i++ {
+			if insn(pc-4*i)&a64RegT == a64StrSP {
+				return true
+			}
+		}
+		return false
+	}
+	const (
+		onFrame = iota // SP is the frame's: the SP deltas hold
+		away           // SP is on the system stack, nothing saved yet
+		inC            // the call of C: the frame from the saved words
+	)
+	state := onFrame
+	for _, r := range ranges {
+		for pc := r.start; pc < r.stop; pc += 4 {
+			in := insn(pc)
+			if state == away && in&a64RegN == a64BLR && saved(pc) {
+				state = inC
+			}
+			row := spRow(pc, r.delta, true)
+			switch {
+			case state == away:
+				row = Row{PC: pc, CFA: CFAEnd}
+			case state == inC && row.CFA == CFASPGo:
+				row.CFA = CFAGoCgo
+			case state == inC:
+				row = Row{PC: pc, CFA: CFAEnd}
+			}
+			add(row)
+			switch {
+			case in&a64RegN == a64MovSP && state == inC:
+				state = onFrame
+			case in&a64RegN == a64MovSP:
+				state = away
+			case in == a64Ret:
+				state = onFrame // what follows is reached by a branch from the frame
+			}
+		}
+	}
+	return nil
 }
 
 // spRange is one range of a function's SP-delta table.
@@ -249,6 +351,11 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 			add(Row{PC: held[0].start, CFA: CFAEnd})
 		} else if g.recordSwitch {
 			recordRows(held, add)
+		} else if g.cgoSwitch {
+			if err := cgoRows(held, code, add); err != nil {
+				codeErr = fmt.Errorf("go tables: code of %s: %w", t.FuncName(g.Func), err)
+				return false
+			}
 		} else if err := asmRows(g, held, code, add); err != nil {
 			codeErr = fmt.Errorf("go tables: code of %s: %w", t.FuncName(g.Func), err)
 			return false
@@ -367,7 +474,9 @@ func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode, lr bool) (g goFunc, 
 		g.stackEnd = true
 	case lr && recordSwitches[name]:
 		g.recordSwitch = true
-	case f.Flag&pclntab.FlagAsm != 0 && haveCode:
+	case lr && name == cgoCall && haveCode:
+		g.cgoSwitch = true
+	case f.Flag&pclntab.FlagAsm != 0 && haveCode && !lr:
 	case g.systemCall:
 		g.stackEnd = true // without the code, its prologue is unknown
 	default:
@@ -376,10 +485,11 @@ func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode, lr bool) (g goFunc, 
 	return g, true
 }
 
-// elfCode returns the reader of f's loaded code; nil where the prologue
-// this package recognizes is not x86-64's.
+// elfCode returns the reader of f's loaded code; nil where this package
+// reads no code of the architecture (x86-64's assembly functions, arm64's
+// runtime.asmcgocall).
 func elfCode(f *elf.File) codeReader {
-	if f.Machine != elf.EM_X86_64 {
+	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 {
 		return nil
 	}
 	return func(addr uint64, b []byte) error { return readCode(f, addr, b) }

@@ -3,6 +3,7 @@ package unwind
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -125,4 +126,80 @@ func TestFromGoARM64Prologues(t *testing.T) {
 		t.Errorf("checked %d entries, %d prologues and %d calls of runtime.systemstack on the system stack: the objdump parse found too few (want 1 call)", entries, prologues, switchCalls)
 	}
 	t.Logf("%d functions' entries and %d prologues checked, %d disagree; %d rows", entries, prologues, bad, len(tab.Rows))
+}
+
+// TestCgoCallARM64Rows builds a static cgo program for arm64 and checks the
+// rows fromFile derives for runtime.asmcgocall from its code, against
+// `go tool objdump`: at each of its two calls of C (the goroutine's, and
+// the one made on the system stack already) the frame is found from the
+// words saved at SP (CFAGoCgo, at the frame's size), from the instruction
+// after the move of SP back on the frame's rows hold again (CFASPGo), and
+// between the first move of SP and the call the stack ends.
+func TestCgoCallARM64Rows(t *testing.T) {
+	bin := testutil.BuildWorkloadARM64(t, testutil.GoCall)
+	tab, err := fromFile(openELF(t, bin), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(testutil.RequireTool(t, "go"), "tool", "objdump", "-s", `^runtime\.asmcgocall\.abi0$`, bin).Output()
+	if err != nil {
+		t.Fatalf("go tool objdump: %v", err)
+	}
+	var (
+		frame              int64
+		moved, inC, popped bool
+		calls, returns     int
+		checked            int
+	)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		m := reObjdumpInsn.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		pc, _ := strconv.ParseUint(m[1], 16, 64)
+		insn := m[2]
+		if insn == "?" {
+			continue // the fill after the function
+		}
+		r, found := tab.Lookup(pc)
+		want := func(what string, ok bool) {
+			checked++
+			if !found || !ok {
+				t.Errorf("%#x %q: want %s, row %+v (found %v)", pc, insn, what, r, found)
+			}
+		}
+		// The call's own row is the one its return address finds.
+		if strings.HasPrefix(insn, "CALL (R") && moved {
+			calls++
+			inC, moved = true, false
+		}
+		switch {
+		case popped:
+			want("sp+lr", r.CFA == CFASPLR)
+		case inC:
+			want(fmt.Sprintf("go+cgo %d", frame), r.CFA == CFAGoCgo && int64(r.CFAOffset) == frame)
+		case moved:
+			want("end", r.CFA == CFAEnd)
+		case frame > 0:
+			want(fmt.Sprintf("sp+go %d", frame), r.CFA == CFASPGo && int64(r.CFAOffset) == frame)
+		}
+		switch {
+		case frame == 0 && reStoreLR.MatchString(insn):
+			frame, _ = strconv.ParseInt(reStoreLR.FindStringSubmatch(insn)[1], 10, 64)
+		case strings.HasPrefix(insn, "MOVD R") && strings.HasSuffix(insn, ", RSP") && inC:
+			returns++
+			inC = false
+		case strings.HasPrefix(insn, "MOVD R") && strings.HasSuffix(insn, ", RSP"):
+			moved = true
+		case strings.HasPrefix(insn, "MOVD.P ") && strings.HasSuffix(insn, ", R30"):
+			popped = true // the frame is gone: the return address is in x30
+		case insn == "RET":
+			moved, inC, popped = false, false, false
+		}
+	}
+	if frame := CFAGoCgo.String(); calls != 2 || returns != 2 || checked < 40 {
+		t.Errorf("%s: %d calls of C and %d moves back, %d instructions checked: want 2, 2 and the whole function", frame, calls, returns, checked)
+	}
+	t.Logf("%d instructions of runtime.asmcgocall checked, %d calls of C", checked, calls)
 }

@@ -1265,6 +1265,8 @@ func kernelRow(r Row, pc uint32) tracer.Row {
 		cfa = tracer.CFASPRA
 	case CFASPGo:
 		cfa = tracer.CFASPGo
+	case CFAGoCgo:
+		cfa = tracer.CFAGoCgo
 	default:
 		cfa = tracer.CFAUnknown
 	}

@@ -201,7 +201,7 @@ func kernelRowRule(r Row) (CFAType, int32, FPRule, int32) {
 	cfa := map[uint8]CFAType{tracer.CFAUnknown: CFAUnknown, tracer.CFASP: CFASP, tracer.CFAFP: CFAFP,
 		tracer.CFAPLT: CFAPLT, tracer.CFASignal: CFASignal, tracer.CFAEnd: CFAEnd,
 		tracer.CFASPLR: CFASPLR, tracer.CFASPRecord: CFASPRecord, tracer.CFAFPRecord: CFAFPRecord,
-		tracer.CFASPRA: CFASPRA, tracer.CFASPGo: CFASPGo}
+		tracer.CFASPRA: CFASPRA, tracer.CFASPGo: CFASPGo, tracer.CFAGoCgo: CFAGoCgo}
 	fp := map[uint8]FPRule{tracer.FPSame: FPSame, tracer.FPOffset: FPOffset, tracer.FPUnknown: FPUnknown}
 	ct, cfaOff, ft, fpOff := tracer.RowRule(kernelRow(r, 0))
 	return cfa[ct], cfaOff, fp[ft], fpOff

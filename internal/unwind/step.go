@@ -132,6 +132,25 @@ func Step(r Regs, row tracer.Row, haveRow bool, s Stack) (Regs, StepResult) {
 		cfa = r.SP + uint64(cfaOff)
 	case tracer.CFAFPRecord:
 		cfa = r.FP + uint64(cfaOff)
+	case tracer.CFAGoCgo:
+		// The goroutine's frame, from what runtime.asmcgocall saved at
+		// SP: its g (whose first field is g.stack {lo, hi}) and the
+		// frame's depth below hi, or 0 and the frame's SP.
+		g, ok1 := s.word(r.SP)
+		frameSP, ok2 := s.word(r.SP + 8)
+		if !ok1 || !ok2 {
+			return r, StepUnreadable
+		}
+		if g != 0 {
+			hi, ok := s.word(g + 8)
+			if !ok {
+				return r, StepUnreadable
+			}
+			frameSP = hi - frameSP
+		}
+		r.SP = frameSP // from here on, the frame is CFASPGo's
+		cfaType = tracer.CFASPGo
+		cfa = r.SP + uint64(cfaOff)
 	case tracer.CFASignal:
 		if signalARM64 {
 			return signalStepARM64(r, s)

@@ -1,6 +1,7 @@
 package unwind
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,8 +12,9 @@ import (
 // TestStepARM64 steps through aarch64's rules: the return address in x30
 // (only for the interrupted frame), in a frame record above the saved x29
 // (also where the slot is counted from SP, as in GCC's big frames), in its
-// own slot, and in Go's frame; signed return addresses lose their
-// authentication code.
+// own slot, in Go's frame, and in Go's frame found from what
+// runtime.asmcgocall saved on the system stack; signed return addresses
+// lose their authentication code.
 func TestStepARM64(t *testing.T) {
 	const sp = 0x7ffc0000
 	const pac = 0x002a000000000000 // a pointer authentication code in bits 48..54
@@ -25,6 +27,19 @@ func TestStepARM64(t *testing.T) {
 	alone := stackOf(sp, 0, 0, 0, pac|0x401400)
 	// Go's frame of 48 bytes: x30 at SP, the caller's x29 below it.
 	goFrame := stackOf(sp-8, sp+0x100, 0x401500, 0, 0, 0, 0, 0)
+	// runtime.asmcgocall's call of C: on the system stack the goroutine's
+	// g and the depth of its frame (16 bytes) below g.stack.hi; the
+	// goroutine's stack holds g (as a stand-in: a g is on the heap) and,
+	// 0x40 below hi, the frame: the caller's x29, then x30.
+	const sys, gAddr, hi = 0x7ff00000, 0x7ffc1000, 0x7ffc1100
+	goroutine := stackOf(gAddr, append([]uint64{0x7ffb0000, hi}, make([]uint64, 30)...)...)
+	binary.LittleEndian.PutUint64(goroutine.Bytes[hi-0x40-8-gAddr:], 0x7ffc1200)
+	binary.LittleEndian.PutUint64(goroutine.Bytes[hi-0x40-gAddr:], pac|0x401600)
+	onC := func(words ...uint64) Stack {
+		st := stackOf(sys, words...)
+		st.SP2, st.Bytes2 = goroutine.SP, goroutine.Bytes
+		return st
+	}
 	for _, tc := range []struct {
 		name  string
 		regs  Regs
@@ -51,6 +66,12 @@ func TestStepARM64(t *testing.T) {
 			Regs{PC: 0x401400, SP: sp + 32, Return: true}, StepCFI},
 		{"go frame", Regs{PC: 0x400100, SP: sp}, row(t, tracer.CFASPGo, 48, tracer.FPSame, 0), goFrame,
 			Regs{PC: 0x401500, SP: sp + 48, FP: sp + 0x100, Return: true}, StepCFI},
+		{"cgo call: from g and depth", Regs{PC: 0x400100, SP: sys, FP: 0x55}, row(t, tracer.CFAGoCgo, 16, tracer.FPSame, 0), onC(gAddr, 0x40),
+			Regs{PC: 0x401600, SP: hi - 0x40 + 16, FP: 0x7ffc1200, Return: true}, StepCFI},
+		{"cgo call on the system stack: the frame's sp", Regs{PC: 0x400100, SP: sys, FP: 0x55}, row(t, tracer.CFAGoCgo, 16, tracer.FPSame, 0), onC(0, hi-0x40),
+			Regs{PC: 0x401600, SP: hi - 0x40 + 16, FP: 0x7ffc1200, Return: true}, StepCFI},
+		{"cgo call: g out of reach", Regs{PC: 0x400100, SP: sys, FP: 0x55}, row(t, tracer.CFAGoCgo, 16, tracer.FPSame, 0), stackOf(sys, gAddr, 0x40),
+			Regs{PC: 0x400100, SP: sys, FP: 0x55}, StepUnreadable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, res := Step(tc.regs, tc.row, true, tc.stack)

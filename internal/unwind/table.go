@@ -44,6 +44,12 @@ const (
 	// address at SP and the caller's x29 right below it, at SP - 8: the
 	// frame a Go function's prologue builds.
 	CFASPGo
+	// CFAGoCgo (aarch64 Go) is runtime.asmcgocall's call of C on the
+	// system stack: the goroutine's frame, which CFASPGo then describes
+	// with CFAOffset, is at g.stack.hi less the depth asmcgocall saved at
+	// SP + 8 beside g at SP; with no g (a call made on the system stack),
+	// SP + 8 holds the frame's SP itself.
+	CFAGoCgo
 )
 
 // String returns a short name for the rule, for test output.
@@ -71,6 +77,8 @@ func (c CFAType) String() string {
 		return "sp+ra"
 	case CFASPGo:
 		return "sp+go"
+	case CFAGoCgo:
+		return "go+cgo"
 	}
 	return "invalid"
 }

@@ -660,6 +660,31 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		cfa = st->sp + cfa_offset;
 		ra_at = st->sp;
 		break;
+	case CFA_GO_CGO: {
+		// The goroutine's frame is found from the two words asmcgocall
+		// saved at the system stack's SP: its g, whose first field is
+		// g.stack {lo, hi}, and the depth of the frame below hi; or 0
+		// and the frame's SP.
+		__u64 saved[2];
+		if (bpf_probe_read_user(saved, sizeof(saved), (void *)st->sp)) {
+			s->flags |= SAMPLE_USER_READ_ERR;
+			count(COUNTER_UNWIND_READ_ERR);
+			return STEP_DONE;
+		}
+		__u64 frame_sp = saved[1];
+		if (saved[0]) {
+			__u64 hi;
+			if (bpf_probe_read_user(&hi, sizeof(hi), (void *)(saved[0] + 8))) {
+				s->flags |= SAMPLE_USER_READ_ERR;
+				count(COUNTER_UNWIND_READ_ERR);
+				return STEP_DONE;
+			}
+			frame_sp = hi - saved[1];
+		}
+		cfa = frame_sp + cfa_offset;
+		ra_at = frame_sp;
+		break;
+	}
 #endif
 	case CFA_SIGNAL:
 		return signal_step(st, s);
@@ -695,7 +720,7 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 	ra = arch_strip_ra(ra);
 	if (ra >= USER_ADDR_END)
 		return STEP_DONE; // not a return address: a wrong row or a smashed stack
-	if (ARCH_HAS_LR && cfa_type == CFA_SP_GO) {
+	if (ARCH_HAS_LR && (cfa_type == CFA_SP_GO || cfa_type == CFA_GO_CGO)) {
 		// Go saves the caller's x29 right below its return address.
 		if (bpf_probe_read_user(&st->fp, sizeof(st->fp), (void *)(ra_at - 8))) {
 			s->flags |= SAMPLE_USER_READ_ERR;

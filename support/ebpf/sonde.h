@@ -149,6 +149,11 @@ enum cfa_type {
 	// aarch64 Go: CFA = SP + offset; the return address is at SP and the
 	// caller's x29 right below it.
 	CFA_SP_GO = 10,
+	// aarch64 Go: runtime.asmcgocall's call of C on the system stack. At
+	// SP are the goroutine's g (0 where it called from the system stack)
+	// and its stack depth below g.stack.hi (with no g, the SP itself);
+	// from the SP they give on, the frame is CFA_SP_GO's.
+	CFA_GO_CGO = 11,
 };
 
 enum fp_rule {

@@ -1,0 +1,3 @@
+module gocall
+
+go 1.26
