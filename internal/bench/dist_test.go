@@ -1170,6 +1170,9 @@ func (e *distEnv) sideBySide(b *testing.B, sc scenario) *sideBySide {
 	for _, w := range sc.workloads {
 		args = append(args, w.shell())
 	}
+	// Both binaries are read from disk, as startCollector's are.
+	fromDisk(b, e.dist)
+	fromDisk(b, os.Getenv(refBinEnv))
 	cmd := exec.Command(script, args...)
 	// Its own process group, so whatever it leaves behind can be killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -77,6 +77,7 @@ func (e *distEnv) pair(b *testing.B, sc scenario) *pairResult {
 	sCfg, rCfg := filepath.Join(e.results, sc.name+"-pair-sonde.yaml"), filepath.Join(e.results, sc.name+"-pair-reference.yaml")
 	writeFile(b, sCfg, agentConfig(hz, sPort))
 	writeFile(b, rCfg, refConfig(hz, rPort))
+	fromDisk(b, os.Getenv(refBinEnv))
 	agents := []*distProcess{
 		startCollector(b, e.dist, sCfg, filepath.Join(e.results, sc.name+"-pair-sonde.log")),
 		startProcess(b, []string{filepath.Join(filepath.Dir(sideBySideScript(b)), "run-reference"), rCfg}, filepath.Join(e.results, sc.name+"-pair-reference.log")),

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -182,7 +184,30 @@ const (
 // at the end of the benchmark if still running.
 func startCollector(b *testing.B, bin, cfg, logPath string) *distProcess {
 	b.Helper()
+	fromDisk(b, bin)
 	return startProcess(b, []string{bin, "--config", cfg, featureGateFlag}, logPath)
+}
+
+// fromDisk drops bin's pages from the page cache (after writing back any
+// still dirty), so that the process started next reads it from disk, as a
+// node reads an agent's binary from its image. How many of a binary's
+// pages a process maps (the file part of its RSS) depends on how the file
+// came into the cache: straight after the linker wrote it, in large
+// folios, the distribution mapped half as much again as read from disk.
+// Each agent of a comparison is started so.
+func fromDisk(b *testing.B, bin string) {
+	b.Helper()
+	f, err := os.Open(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		b.Fatalf("write back %s: %v", bin, err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		b.Fatalf("drop %s from the page cache: %v", bin, err)
+	}
 }
 
 // startProcess starts a collector from its command line (the reference's
