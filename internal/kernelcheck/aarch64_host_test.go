@@ -21,8 +21,9 @@ import (
 // frame pointers, the same with return addresses signed (PAC), C++ that
 // throws, Go with a frameless leaf, and C whose leaf is a signal handler
 // (returning through the vDSO's signal trampoline), Go whose collector
-// runs on the system stack, and Go calling C through cgo. All static: the
-// guest has no libraries.
+// runs on the system stack, and Go calling C through cgo; with them, Rust
+// (rchain, built by armRustStd's library). All static: the guest has no
+// libraries.
 var armWorkloads = map[string]string{
 	"cchain-nofp": testutil.CChainNoFP,
 	"cpac":        testutil.CPAC,
@@ -55,6 +56,7 @@ func TestARM64UnderQEMU(t *testing.T) {
 	for name, w := range armWorkloads {
 		extra[name] = testutil.BuildWorkloadARM64(t, w)
 	}
+	extra["rchain"] = testutil.BuildRustARM64(t, armRustStd(t))
 	initrd := buildInitramfsFor(t, "arm64", extra)
 
 	spec, err := support.LoadSonde()
@@ -95,7 +97,7 @@ func TestARM64UnderQEMU(t *testing.T) {
 	if ps, err := json.Marshal(r.Profiler); err == nil {
 		t.Logf("profiler: %s", ps)
 	}
-	for _, name := range slices.Sorted(maps.Keys(armWorkloads)) {
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
 		s, ok := r.Sampling[name]
 		switch {
 		case !ok:
@@ -203,6 +205,54 @@ func (a armApt) update() error {
 	}
 	_, err := a.run(a.dir, "apt-get", "update", "-q")
 	return err
+}
+
+// armRustStd returns the sysroot of Debian's Rust standard library for
+// aarch64 at the version of Debian's rustc (libstd-rust-dev:arm64, fetched
+// as the kernel is and cached beside it).
+func armRustStd(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("dpkg-query", "-W", "-f=${Version}", "rustc").Output()
+	if err != nil || len(out) == 0 {
+		unavailable(t, "Debian's rustc is not installed (make deps): %v", err)
+	}
+	ver := string(out)
+	cache, err := cacheDir()
+	if err != nil {
+		unavailable(t, "no cache directory: %v", err)
+	}
+	dir := filepath.Join(cache, "libstd-rust-dev_arm64_"+ver)
+	sysroot := filepath.Join(dir, "usr")
+	if _, err := os.Stat(filepath.Join(sysroot, "lib", "rustlib", "aarch64-unknown-linux-gnu", "lib")); err == nil {
+		return sysroot
+	}
+	apt := armApt{dir: filepath.Join(cache, "apt-arm64")}
+	tmp, err := os.MkdirTemp(cache, "libstd-rust-dev.tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	pkg := "libstd-rust-dev:arm64=" + ver
+	if _, err := apt.run(tmp, "apt-get", "download", "-q", pkg); err != nil {
+		// No arm64 lists yet, or old ones.
+		if uerr := apt.update(); uerr != nil {
+			unavailable(t, "arm64 package lists: %v", uerr)
+		}
+		if _, err := apt.run(tmp, "apt-get", "download", "-q", pkg); err != nil {
+			unavailable(t, "%s: %v", pkg, err)
+		}
+	}
+	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(debs) != 1 {
+		t.Fatalf("apt-get download %s left %d packages, want 1", pkg, len(debs))
+	}
+	if out, err := exec.Command("dpkg-deb", "-x", debs[0], filepath.Join(tmp, "x")).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -x %s: %v\n%s", debs[0], err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, "x"), dir); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	return sysroot
 }
 
 // kernelPackage is the kernel image linux-image-arm64 depends on.

@@ -117,6 +117,7 @@ var guestWorkloads = map[string]guestWorkload{
 	"cpac":        {chain: []string{"c", "b", "a", "main"}, root: "_start"},
 	"throw":       {chain: []string{"c", "b", "a", "main"}, root: "_start"},
 	"goleaf":      {chain: []string{"main.leaf", "main.beta", "main.alpha", "main.main"}, root: "runtime.goexit"},
+	"rchain":      {chain: []string{"rchain::c", "rchain::b", "rchain::a", "rchain::main"}, root: "_start"},
 	// A SIGPROF handler that interrupts main -> a -> b (signal.c).
 	"signal": {chain: []string{"handler"}, interrupted: []string{"b", "a", "main"}, root: "_start"},
 	// Go's collector on the system stack: a stack through

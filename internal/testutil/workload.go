@@ -175,6 +175,24 @@ func BuildWorkloadARM64(tb testing.TB, name string) string {
 // pointer authentication (-mbranch-protection=standard).
 const CPAC = "cpac"
 
+// DebianRustc is Debian's rustc, whose standard library Debian also builds
+// for arm64 (libstd-rust-dev:arm64, the same version): the Rust a cross
+// build needs. A rustup toolchain earlier in PATH has no aarch64 library.
+const DebianRustc = "/usr/bin/rustc"
+
+// BuildRustARM64 builds workloads/rchain.rs for linux/arm64, static and
+// without frame pointers, with DebianRustc and sysroot, the root of an
+// aarch64 standard library of its version (lib/rustlib/aarch64-unknown-linux-gnu).
+func BuildRustARM64(tb testing.TB, sysroot string) string {
+	tb.Helper()
+	RequireTool(tb, CrossCC)
+	out := filepath.Join(tb.TempDir(), "rchain")
+	run(tb, exec.Command(DebianRustc, "--edition", "2021", "--target", "aarch64-unknown-linux-gnu", "--sysroot", sysroot,
+		"-C", "linker="+CrossCC, "-C", "target-feature=+crt-static", "-C", "opt-level=2", "-C", "force-frame-pointers=no",
+		"-C", "debuginfo=0", "-o", out, filepath.Join(workloadDir(tb), "rchain.rs")))
+	return out
+}
+
 // StartWorkload runs a binary until the test ends and returns its command.
 // The workload is killed with the test, and also when the test binary dies
 // without running its cleanups (killed, or its output pipe closed): a
