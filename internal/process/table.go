@@ -83,11 +83,14 @@ type entry struct {
 	// loaded is when proc was last read (or a refresh attempted), for the
 	// Refresh rate limit.
 	loaded time.Time
+	// read is when the read that gave proc began: proc's mappings are
+	// those of that moment or later.
+	read time.Time
 	// stale is set by Exec: the next Get reloads.
 	stale bool
-	// refreshed: a Refresh re-read proc's mappings since it was loaded
-	// (RefreshSince's one read past the rate limit is spent).
-	refreshed bool
+	// forced counts the reads RefreshSince made past the rate limit for
+	// this image (at most maxForcedReads).
+	forced int
 	// used is set by Get and cleared by the eviction scan (second chance).
 	used atomic.Bool
 }
@@ -186,27 +189,37 @@ func (t *Table) Get(pid int) (*Process, error) {
 // from scratch and replaces the cached one; an uncached pid is loaded.
 func (t *Table) Refresh(pid int) (*Process, error) { return t.RefreshSince(pid, time.Time{}) }
 
-// RefreshSince is Refresh for a sample captured at captured. When the cached
-// mappings were read before it, and were not refreshed since they were
-// loaded, they are read again whatever the rate limit: a process read while
-// its dynamic loader was still mapping its libraries (at its first sample,
-// just after its exec) lacks libc, which each later sample's caller of main
-// is in, and a short process may be gone before the rate limit lets a
-// refresh through. That costs at most one more read per image.
+// RefreshSince is Refresh for a sample captured at captured. When the read
+// behind the cached mappings began before it, they are read again whatever
+// the rate limit: a process read while its dynamic loader was still mapping
+// its libraries (at its first sample, just after its exec) lacks libc, which
+// each later sample's caller of main is in, and a short process may be gone
+// before the rate limit lets a refresh through. Other reads of those first
+// milliseconds (the preparer's, for a sample taken before the process was
+// prepared) may lack libc too, so each image has maxForcedReads such reads,
+// not one.
 func (t *Table) RefreshSince(pid int, captured time.Time) (*Process, error) {
 	now := t.now()
-	t.mu.RLock()
+	t.mu.Lock()
 	e := t.entries[pid]
-	first := e != nil && !e.refreshed && !captured.IsZero() && e.loaded.Before(captured)
-	if e != nil && !e.stale && !first && now.Sub(e.loaded) < t.refresh {
+	forced := e != nil && !e.stale && e.forced < maxForcedReads && !captured.IsZero() && e.read.Before(captured)
+	if e != nil && !e.stale && !forced && now.Sub(e.loaded) < t.refresh {
 		p := e.proc
-		t.mu.RUnlock()
+		t.mu.Unlock()
 		t.refreshLimited.Add(1)
 		return p, nil
 	}
-	t.mu.RUnlock()
+	if forced {
+		e.forced++
+	}
+	t.mu.Unlock()
 	return t.load(pid, loadRefresh, true)
 }
+
+// maxForcedReads bounds the reads of one image's mappings RefreshSince makes
+// past the rate limit. A process whose samples keep landing outside its
+// mappings (a frame-pointer walk into data) costs no more than that.
+const maxForcedReads = 3
 
 // Reread is Refresh without its rate limit, for when the caller knows the
 // mappings changed (the unwinder found one of them replaced).
@@ -402,11 +415,12 @@ func (t *Table) load(pid int, mode loadMode, cacheKernel bool) (*Process, error)
 		old = e.proc
 		if refresh {
 			// Rate-limit attempts, not only successes.
-			e.loaded, e.refreshed = t.now(), true
+			e.loaded = t.now()
 		}
 	}
 	stale := e != nil && e.stale
 	t.mu.Unlock()
+	began := t.now()
 
 	var (
 		p      *Process
@@ -448,7 +462,7 @@ func (t *Table) load(pid int, mode loadMode, cacheKernel bool) (*Process, error)
 	case p.KernelThread && !cacheKernel:
 		delete(t.entries, pid)
 	default:
-		t.storeLocked(pid, p)
+		t.storeLocked(pid, p, began)
 	}
 	t.mu.Unlock()
 
@@ -472,20 +486,20 @@ func (t *Table) load(pid int, mode loadMode, cacheKernel bool) (*Process, error)
 	return p, err
 }
 
-// storeLocked caches p, evicting another process when the table is full.
-// t.mu must be held for writing.
-func (t *Table) storeLocked(pid int, p *Process) {
+// storeLocked caches p, read from began on, evicting another process when
+// the table is full. t.mu must be held for writing.
+func (t *Table) storeLocked(pid int, p *Process, began time.Time) {
 	if e := t.entries[pid]; e != nil {
-		if e.stale {
-			e.refreshed = false // a new image
+		if e.stale || e.proc.StartTime != p.StartTime {
+			e.forced = 0 // a new image
 		}
-		e.proc, e.loaded, e.stale = p, t.now(), false
+		e.proc, e.loaded, e.read, e.stale = p, t.now(), began, false
 		return
 	}
 	if len(t.entries) >= t.max {
 		t.evictLocked()
 	}
-	e := &entry{proc: p, loaded: t.now()}
+	e := &entry{proc: p, loaded: t.now(), read: began}
 	e.used.Store(true)
 	t.entries[pid] = e
 }

@@ -282,28 +282,34 @@ func TestTableRefreshRateLimit(t *testing.T) {
 	}
 }
 
-// A process read while its dynamic loader had not mapped libc yet: a
-// sample captured after that read, in libc, refreshes it at once, past the
-// rate limit, once per image; a sample captured before the read does not.
+// A process read while its dynamic loader had not mapped libc yet, twice
+// (at its exec, then by the preparer for a sample taken before it was
+// prepared): a sample captured after the last read, in libc, refreshes it at
+// once, past the rate limit; a sample captured before that read does not.
+// Each image has maxForcedReads such reads.
 func TestTableRefreshSinceFirstRead(t *testing.T) {
 	fs := newFakeProcfs(t)
 	p := standardProcs()[1]
 	p.maps = mapsText(textApp, heap) // ld.so still mapping the libraries
 	fs.add(p)
 	tab, clock := newTestTable(t, fs, Options{RefreshInterval: 100 * time.Millisecond})
-	loaded := clock.Now()
-	orig, err := tab.Get(100)
-	if err != nil {
+	if _, err := tab.Get(100); err != nil {
 		t.Fatalf("Get(100) = %v", err)
+	}
+	clock.Advance(time.Millisecond)
+	reread := clock.Now()
+	orig, err := tab.Reread(100) // the preparer's, libc still unmapped
+	if err != nil {
+		t.Fatalf("Reread(100) = %v", err)
 	}
 	p.maps = mapsText(textApp, heap, textLibc)
 	fs.add(p)
 	clock.Advance(5 * time.Millisecond)
 
-	if got, _ := tab.RefreshSince(100, loaded.Add(-time.Millisecond)); got != orig {
+	if got, _ := tab.RefreshSince(100, reread.Add(-time.Millisecond)); got != orig {
 		t.Errorf("RefreshSince a capture before the read = %p, want the cached %p", got, orig)
 	}
-	got, err := tab.RefreshSince(100, loaded.Add(2*time.Millisecond))
+	got, err := tab.RefreshSince(100, reread.Add(2*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,13 +318,29 @@ func TestTableRefreshSinceFirstRead(t *testing.T) {
 	if diff := cmp.Diff(&want, got, cmpProcess); diff != "" {
 		t.Errorf("RefreshSince a capture after the read, within the rate limit (-want +got):\n%s", diff)
 	}
-	// Spent: the next one within the interval is rate-limited.
+	// A capture before that refresh began is answered by it.
 	clock.Advance(time.Millisecond)
-	if again, _ := tab.RefreshSince(100, clock.Now()); again != got {
-		t.Errorf("a second RefreshSince within the interval was not rate-limited")
+	if again, _ := tab.RefreshSince(100, reread.Add(3*time.Millisecond)); again != got {
+		t.Errorf("RefreshSince a capture before the last read was not rate-limited")
 	}
-	if s := tab.Stats(); s.Refreshes != 1 || s.RefreshLimited != 2 {
-		t.Errorf("Stats() = %+v, want 1 refresh and 2 rate-limited", s)
+	if s := tab.Stats(); s.Refreshes != 2 || s.RefreshLimited != 2 {
+		t.Errorf("Stats() = %+v, want 2 refreshes (the preparer's and one forced) and 2 rate-limited", s)
+	}
+	// Captures after each read force maxForcedReads reads in all, then the
+	// rate limit holds.
+	for range maxForcedReads - 1 {
+		clock.Advance(time.Millisecond)
+		if _, err := tab.RefreshSince(100, clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Millisecond)
+	last, _ := tab.Get(100)
+	if again, _ := tab.RefreshSince(100, clock.Now()); again != last {
+		t.Errorf("RefreshSince past maxForcedReads was not rate-limited")
+	}
+	if s := tab.Stats(); s.Refreshes != 1+maxForcedReads || s.RefreshLimited != 3 {
+		t.Errorf("Stats() = %+v, want %d refreshes and 3 rate-limited", s, 1+maxForcedReads)
 	}
 	// A new image has its own.
 	tab.Exec(100)
@@ -329,8 +351,8 @@ func TestTableRefreshSinceFirstRead(t *testing.T) {
 	if _, err := tab.RefreshSince(100, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if s := tab.Stats(); s.Refreshes != 2 {
-		t.Errorf("Stats().Refreshes = %d after the new image's first RefreshSince, want 2", s.Refreshes)
+	if s := tab.Stats(); s.Refreshes != 2+maxForcedReads {
+		t.Errorf("Stats().Refreshes = %d after the new image's first RefreshSince, want %d", s.Refreshes, 2+maxForcedReads)
 	}
 }
 
