@@ -21,9 +21,9 @@ import (
 // frame pointers, the same with return addresses signed (PAC), C++ that
 // throws, Go with a frameless leaf, and C whose leaf is a signal handler
 // (returning through the vDSO's signal trampoline), Go whose collector
-// runs on the system stack, and Go calling C through cgo; with them, Rust
-// (rchain, built by armRustStd's library). All static: the guest has no
-// libraries.
+// runs on the system stack, Go calling C through cgo, and Go and C calling
+// each other (cgo and a callback); with them, Rust (rchain, built by
+// armRustStd's library). All static: the guest has no libraries.
 var armWorkloads = map[string]string{
 	"cchain-nofp": testutil.CChainNoFP,
 	"cpac":        testutil.CPAC,
@@ -32,6 +32,7 @@ var armWorkloads = map[string]string{
 	"signal":      testutil.Signal,
 	"gosys":       testutil.GoSys,
 	"gocall":      testutil.GoCall,
+	"gocgo":       testutil.GoCgo,
 }
 
 // minLeaf is the least leaf samples a workload must have for its share of

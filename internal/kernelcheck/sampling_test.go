@@ -127,6 +127,13 @@ var guestWorkloads = map[string]guestWorkload{
 	// runtime.asmcgocall, to the goroutine that called it.
 	"gocall": {chain: []string{"c_leaf", "c_outer"}, via: []string{"runtime.asmcgocall", "runtime.cgocall", "main.goOuter", "main.main"},
 		root: "runtime.goexit"},
+	// Go and C calling each other: C called from a Go callback called from
+	// C called from Go. From the callback's goroutine frames the stack
+	// crosses back to the system stack (runtime.cgocallback, crosscall2),
+	// through the C frames that called it, and to the goroutine again.
+	"gocgo": {chain: []string{"c_leaf"}, via: []string{"runtime.asmcgocall", "runtime.cgocall", "main.goInner", "main.goCallback",
+		"runtime.cgocallback", "crosscall2", "goCallback", "c_middle", "c_outer",
+		"runtime.asmcgocall", "runtime.cgocall", "main.goOuter", "main.main"}, root: "runtime.goexit"},
 }
 
 // samplingResult is what the profiler found of one workload's stacks.

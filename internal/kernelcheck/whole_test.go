@@ -10,6 +10,12 @@ func TestGuestWorkloadWhole(t *testing.T) {
 	sig := guestWorkloads["signal"]
 	c := guestWorkloads["cchain-nofp"]
 	cgo := guestWorkloads["gocall"]
+	callback := guestWorkloads["gocgo"]
+	// A stack of the callback, leaf first, as the x86-64 test has it.
+	cb := "c_leaf _cgo_0b1c_Cfunc_c_leaf runtime.asmcgocall runtime.cgocall main._Cfunc_c_leaf main.goInner main.goCallback " +
+		"_cgoexp_0b1c_goCallback runtime.cgocallbackg1 runtime.cgocallbackg runtime.cgocallbackg runtime.cgocallback " +
+		"crosscall2 goCallback c_middle c_outer _cgo_0b1c_Cfunc_c_outer runtime.asmcgocall runtime.cgocall main._Cfunc_c_outer " +
+		"main.goOuter main.main runtime.main runtime.goexit"
 	for _, tc := range []struct {
 		w     guestWorkload
 		stack string
@@ -36,6 +42,10 @@ func TestGuestWorkloadWhole(t *testing.T) {
 		{cgo, "c_leaf c_outer _cgo_0b1c_Cfunc_c_outer runtime.asmcgocall", false},                                            // ends at the switch
 		{cgo, "c_leaf c_outer runtime.asmcgocall runtime.cgocall main.main runtime.main runtime.goexit", false},              // goOuter skipped
 		{cgo, "c_leaf c_outer main.goOuter runtime.asmcgocall runtime.cgocall main.main runtime.main runtime.goexit", false}, // out of order
+		{callback, cb, true},
+		{callback, strings.Replace(cb, "crosscall2 goCallback c_middle c_outer _cgo_0b1c_Cfunc_c_outer runtime.asmcgocall", "runtime.systemstack_switch", 1), false}, // Go's own traceback: no C frames
+		{callback, strings.Replace(cb, "c_middle ", "", 1), false}, // a C frame skipped
+		{callback, cb[:strings.Index(cb, " crosscall2")], false},   // ends at the switch back
 	} {
 		st := strings.Split(tc.stack, " ")
 		if got := tc.w.whole(st); got != tc.want {

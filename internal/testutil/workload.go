@@ -74,7 +74,7 @@ const (
 	// other: main.main -> main.goOuter -> (cgo) c_outer -> c_middle ->
 	// (export) main.goCallback -> main.goInner -> a leaf that burns CPU:
 	// the C function c_leaf, through cgo again, or with the argument "go"
-	// the Go function main.goLeaf.
+	// the Go function main.goLeaf. BuildWorkloadARM64 builds it static.
 	GoCgo = "gocgo"
 	// GoCall: Go calling C through cgo, one way only: main.main ->
 	// main.goOuter -> (cgo) c_outer -> c_leaf, which burns CPU; the C half
@@ -163,7 +163,7 @@ func BuildWorkloadARM64(tb testing.TB, name string) string {
 		return BuildCWith(tb, CrossCXX, name, static(noFramePointers), filepath.Join(dir, name+".cc"))
 	case GoChain, GoLeaf, GoSys:
 		return BuildGoFor(tb, name, filepath.Join(dir, name), "arm64")
-	case GoCall:
+	case GoCall, GoCgo:
 		return BuildCgoFor(tb, CrossCC, name, filepath.Join(dir, name), "arm64", noFramePointers,
 			"-ldflags=-linkmode=external -extldflags=-static")
 	}

@@ -303,13 +303,7 @@ func (fd *Finder) goRow(v uint64) Row {
 		return r
 	}
 	var rows []Row
-	if g.recordSwitch {
-		recordRows(ranges, func(r Row) { rows = append(rows, r) })
-	} else if g.cgoSwitch {
-		if err := cgoRows(ranges, elfCode(fd.ef), func(r Row) { rows = append(rows, r) }); err != nil {
-			return Row{}
-		}
-	} else if err := asmRows(&g, ranges, elfCode(fd.ef), func(r Row) { rows = append(rows, r) }); err != nil {
+	if err := specialRows(&g, ranges, elfCode(fd.ef), func(r Row) { rows = append(rows, r) }); err != nil {
 		return Row{}
 	}
 	r := Row{}

@@ -30,9 +30,10 @@ func finderFiles(t *testing.T) map[string]string {
 	if exe, err := os.Executable(); err == nil {
 		files["go-test-binary"] = exe
 	}
-	// arm64's cgo call, whose rows come from its code.
+	// arm64's cgo call and callback, whose rows come from their code.
 	if _, err := exec.LookPath(testutil.CrossCC); err == nil || testutil.InCI() {
 		files["go-cgo-arm64"] = testutil.BuildWorkloadARM64(t, testutil.GoCall)
+		files["go-callback-arm64"] = testutil.BuildWorkloadARM64(t, testutil.GoCgo)
 	}
 	if out, err := exec.Command("g++", "-print-prog-name=cc1plus").Output(); err == nil {
 		if p := filepath.Clean(string(out[:len(out)-1])); filepath.IsAbs(p) {

@@ -84,39 +84,110 @@ type goFunc struct {
 	// cgoSwitch: runtime.asmcgocall on arm64 with its code known
 	// (cgoRows).
 	cgoSwitch bool
+	// crossCall: crosscall2 on arm64 with its code known (crossCallRows).
+	crossCall bool
 }
 
-// recordSwitches are the arm64 switches to the system stack that keep x29
-// on their frame record on the goroutine's stack. The Go assembler opens
+// recordSwitches are the arm64 switches between stacks that keep x29 on
+// their frame record on the stack they came from. The Go assembler opens
 // every arm64 frame the same way, whatever the code: "MOVD.W R30,
 // -size(RSP); MOVD R29, -8(RSP); SUB $8, RSP, R29", the caller's x29 and
 // the return address paired at x29, the caller's SP at x29 + 8 + size.
-// runtime.systemstack moves SP to the system stack and leaves x29 alone
-// (as Go 1.26's runtime does; older releases are not checked).
-// runtime.asmcgocall points x29 at the system stack's frame
-// (g0.sched.bp): cgoRows finds its way back where its code is known, and
-// without the code it stays an end (systemStackCalls).
+// runtime.systemstack moves SP to the system stack and leaves x29 alone;
+// runtime.cgocallback, called by C through crosscall2 on the system stack,
+// moves SP to the goroutine's stack for the Go callback and leaves x29 on
+// its record on the system stack, among the C frames (both as Go 1.26's
+// runtime does; older releases are not checked). runtime.asmcgocall
+// points x29 at the system stack's frame (g0.sched.bp): cgoRows finds its
+// way back where its code is known, and without the code it stays an end
+// (systemStackCalls).
 var recordSwitches = map[string]bool{
 	"runtime.systemstack": true,
+	"runtime.cgocallback": true,
 }
 
 // recordRows appends to add the rows of a recordSwitch function g: the
 // return address in x30 at entry, and from the prologue on its frame
-// located from x29, on whichever stack SP is. In the one instruction of
-// the epilogue between the reload of x29 and the pop of the frame, x29 is
-// already the caller's: a sample there loses its caller's frame.
+// located from x29, on whichever stack SP is. In the prologue's two
+// instructions after the store of x30, where x29 is still the caller's,
+// the frame is SP's (CFASPGo). In the one instruction of the epilogue
+// between the reload of x29 and the pop of the frame, x29 is already the
+// caller's: a sample there loses its caller's frame.
 func recordRows(ranges []spRange, add func(Row)) {
-	for _, r := range ranges {
+	for i, r := range ranges {
 		row := Row{PC: r.start}
 		switch {
 		case r.delta == 0:
 			row.CFA = CFASPLR
 		case r.delta > 0 && r.delta < 1<<15-8:
+			if i == 1 && ranges[0].delta == 0 && r.start == ranges[0].start+4 && r.stop > r.start+8 {
+				add(Row{PC: r.start, CFA: CFASPGo, CFAOffset: r.delta})
+				row.PC = r.start + 8
+			}
 			off := r.delta + 8
 			row.CFA, row.CFAOffset, row.FP, row.FPOffset = CFAFPRecord, off, FPOffset, -int16(off)
 		}
 		add(row)
 	}
+}
+
+// crossCall is the C-callable entry of a callback into Go: cgo's C
+// wrappers of exported functions call it, and it calls
+// runtime.cgocallback.
+const crossCall = "crosscall2"
+
+// The arm64 stores and loads of the frame record crossCallRows reads: stp
+// and ldp of x29 and x30 at [sp, #imm] (64-bit, signed offset), imm7 in
+// bits 15-21 scaled by 8.
+const (
+	a64StpRecord = 0xa9007bfd
+	a64LdpRecord = 0xa9407bfd
+	a64PairImm   = 0xffc07fff // all but imm7
+)
+
+// crossCallRows appends to add the rows of crosscall2 on arm64 from its SP
+// ranges and its code. It is assembly without the Go prologue: it moves SP
+// by a constant (the SP deltas say where the CFA is) and stores the
+// caller's x29 and its return address as a pair on its frame, then calls
+// Go. Until the store and from the pair's reload on the return address is
+// in x30 (CFASPLR); in between, in the pair (CFASPRecord). A crosscall2
+// whose store is not found keeps the SP deltas' rows, whose return address
+// at SP is not its.
+func crossCallRows(ranges []spRange, code codeReader, add func(Row)) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	start, stop := ranges[0].start, ranges[len(ranges)-1].stop
+	if stop <= start || stop-start > maxCgoCallBytes {
+		return fmt.Errorf("%d bytes of code, more than %d", stop-start, maxCgoCallBytes)
+	}
+	b := make([]byte, stop-start)
+	if err := code(start, b); err != nil {
+		return err
+	}
+	stored := false
+	var at int64 // the pair's offset from SP
+	for _, r := range ranges {
+		for pc := r.start; pc < r.stop; pc += 4 {
+			row := spRow(pc, r.delta, true)
+			switch {
+			case r.delta > 0 && stored && at+8 < int64(r.delta) && int64(r.delta) < 1<<15:
+				row.CFA, row.CFAOffset, row.FP, row.FPOffset = CFASPRecord, r.delta, FPOffset, int16(at-int64(r.delta))
+			case r.delta > 0:
+				row.CFA, row.CFAOffset = CFASPLR, r.delta
+			}
+			add(row)
+			in := binary.LittleEndian.Uint32(b[pc-start:])
+			imm := int64(int32(in<<10)>>25) * 8
+			switch in & a64PairImm {
+			case a64StpRecord:
+				stored, at = true, imm
+			case a64LdpRecord:
+				stored = false
+			}
+		}
+	}
+	return nil
 }
 
 // cgoCall is the runtime's call of a C function on the system stack.
@@ -214,6 +285,21 @@ func cgoRows(ranges []spRange, code codeReader, add func(Row)) error {
 		}
 	}
 	return nil
+}
+
+// specialRows appends to add the rows of g, a special function other than
+// a stack end, from its SP ranges and, where its rows need it, its code.
+func specialRows(g *goFunc, ranges []spRange, code codeReader, add func(Row)) error {
+	switch {
+	case g.recordSwitch:
+		recordRows(ranges, add)
+		return nil
+	case g.crossCall:
+		return crossCallRows(ranges, code, add)
+	case g.cgoSwitch:
+		return cgoRows(ranges, code, add)
+	}
+	return asmRows(g, ranges, code, add)
 }
 
 // spRange is one range of a function's SP-delta table.
@@ -349,14 +435,7 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 		g := &funcs[0]
 		if g.stackEnd {
 			add(Row{PC: held[0].start, CFA: CFAEnd})
-		} else if g.recordSwitch {
-			recordRows(held, add)
-		} else if g.cgoSwitch {
-			if err := cgoRows(held, code, add); err != nil {
-				codeErr = fmt.Errorf("go tables: code of %s: %w", t.FuncName(g.Func), err)
-				return false
-			}
-		} else if err := asmRows(g, held, code, add); err != nil {
+		} else if err := specialRows(g, held, code, add); err != nil {
 			codeErr = fmt.Errorf("go tables: code of %s: %w", t.FuncName(g.Func), err)
 			return false
 		}
@@ -464,8 +543,9 @@ func goFuncs(t *pclntab.Table, code codeReader, drop func()) ([]goFunc, error) {
 // read; lr: the architecture calls through a link register (arm64).
 func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode, lr bool) (g goFunc, special bool) {
 	spWrite := f.Flag&pclntab.FlagSPWrite != 0
+	asm := f.Flag&pclntab.FlagAsm != 0
 	var name string
-	if spWrite {
+	if spWrite || lr && asm && haveCode {
 		name = t.FuncName(f)
 	}
 	g = goFunc{Func: f, switches: spWrite, systemCall: systemStackCalls[name]}
@@ -476,7 +556,9 @@ func classifyGo(t *pclntab.Table, f pclntab.Func, haveCode, lr bool) (g goFunc, 
 		g.recordSwitch = true
 	case lr && name == cgoCall && haveCode:
 		g.cgoSwitch = true
-	case f.Flag&pclntab.FlagAsm != 0 && haveCode && !lr:
+	case lr && name == crossCall && haveCode:
+		g.crossCall = true
+	case asm && haveCode && !lr:
 	case g.systemCall:
 		g.stackEnd = true // without the code, its prologue is unknown
 	default:

@@ -31,8 +31,8 @@ var (
 // stack's end), and right after every frame-building prologue the CFA is
 // SP plus the frame size, the return address at SP (CFASPGo); in
 // runtime.systemstack, which moves SP to the system stack, the frame is
-// found from x29 instead (CFAFPRecord), there and at its call on the
-// system stack.
+// found from x29 instead (CFAFPRecord) once the prologue has set x29, and
+// at its call on the system stack.
 func TestFromGoARM64Prologues(t *testing.T) {
 	bin := testutil.BuildWorkloadARM64(t, testutil.GoLeaf)
 	f := openELF(t, bin)
@@ -57,6 +57,7 @@ func TestFromGoARM64Prologues(t *testing.T) {
 		sawEntry           bool
 		frame              int64 // runtime.systemstack's frame size
 		switchCalls        int
+		recordChecked      bool
 	)
 	const systemstack = "runtime.systemstack.abi0"
 	isRecord := func(r Row, size int64) bool {
@@ -92,12 +93,15 @@ func TestFromGoARM64Prologues(t *testing.T) {
 			entries++
 			check(pc, "entry: return address in x30", found && (r.CFA == CFASPLR && r.CFAOffset == 0 || r.CFA == CFAEnd), r)
 		}
+		if fn == systemstack && frame > 0 && prev[1] == "SUB $8, RSP, R29" {
+			// Once x29 is set its frame is found from x29, whichever
+			// stack SP is on.
+			recordChecked = true
+			check(pc, "after the prologue: cfa x29+"+strconv.FormatInt(frame+8, 10)+", the frame record at x29",
+				found && isRecord(r, frame), r)
+		}
 		if pendingSize > 0 && fn == systemstack {
-			// Its frame is found from x29, whichever stack SP is on.
 			frame = pendingSize
-			check(pc, "after the prologue: cfa x29+"+strconv.FormatInt(pendingSize+8, 10)+", the frame record at x29",
-				found && isRecord(r, pendingSize), r)
-			pendingSize = 0
 		}
 		if pendingSize > 0 {
 			prologues++
@@ -122,7 +126,7 @@ func TestFromGoARM64Prologues(t *testing.T) {
 		}
 		prev = [2]string{prev[1], insn}
 	}
-	if entries < 1000 || prologues < 500 || switchCalls != 1 {
+	if entries < 1000 || prologues < 500 || switchCalls != 1 || !recordChecked {
 		t.Errorf("checked %d entries, %d prologues and %d calls of runtime.systemstack on the system stack: the objdump parse found too few (want 1 call)", entries, prologues, switchCalls)
 	}
 	t.Logf("%d functions' entries and %d prologues checked, %d disagree; %d rows", entries, prologues, bad, len(tab.Rows))
@@ -202,4 +206,118 @@ func TestCgoCallARM64Rows(t *testing.T) {
 		t.Errorf("%s: %d calls of C and %d moves back, %d instructions checked: want 2, 2 and the whole function", frame, calls, returns, checked)
 	}
 	t.Logf("%d instructions of runtime.asmcgocall checked, %d calls of C", checked, calls)
+}
+
+// TestCgoCallbackARM64Rows builds a static cgo program whose C calls back
+// into Go, for arm64, and checks the rows fromFile derives for the two
+// functions of the callback that the SP deltas do not describe, against
+// `go tool objdump`. In crosscall2 the return address is in x30 until the
+// store of the pair x29, x30 and from its reload on, and in the pair in
+// between, at the CFA the SP deltas give. In runtime.cgocallback, which
+// calls Go on the goroutine's stack, the frame is found from x29 once the
+// prologue has set it (CFAFPRecord), and from SP in the prologue.
+func TestCgoCallbackARM64Rows(t *testing.T) {
+	bin := testutil.BuildWorkloadARM64(t, testutil.GoCgo)
+	tab, err := fromFile(openELF(t, bin), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objdump := func(fn string) []objdumpInsn {
+		out, err := exec.Command(testutil.RequireTool(t, "go"), "tool", "objdump", "-s", fn, bin).Output()
+		if err != nil {
+			t.Fatalf("go tool objdump -s %s: %v", fn, err)
+		}
+		var insns []objdumpInsn
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if m := reObjdumpInsn.FindStringSubmatch(sc.Text()); m != nil && m[2] != "?" {
+				pc, _ := strconv.ParseUint(m[1], 16, 64)
+				insns = append(insns, objdumpInsn{pc, m[2]})
+			}
+		}
+		if len(insns) < 10 {
+			t.Fatalf("go tool objdump -s %s: %d instructions", fn, len(insns))
+		}
+		return insns
+	}
+	check := func(fn string, in objdumpInsn, what string, ok func(Row) bool) {
+		r, found := tab.Lookup(in.pc)
+		if !found || !ok(r) {
+			t.Errorf("%s %#x %q: want %s, row %+v (found %v)", fn, in.pc, in.text, what, r, found)
+		}
+	}
+
+	reSub := regexp.MustCompile(`^SUB \$(\d+), RSP, RSP$`)
+	reStp := regexp.MustCompile(`^STP \(R29, R30\), (\d+)\(RSP\)$`)
+	var frame, pair int64
+	stored, calls := false, 0
+	for _, in := range objdump(`^crosscall2$`) {
+		switch {
+		case stored:
+			check("crosscall2", in, fmt.Sprintf("sp+%d, the pair at sp+%d", frame, pair), func(r Row) bool {
+				return r.CFA == CFASPRecord && int64(r.CFAOffset) == frame && r.FP == FPOffset && int64(r.FPOffset) == pair-frame
+			})
+		default:
+			check("crosscall2", in, fmt.Sprintf("x30, sp+%d", frame), func(r Row) bool {
+				return r.CFA == CFASPLR && int64(r.CFAOffset) == frame
+			})
+		}
+		if strings.HasPrefix(in.text, "CALL ") && stored {
+			calls++
+		}
+		if m := reSub.FindStringSubmatch(in.text); m != nil {
+			frame, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		if m := reStp.FindStringSubmatch(in.text); m != nil {
+			pair, _ = strconv.ParseInt(m[1], 10, 64)
+			stored = true
+		}
+		switch {
+		case strings.HasPrefix(in.text, "LDP ") && strings.HasSuffix(in.text, "(R29, R30)"):
+			stored = false
+		case strings.HasPrefix(in.text, "ADD ") && strings.HasSuffix(in.text, ", RSP, RSP"):
+			frame = 0
+		}
+	}
+	if calls != 2 || frame != 0 {
+		t.Errorf("crosscall2: %d calls with the pair stored, want 2 (runtime.load_g, runtime.cgocallback); frame %d at the end", calls, frame)
+	}
+
+	insns := objdump(`^runtime\.cgocallback\.abi0$`)
+	m := reStoreLR.FindStringSubmatch(insns[0].text)
+	if m == nil {
+		t.Fatalf("runtime.cgocallback opens with %q", insns[0].text)
+	}
+	size, _ := strconv.ParseInt(m[1], 10, 64)
+	record := 0
+	for i, in := range insns {
+		switch {
+		case i == 0:
+			check("runtime.cgocallback", in, "x30 at entry", func(r Row) bool { return r.CFA == CFASPLR && r.CFAOffset == 0 })
+		case i <= 2:
+			check("runtime.cgocallback", in, fmt.Sprintf("sp+go %d in the prologue", size), func(r Row) bool {
+				return r.CFA == CFASPGo && int64(r.CFAOffset) == size
+			})
+		case strings.HasPrefix(in.text, "MOVD.P ") || in.text == "RET":
+			i = len(insns) // the epilogue and what follows, reached by branches, are not checked
+		default:
+			record++
+			check("runtime.cgocallback", in, fmt.Sprintf("the frame record at x29, cfa x29+%d", size+8), func(r Row) bool {
+				return r.CFA == CFAFPRecord && int64(r.CFAOffset) == size+8 && r.FP == FPOffset && int64(r.FPOffset) == -(size+8)
+			})
+		}
+		if i >= len(insns) {
+			break
+		}
+	}
+	if record < 40 {
+		t.Errorf("runtime.cgocallback: %d instructions checked with the record's rows, want its body", record)
+	}
+	t.Logf("crosscall2: frame %d, pair at sp+%d; runtime.cgocallback: frame %d, %d instructions on the record", frame, pair, size, record)
+}
+
+// objdumpInsn is one instruction `go tool objdump` printed.
+type objdumpInsn struct {
+	pc   uint64
+	text string
 }
