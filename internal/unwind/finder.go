@@ -294,11 +294,16 @@ func (fd *Finder) goRow(v uint64) Row {
 	}
 	if !special {
 		r := Row{}
+		lr := linkRegister(fd.gt)
+		var frame int32
 		for _, sr := range ranges {
 			if sr.start > v {
 				break
 			}
-			r = spRow(sr.start, sr.delta, linkRegister(fd.gt))
+			r = spRow(sr.start, sr.delta, lr)
+			if lr {
+				r = goFrameRow(r, sr.delta, &frame)
+			}
 		}
 		return r
 	}

@@ -414,6 +414,7 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 	}()
 	ranges := 0
 	var end uint64
+	var frame int32 // goFrameRow's
 	var st Stats
 	add := func(r Row) {
 		if r.CFA == CFAUnknown {
@@ -466,7 +467,11 @@ func fromGo(t *pclntab.Table, code codeReader, drop func()) (*Table, error) {
 			held = append(held, spRange{start, stop, delta})
 			return true
 		}
-		add(spRow(start, delta, lr))
+		row := spRow(start, delta, lr)
+		if lr {
+			row = goFrameRow(row, delta, &frame)
+		}
+		add(row)
 		return len(rows) < maxGoRows
 	})
 	if err == nil && len(funcs) > 0 {
@@ -510,6 +515,27 @@ func spRow(pc uint64, delta int32, lr bool) Row {
 		if delta >= 8 {
 			r.FP, r.FPOffset = FPOffset, -16
 		}
+	}
+	return r
+}
+
+// goFrameRow adjusts r, the arm64 row spRow gives at an SP delta of delta,
+// for code that moves SP below the frame its prologue opened: the runtime's
+// calls of C on the current stack (runtime.callCgoMmap and its like)
+// reserve 16 bytes more for the C function. The return address stays where
+// the prologue stored it, at the frame's SP, with the caller's x29 below:
+// a pair at CFA - frame - 8 (CFASPRecord), not at SP. frame holds the
+// frame's size across the calls, for one function's ranges in order: the
+// first positive delta after a delta of 0 (an entry, or the end of an
+// epilogue).
+func goFrameRow(r Row, delta int32, frame *int32) Row {
+	switch {
+	case delta <= 0:
+		*frame = 0
+	case *frame == 0:
+		*frame = delta
+	case delta > *frame && r.CFA == CFASPGo && *frame < 1<<15-8:
+		r.CFA, r.FP, r.FPOffset = CFASPRecord, FPOffset, -int16(*frame+8)
 	}
 	return r
 }

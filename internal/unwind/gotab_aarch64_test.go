@@ -215,7 +215,9 @@ func TestCgoCallARM64Rows(t *testing.T) {
 // store of the pair x29, x30 and from its reload on, and in the pair in
 // between, at the CFA the SP deltas give. In runtime.cgocallback, which
 // calls Go on the goroutine's stack, the frame is found from x29 once the
-// prologue has set it (CFAFPRecord), and from SP in the prologue.
+// prologue has set it (CFAFPRecord), and from SP in the prologue. And in
+// runtime.callCgoMmap and its like, which call C below their frame, the
+// return address is where the prologue stored it.
 func TestCgoCallbackARM64Rows(t *testing.T) {
 	bin := testutil.BuildWorkloadARM64(t, testutil.GoCgo)
 	tab, err := fromFile(openELF(t, bin), nil, nil, nil)
@@ -314,6 +316,44 @@ func TestCgoCallbackARM64Rows(t *testing.T) {
 		t.Errorf("runtime.cgocallback: %d instructions checked with the record's rows, want its body", record)
 	}
 	t.Logf("crosscall2: frame %d, pair at sp+%d; runtime.cgocallback: frame %d, %d instructions on the record", frame, pair, size, record)
+
+	// The runtime's calls of C on the current stack open a Go frame, then
+	// move SP 16 bytes further for the C function: the return address
+	// stays at the frame's SP, the pair x29, x30 at CFA - frame - 8.
+	for _, fn := range []string{"runtime.callCgoMmap", "runtime.callCgoMunmap", "runtime.callCgoSigaction"} {
+		insns := objdump(`^` + regexp.QuoteMeta(fn) + `\.abi0$`)
+		m := reStoreLR.FindStringSubmatch(insns[0].text)
+		if m == nil {
+			t.Fatalf("%s opens with %q", fn, insns[0].text)
+		}
+		size, _ := strconv.ParseInt(m[1], 10, 64)
+		var more int64
+		calls := 0
+		for _, in := range insns[3:] {
+			if strings.HasPrefix(in.text, "MOVD.P ") {
+				break // the epilogue
+			}
+			if strings.HasPrefix(in.text, "CALL ") && more > 0 {
+				calls++
+			}
+			if more > 0 {
+				check(fn, in, fmt.Sprintf("sp+%d, the pair at cfa-%d", size+more, size+8), func(r Row) bool {
+					return r.CFA == CFASPRecord && int64(r.CFAOffset) == size+more && r.FP == FPOffset && int64(r.FPOffset) == -(size+8)
+				})
+			} else {
+				check(fn, in, fmt.Sprintf("sp+go %d", size), func(r Row) bool { return r.CFA == CFASPGo && int64(r.CFAOffset) == size })
+			}
+			if m := reSub.FindStringSubmatch(in.text); m != nil {
+				more, _ = strconv.ParseInt(m[1], 10, 64)
+			}
+			if strings.HasPrefix(in.text, "ADD ") && strings.HasSuffix(in.text, ", RSP, RSP") {
+				more = 0
+			}
+		}
+		if calls != 1 {
+			t.Errorf("%s: %d calls with SP moved below the frame, want 1", fn, calls)
+		}
+	}
 }
 
 // objdumpInsn is one instruction `go tool objdump` printed.
