@@ -131,6 +131,33 @@ func recordRows(ranges []spRange, add func(Row)) {
 	}
 }
 
+// funcCode reads the code of an assembly function of the runtime, the
+// extent of its SP ranges (none: no code), bounded by maxCgoCallBytes; start
+// is its first byte's address.
+func funcCode(ranges []spRange, code codeReader) (start uint64, b []byte, err error) {
+	if len(ranges) == 0 {
+		return 0, nil, nil
+	}
+	start, stop := ranges[0].start, ranges[len(ranges)-1].stop
+	if stop <= start || stop-start > maxCgoCallBytes {
+		return 0, nil, fmt.Errorf("%d bytes of code, more than %d", stop-start, maxCgoCallBytes)
+	}
+	b = make([]byte, stop-start)
+	if err := code(start, b); err != nil {
+		return 0, nil, err
+	}
+	return start, b, nil
+}
+
+// insnAt returns the arm64 instruction at pc of code b read from start; 0
+// (udf) outside it.
+func insnAt(b []byte, start, pc uint64) uint32 {
+	if pc < start || pc-start > uint64(len(b)) || pc-start+4 > uint64(len(b)) {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(b[pc-start:])
+}
+
 // crossCall is the C-callable entry of a callback into Go: cgo's C
 // wrappers of exported functions call it, and it calls
 // runtime.cgocallback.
@@ -154,15 +181,8 @@ const (
 // whose store is not found keeps the SP deltas' rows, whose return address
 // at SP is not its.
 func crossCallRows(ranges []spRange, code codeReader, add func(Row)) error {
-	if len(ranges) == 0 {
-		return nil
-	}
-	start, stop := ranges[0].start, ranges[len(ranges)-1].stop
-	if stop <= start || stop-start > maxCgoCallBytes {
-		return fmt.Errorf("%d bytes of code, more than %d", stop-start, maxCgoCallBytes)
-	}
-	b := make([]byte, stop-start)
-	if err := code(start, b); err != nil {
+	start, b, err := funcCode(ranges, code)
+	if err != nil {
 		return err
 	}
 	stored := false
@@ -177,7 +197,7 @@ func crossCallRows(ranges []spRange, code codeReader, add func(Row)) error {
 				row.CFA, row.CFAOffset = CFASPLR, r.delta
 			}
 			add(row)
-			in := binary.LittleEndian.Uint32(b[pc-start:])
+			in := insnAt(b, start, pc)
 			imm := int64(int32(in<<10)>>25) * 8
 			switch in & a64PairImm {
 			case a64StpRecord:
@@ -205,8 +225,8 @@ const (
 	a64RegT   = 0xffffffe0 // all but Rt
 )
 
-// maxCgoCallBytes bounds the code cgoRows reads (Go 1.26's
-// runtime.asmcgocall is 240 bytes).
+// maxCgoCallBytes bounds the code cgoRows and crossCallRows read (Go
+// 1.26's runtime.asmcgocall is 240 bytes, crosscall2 108).
 const maxCgoCallBytes = 4096
 
 // cgoRows appends to add the rows of runtime.asmcgocall on arm64 from
@@ -221,23 +241,11 @@ const maxCgoCallBytes = 4096
 // whole function without its code. A blr is taken for the call of C only
 // right after the two stores: other code keeps the rows of an end.
 func cgoRows(ranges []spRange, code codeReader, add func(Row)) error {
-	if len(ranges) == 0 {
-		return nil
-	}
-	start, stop := ranges[0].start, ranges[len(ranges)-1].stop
-	if stop <= start || stop-start > maxCgoCallBytes {
-		return fmt.Errorf("%d bytes of code, more than %d", stop-start, maxCgoCallBytes)
-	}
-	b := make([]byte, stop-start)
-	if err := code(start, b); err != nil {
+	start, b, err := funcCode(ranges, code)
+	if err != nil {
 		return err
 	}
-	insn := func(pc uint64) uint32 {
-		if pc < start || pc+4 > stop {
-			return 0
-		}
-		return binary.LittleEndian.Uint32(b[pc-start:])
-	}
+	insn := func(pc uint64) uint32 { return insnAt(b, start, pc) }
 	// saved says whether the two words are stored right before pc: the
 	// depth (or SP) at SP+8 by the instruction before, g (or 0) at SP
 	// within the three before that.
