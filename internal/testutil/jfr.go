@@ -39,6 +39,7 @@ type JFRSample struct {
 	Thread    string
 	Truncated bool       // JFR cut the stack at its depth
 	NoStack   bool       // JFR took the sample but could not walk the stack
+	NoThread  bool       // JFR wrote the sample without its thread (TID 0)
 	Frames    []JFRFrame // leaf first
 }
 
@@ -75,9 +76,11 @@ type jfrJSON struct {
 
 // ParseJFRJSON reads the jdk.ExecutionSample events of `jfr print --json`
 // output; events of other types are skipped. A sample whose stack JFR could
-// not walk (no stackTrace) is kept with NoStack set. A sample without a
-// thread, or a frame without a method, is an error: the oracle must not
-// silently drop what it compares.
+// not walk (no stackTrace) is kept with NoStack set, one JFR wrote without
+// its thread (a null sampledThread: the thread's entry missing from the
+// recording's constant pool, seen now and then) with NoThread set. A frame
+// without a method is an error: the oracle must not silently drop what it
+// compares.
 func ParseJFRJSON(r io.Reader) ([]JFRSample, error) {
 	var doc jfrJSON
 	if err := json.NewDecoder(r).Decode(&doc); err != nil {
@@ -89,14 +92,14 @@ func ParseJFRJSON(r io.Reader) ([]JFRSample, error) {
 			continue
 		}
 		v := ev.Values
-		if v.SampledThread == nil {
-			return nil, fmt.Errorf("jfr event %d: no thread", i)
-		}
 		ts, err := time.Parse(time.RFC3339Nano, v.StartTime)
 		if err != nil {
 			return nil, fmt.Errorf("jfr event %d: start time: %w", i, err)
 		}
-		s := JFRSample{Time: ts, TID: v.SampledThread.OSThreadID, Thread: v.SampledThread.OSName}
+		s := JFRSample{Time: ts, NoThread: v.SampledThread == nil}
+		if v.SampledThread != nil {
+			s.TID, s.Thread = v.SampledThread.OSThreadID, v.SampledThread.OSName
+		}
 		if v.StackTrace == nil {
 			s.NoStack = true
 			out = append(out, s)
@@ -138,15 +141,25 @@ func JFRSamples(tb testing.TB, jdk, recording string, depth int) []JFRSample {
 	}
 	// JFR records a sample whose stack walk failed without a stack (HotSpot
 	// gives up on some frames, a thread in transition among them); such a
-	// sample names no frame to compare, so it is left out, and counted.
+	// sample names no frame to compare, so it is left out, and counted. A
+	// sample without its thread cannot be compared with any thread's: left
+	// out too, and counted; more than one in a hundred and the recording is
+	// not an oracle.
 	kept := samples[:0]
+	noThread := 0
 	for _, s := range samples {
-		if !s.NoStack {
+		if s.NoThread {
+			noThread++
+		}
+		if !s.NoStack && !s.NoThread {
 			kept = append(kept, s)
 		}
 	}
 	if n := len(samples) - len(kept); n > 0 {
-		tb.Logf("%s: %d of %d JFR samples have no stack; left out", recording, n, len(samples))
+		tb.Logf("%s: %d of %d JFR samples have no stack or no thread (%d without a thread); left out", recording, n, len(samples), noThread)
+	}
+	if noThread > 1 && noThread*100 > len(samples) {
+		tb.Fatalf("%s: %d of %d JFR samples have no thread", recording, noThread, len(samples))
 	}
 	return kept
 }

@@ -78,10 +78,23 @@ func TestParseJFRJSONNoStack(t *testing.T) {
 	}
 }
 
+// A sample JFR wrote without its thread (a null sampledThread) is kept,
+// marked, with no TID.
+func TestParseJFRJSONNoThread(t *testing.T) {
+	doc := `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "2026-11-27T04:00:58Z", "sampledThread": null, "stackTrace": {"frames": []}}}]}}`
+	got, err := ParseJFRJSON(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []JFRSample{{Time: time.Date(2026, 11, 27, 4, 0, 58, 0, time.UTC), NoThread: true}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseJFRJSON (-want +got):\n%s", diff)
+	}
+}
+
 func TestParseJFRJSONErrors(t *testing.T) {
 	for _, tc := range []struct{ name, doc, want string }{
 		{"not json", `{"recording": [`, "jfr json"},
-		{"no thread", `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "2026-11-27T04:00:58Z", "stackTrace": {"frames": []}}}]}}`, "no thread"},
 		{"bad time", `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "yesterday", "sampledThread": {"osThreadId": 1}, "stackTrace": {"frames": []}}}]}}`, "start time"},
 		{"no method", `{"recording": {"events": [{"type": "jdk.ExecutionSample", "values": {"startTime": "2026-11-27T04:00:58Z", "sampledThread": {"osThreadId": 1}, "stackTrace": {"frames": [{"lineNumber": 3}]}}}]}}`, "frame 0 has no method"},
 	} {
