@@ -138,15 +138,21 @@ func TestPHPUnknownVersion(t *testing.T) {
 	}
 }
 
-// TestKernelPHPBounds refuses a layout whose fields are outside what the
-// walker reads of a frame or a function.
+// TestKernelPHPBounds takes every layout of the table and refuses one
+// whose fields are outside what the walker reads of a frame or a function.
 func TestKernelPHPBounds(t *testing.T) {
 	good, err := php.LayoutFor(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kernelPHP(&php.Interp{Version: "8.2.0", Layout: good}); err != nil {
-		t.Fatalf("8.2: %v", err)
+	for _, minor := range php.Minors() {
+		l, err := php.LayoutFor(minor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kernelPHP(&php.Interp{Version: fmt.Sprintf("8.%d.0", minor), Layout: l}); err != nil {
+			t.Errorf("8.%d: %v", minor, err)
+		}
 	}
 	for name, mutate := range map[string]func(*php.Layout){
 		"prev past the frame block":     func(l *php.Layout) { l.ExPrev = int64(tracer.PHPExRead) },

@@ -511,7 +511,7 @@ type SondeUstackState struct {
 	PhpPad       uint32
 	Php          SondePhpProc
 	PhpExSlots   [7]uint64
-	PhpFnSlots   [12]uint64
+	PhpFnSlots   [14]uint64
 	PerlSi       uint64
 	PerlCxstack  uint64
 	PerlCop      uint64

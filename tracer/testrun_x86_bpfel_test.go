@@ -337,7 +337,7 @@ type testrunUstackState struct {
 	PhpPad       uint32
 	Php          testrunPhpProc
 	PhpExSlots   [7]uint64
-	PhpFnSlots   [12]uint64
+	PhpFnSlots   [14]uint64
 	PerlSi       uint64
 	PerlCxstack  uint64
 	PerlCop      uint64

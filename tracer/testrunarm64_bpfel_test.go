@@ -337,7 +337,7 @@ type testrunArm64UstackState struct {
 	PhpPad       uint32
 	Php          testrunArm64PhpProc
 	PhpExSlots   [7]uint64
-	PhpFnSlots   [12]uint64
+	PhpFnSlots   [14]uint64
 	PerlSi       uint64
 	PerlCxstack  uint64
 	PerlCop      uint64

@@ -505,7 +505,7 @@ struct jvm_blob_entry {
 // Bytes of a zend_execute_data and of a zend_function the PHP walker
 // (php.h) reads in one go: every field it reads of each is in them.
 #define PHP_EX_READ 56
-#define PHP_FN_READ 96
+#define PHP_FN_READ 112
 
 // php_proc tells the PHP walker (php.h) where one PHP process (the Zend
 // Engine, NTS) keeps its current frame and VM, and how its version lays
