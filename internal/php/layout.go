@@ -66,57 +66,36 @@ const vmStackPageSize = 256 << 10
 // layouts are the versions this package knows. 8.2 is checked against
 // Debian's php8.2-dev headers (offsetof) by TestLayoutMatchesHeaders and
 // run by the integration tests. The others are untested: no PHP but 8.2
-// installs here. Their offsets are those of the structure dumps phpspy
-// publishes per release for x86-64 (taken from real builds' debug
-// information; its 8.2 dump agrees with every offset of the tested 8.2
-// that it holds): executor_globals.current_execute_data, zend_execute_data,
-// zend_op_array's last_var, filename and line_start, zend_string,
-// zend_class_entry.name and zend_op.lineno. The rest follows from PHP's
-// headers, unchanged in every 8.x: the four words of the VM stack right
-// before current_execute_data, last and opcodes right after last_var,
-// fn_flags after the type byte and three arg_flags, the ZEND_CALL_* bits.
-// APINo is each release's ZEND_MODULE_API_NO, as its phpinfo() prints it.
+// installs here. Where their offsets differ from 8.2's (zend_op_array's
+// last_var and filename) they are those of the structure dumps phpspy
+// publishes per release for x86-64, taken from real builds' debug
+// information; its dumps also agree with zend8's fixed offsets in every
+// 8.x, and its 8.2 dump with every offset of the tested 8.2 it holds. APINo
+// is each release's ZEND_MODULE_API_NO, as its phpinfo() prints it.
 var layouts = map[int]Layout{
-	0: {Minor: 0, APINo: 20200930,
-		EGCurrentExecuteData: 488, EGVMStackTop: 456,
+	0: zend8(0, 20200930, 60, 144, true),
+	1: zend8(1, 20210902, 60, 144, true),
+	2: zend8(2, 20220829, 76, 152, false),
+	3: zend8(3, 20230831, 72, 144, true),
+	4: zend8(4, 20240924, 92, 168, true),
+}
+
+// zend8 is the layout of PHP 8.minor, whose module API number is api and
+// whose zend_op_array has last_var and filename at lastVar and filename.
+// The rest is where PHP's headers keep it in every 8.x: the VM stack's
+// four words right before executor_globals.current_execute_data, last and
+// opcodes right after last_var, line_start right after filename, fn_flags
+// after the type byte and its three arg_flags, the ZEND_CALL_* bits.
+func zend8(minor, api int, lastVar, filename int64, untested bool) Layout {
+	return Layout{Minor: minor, APINo: api,
+		EGCurrentExecuteData: 488, EGVMStackTop: 488 - 32,
 		ExOpline: 0, ExFunc: 24, ExCallInfo: 40, ExPrev: 48,
 		FnType: 0, FnFlags: 4, FnName: 8, FnScope: 16,
-		OpLast: 64, OpOpcodes: 72, OpFilename: 144, OpLineStart: 152,
+		OpLast: lastVar + 4, OpOpcodes: (lastVar + 8 + 7) &^ 7, OpFilename: filename, OpLineStart: filename + 8,
 		ClassName: 8, StrLen: 16, StrVal: 24,
 		OpSize: 32, OpLineno: 24,
-		CallCode: 1 << 16, CallTop: 1 << 17, Untested: true},
-	1: {Minor: 1, APINo: 20210902,
-		EGCurrentExecuteData: 488, EGVMStackTop: 456,
-		ExOpline: 0, ExFunc: 24, ExCallInfo: 40, ExPrev: 48,
-		FnType: 0, FnFlags: 4, FnName: 8, FnScope: 16,
-		OpLast: 64, OpOpcodes: 72, OpFilename: 144, OpLineStart: 152,
-		ClassName: 8, StrLen: 16, StrVal: 24,
-		OpSize: 32, OpLineno: 24,
-		CallCode: 1 << 16, CallTop: 1 << 17, Untested: true},
-	2: {Minor: 2, APINo: 20220829,
-		EGCurrentExecuteData: 488, EGVMStackTop: 456,
-		ExOpline: 0, ExFunc: 24, ExCallInfo: 40, ExPrev: 48,
-		FnType: 0, FnFlags: 4, FnName: 8, FnScope: 16,
-		OpLast: 80, OpOpcodes: 88, OpFilename: 152, OpLineStart: 160,
-		ClassName: 8, StrLen: 16, StrVal: 24,
-		OpSize: 32, OpLineno: 24,
-		CallCode: 1 << 16, CallTop: 1 << 17},
-	3: {Minor: 3, APINo: 20230831,
-		EGCurrentExecuteData: 488, EGVMStackTop: 456,
-		ExOpline: 0, ExFunc: 24, ExCallInfo: 40, ExPrev: 48,
-		FnType: 0, FnFlags: 4, FnName: 8, FnScope: 16,
-		OpLast: 76, OpOpcodes: 80, OpFilename: 144, OpLineStart: 152,
-		ClassName: 8, StrLen: 16, StrVal: 24,
-		OpSize: 32, OpLineno: 24,
-		CallCode: 1 << 16, CallTop: 1 << 17, Untested: true},
-	4: {Minor: 4, APINo: 20240924,
-		EGCurrentExecuteData: 488, EGVMStackTop: 456,
-		ExOpline: 0, ExFunc: 24, ExCallInfo: 40, ExPrev: 48,
-		FnType: 0, FnFlags: 4, FnName: 8, FnScope: 16,
-		OpLast: 96, OpOpcodes: 104, OpFilename: 168, OpLineStart: 176,
-		ClassName: 8, StrLen: 16, StrVal: 24,
-		OpSize: 32, OpLineno: 24,
-		CallCode: 1 << 16, CallTop: 1 << 17, Untested: true},
+		CallCode: 1 << 16, CallTop: 1 << 17,
+		Untested: untested}
 }
 
 // ErrUnknownVersion is matched by the error for a PHP whose version has no
