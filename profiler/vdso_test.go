@@ -19,7 +19,7 @@ func TestVDSOFramesNamed(t *testing.T) {
 	for _, f := range funcs {
 		exported[f.Name] = true
 	}
-	bin := testutil.BuildC(t, "vdsoloop", []string{"-O2"}, "testdata/vdsoloop.c")
+	bin := testutil.BuildC(t, testutil.VDSOLoop, []string{"-O2"}, testutil.WorkloadSource(t, testutil.VDSOLoop))
 	_, s := startProfiler(t, 99)
 	pid := testutil.StartWorkload(t, bin).Process.Pid
 

@@ -33,6 +33,7 @@ var armWorkloads = map[string]string{
 	"gosys":       testutil.GoSys,
 	"gocall":      testutil.GoCall,
 	"gocgo":       testutil.GoCgo,
+	"vdsoloop":    testutil.VDSOLoop,
 }
 
 // minLeaf is the least leaf samples a workload must have for its share of

@@ -134,6 +134,8 @@ var guestWorkloads = map[string]guestWorkload{
 	"gocgo": {chain: []string{"c_leaf"}, via: []string{"runtime.asmcgocall", "runtime.cgocall", "main.goInner", "main.goCallback",
 		"runtime.cgocallback", "crosscall2", "goCallback", "c_middle", "c_outer",
 		"runtime.asmcgocall", "runtime.cgocall", "main.goOuter", "main.main"}, root: "runtime.goexit"},
+	// C calling the vDSO's clock_gettime, which has no unwind table.
+	"vdsoloop": {chain: []string{"__kernel_clock_gettime"}, via: []string{"tick", "loop", "main"}, root: "_start"},
 }
 
 // samplingResult is what the profiler found of one workload's stacks.

@@ -80,6 +80,9 @@ const (
 	// main.goOuter -> (cgo) c_outer -> c_leaf, which burns CPU; the C half
 	// without frame pointers. BuildWorkloadARM64 builds it static.
 	GoCall = "gocall"
+	// VDSOLoop: C: main -> loop -> tick -> clock_gettime, which spends its
+	// time in the vDSO.
+	VDSOLoop = "vdsoloop"
 	// Threads: C: a thread named argv[1] burns CPU (spin -> burn) while the
 	// main thread waits in pthread_join.
 	Threads = "threads"
@@ -157,7 +160,7 @@ func BuildWorkloadARM64(tb testing.TB, name string) string {
 		return BuildCWith(tb, CrossCC, name, static(append([]string{"-mbranch-protection=standard"}, noFramePointers...)), filepath.Join(dir, CChain+".c"))
 	case CChain:
 		return BuildCWith(tb, CrossCC, name, static([]string{"-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline"}), filepath.Join(dir, name+".c"))
-	case QSort, Recurse, Signal:
+	case QSort, Recurse, Signal, VDSOLoop:
 		return BuildCWith(tb, CrossCC, name, static(noFramePointers), filepath.Join(dir, name+".c"))
 	case Throw:
 		return BuildCWith(tb, CrossCXX, name, static(noFramePointers), filepath.Join(dir, name+".cc"))
