@@ -104,6 +104,11 @@ type goFunc struct {
 var recordSwitches = map[string]bool{
 	"runtime.systemstack": true,
 	"runtime.cgocallback": true,
+	// The vDSO calls: walltime and nanotime1 move SP to the system stack
+	// (from a goroutine's), vgetrandom1 aligns it down; none writes x29.
+	"runtime.walltime":    true,
+	"runtime.nanotime1":   true,
+	"runtime.vgetrandom1": true,
 }
 
 // recordRows appends to add the rows of a recordSwitch function g: the

@@ -361,3 +361,60 @@ type objdumpInsn struct {
 	pc   uint64
 	text string
 }
+
+// TestVDSOCallARM64Rows checks, against `go tool objdump` of a GOARCH=arm64
+// binary, the rows of the runtime's calls of the vDSO's clock_gettime
+// (runtime.walltime, runtime.nanotime1), which move SP to the system stack
+// and keep x29 on their frame record: from the prologue's end to the
+// epilogue's reload of x29, the calls of the vDSO included, the frame is
+// found from x29 (CFAFPRecord).
+func TestVDSOCallARM64Rows(t *testing.T) {
+	bin := testutil.BuildWorkloadARM64(t, testutil.GoLeaf)
+	f := openELF(t, bin)
+	tab, err := fromFile(f, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []string{"runtime.walltime", "runtime.nanotime1"} {
+		out, err := exec.Command(testutil.RequireTool(t, "go"), "tool", "objdump", "-s", `^`+regexp.QuoteMeta(fn)+`\.abi0$`, bin).Output()
+		if err != nil {
+			t.Fatalf("go tool objdump -s %s: %v", fn, err)
+		}
+		var insns []objdumpInsn
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if m := reObjdumpInsn.FindStringSubmatch(sc.Text()); m != nil && m[2] != "?" {
+				pc, _ := strconv.ParseUint(m[1], 16, 64)
+				insns = append(insns, objdumpInsn{pc, m[2]})
+			}
+		}
+		if len(insns) < 10 {
+			t.Fatalf("%s: %d instructions", fn, len(insns))
+		}
+		m := reStoreLR.FindStringSubmatch(insns[0].text)
+		if m == nil {
+			t.Fatalf("%s opens with %q", fn, insns[0].text)
+		}
+		size, _ := strconv.ParseInt(m[1], 10, 64)
+		checked, calls, moved := 0, 0, false
+		for _, in := range insns[3:] {
+			if in.text == "MOVD -8(RSP), R29" {
+				break // the epilogue
+			}
+			r, found := tab.Lookup(in.pc)
+			if !found || r.CFA != CFAFPRecord || int64(r.CFAOffset) != size+8 || r.FP != FPOffset || int64(r.FPOffset) != -(size+8) {
+				t.Errorf("%s %#x %q: want the frame record at x29, cfa x29+%d; row %+v (found %v)", fn, in.pc, in.text, size+8, r, found)
+			}
+			checked++
+			if strings.HasPrefix(in.text, "CALL (R") && moved {
+				calls++
+			}
+			if strings.HasPrefix(in.text, "MOVD R") && strings.HasSuffix(in.text, ", RSP") {
+				moved = true
+			}
+		}
+		if calls < 1 || checked < 20 {
+			t.Errorf("%s: %d calls after SP moved, %d instructions checked", fn, calls, checked)
+		}
+	}
+}
