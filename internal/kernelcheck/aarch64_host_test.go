@@ -34,6 +34,7 @@ var armWorkloads = map[string]string{
 	"gocall":      testutil.GoCall,
 	"gocgo":       testutil.GoCgo,
 	"vdsoloop":    testutil.VDSOLoop,
+	"gotime":      testutil.GoTime,
 }
 
 // minLeaf is the least leaf samples a workload must have for its share of

@@ -49,6 +49,11 @@ type guestWorkload struct {
 	// via: frames that must follow the chain, in this order, with
 	// others between them.
 	via []string
+	// next: where set, the frame right after the chain is one of these.
+	next []string
+	// within: where set, only the samples with this frame are checked
+	// (the runtime's own threads reach the chain's leaf too).
+	within string
 }
 
 // counts says whether st, a sample's stack, is one of w's checked ones:
@@ -57,7 +62,7 @@ func (w guestWorkload) counts(st []string) bool {
 	if w.through != "" {
 		return slices.Contains(st, w.through)
 	}
-	return len(st) > 0 && st[0] == w.chain[0]
+	return len(st) > 0 && st[0] == w.chain[0] && (w.within == "" || slices.Contains(st, w.within))
 }
 
 // direct says whether st, a whole stack of a workload with interrupted, has
@@ -87,6 +92,9 @@ func (w guestWorkload) whole(st []string) bool {
 		return false
 	}
 	rest := st[len(w.chain):]
+	if w.next != nil && !slices.Contains(w.next, rest[0]) {
+		return false
+	}
 	for _, f := range w.via {
 		i := slices.Index(rest, f)
 		if i < 0 {
@@ -134,8 +142,16 @@ var guestWorkloads = map[string]guestWorkload{
 	"gocgo": {chain: []string{"c_leaf"}, via: []string{"runtime.asmcgocall", "runtime.cgocall", "main.goInner", "main.goCallback",
 		"runtime.cgocallback", "crosscall2", "goCallback", "c_middle", "c_outer",
 		"runtime.asmcgocall", "runtime.cgocall", "main.goOuter", "main.main"}, root: "runtime.goexit"},
-	// C calling the vDSO's clock_gettime, which has no unwind table.
-	"vdsoloop": {chain: []string{"__kernel_clock_gettime"}, via: []string{"tick", "loop", "main"}, root: "_start"},
+	// C calling the vDSO's clock_gettime, a leaf without unwind table:
+	// its caller, glibc's __clock_gettime, is found from x30.
+	"vdsoloop": {chain: []string{"__kernel_clock_gettime", "__clock_gettime", "tick", "loop", "main"}, root: "_start"},
+	// Go reading the clock: the vDSO is called on the system stack by
+	// runtime.walltime or runtime.nanotime1, and the stack goes on from
+	// their frame record on the goroutine's. The runtime's own clock reads
+	// (sysmon, the scheduler below runtime.morestack, where a stack ends)
+	// are not main.tick's.
+	"gotime": {chain: []string{"__kernel_clock_gettime"}, next: []string{"runtime.walltime", "runtime.nanotime1"},
+		via: []string{"main.tick", "main.main"}, root: "runtime.goexit", within: "main.tick"},
 }
 
 // samplingResult is what the profiler found of one workload's stacks.

@@ -42,6 +42,10 @@ func TestGuestWorkloadWhole(t *testing.T) {
 		{cgo, "c_leaf c_outer _cgo_0b1c_Cfunc_c_outer runtime.asmcgocall", false},                                            // ends at the switch
 		{cgo, "c_leaf c_outer runtime.asmcgocall runtime.cgocall main.main runtime.main runtime.goexit", false},              // goOuter skipped
 		{cgo, "c_leaf c_outer main.goOuter runtime.asmcgocall runtime.cgocall main.main runtime.main runtime.goexit", false}, // out of order
+		{guestWorkloads["gotime"], "__kernel_clock_gettime runtime.nanotime1 runtime.nanotime time.now time.Now main.tick main.main runtime.main runtime.goexit", true},
+		{guestWorkloads["gotime"], "__kernel_clock_gettime runtime.nanotime time.now time.Now main.tick main.main runtime.main runtime.goexit", false}, // nanotime1 skipped
+		{guestWorkloads["gotime"], "__kernel_clock_gettime runtime.nanotime1 runtime.nanotime runtime.sysmon runtime.mstart1 runtime.mstart0 runtime.mstart", false},
+		{guestWorkloads["vdsoloop"], "__kernel_clock_gettime tick loop main __libc_start_call_main _start", false},                                     // __clock_gettime skipped
 		{callback, cb, true},
 		{callback, strings.Replace(cb, "crosscall2 goCallback c_middle c_outer _cgo_0b1c_Cfunc_c_outer runtime.asmcgocall", "runtime.systemstack_switch", 1), false}, // Go's own traceback: no C frames
 		{callback, strings.Replace(cb, "c_middle ", "", 1), false}, // a C frame skipped
@@ -76,6 +80,11 @@ func TestGuestWorkloadThrough(t *testing.T) {
 		if got := g.counts(st) && g.whole(st); got != (tc.counts && tc.whole) {
 			t.Errorf("%q: whole %v, want %v", tc.stack, got, tc.counts && tc.whole)
 		}
+	}
+	gt := guestWorkloads["gotime"]
+	if gt.counts(strings.Split("__kernel_clock_gettime runtime.nanotime1 runtime.nanotime runtime.sysmon runtime.mstart1 runtime.mstart0 runtime.mstart", " ")) ||
+		!gt.counts(strings.Split("__kernel_clock_gettime runtime.walltime time.now main.tick", " ")) {
+		t.Error("gotime: only the stacks through main.tick count")
 	}
 	sig := guestWorkloads["signal"]
 	if !sig.direct(strings.Split("handler [vdso] b a main _start", " ")) ||

@@ -83,6 +83,9 @@ const (
 	// VDSOLoop: C: main -> loop -> tick -> clock_gettime, which spends its
 	// time in the vDSO.
 	VDSOLoop = "vdsoloop"
+	// GoTime: Go: main.main -> main.tick -> time.Now, which spends its time
+	// in the vDSO, called on the system stack.
+	GoTime = "gotime"
 	// Threads: C: a thread named argv[1] burns CPU (spin -> burn) while the
 	// main thread waits in pthread_join.
 	Threads = "threads"
@@ -164,7 +167,7 @@ func BuildWorkloadARM64(tb testing.TB, name string) string {
 		return BuildCWith(tb, CrossCC, name, static(noFramePointers), filepath.Join(dir, name+".c"))
 	case Throw:
 		return BuildCWith(tb, CrossCXX, name, static(noFramePointers), filepath.Join(dir, name+".cc"))
-	case GoChain, GoLeaf, GoSys:
+	case GoChain, GoLeaf, GoSys, GoTime:
 		return BuildGoFor(tb, name, filepath.Join(dir, name), "arm64")
 	case GoCall, GoCgo:
 		return BuildCgoFor(tb, CrossCC, name, filepath.Join(dir, name), "arm64", noFramePointers,

@@ -574,6 +574,41 @@ static __always_inline bool at_sigreturn(__u64 pc)
 	__u64 code = 0;
 	return !bpf_probe_read_user(&code, sizeof(code), (void *)pc) && code == ARCH_SIGRETURN;
 }
+
+// VDSO_TEXT_MAX bounds the vDSO's code from its base (two 4 KiB pages:
+// Linux's arm64 vDSO is about 5 KiB); a PC past it is not taken for the
+// vDSO's.
+#define VDSO_TEXT_MAX 8192
+
+// in_vdso says whether addr is in the current process's vDSO, whose base
+// the kernel keeps in mm->context.vdso.
+static __always_inline bool in_vdso(__u64 addr)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 base = (__u64)BPF_CORE_READ(task, mm, context.vdso);
+	return base != 0 && addr >= base && addr - base < VDSO_TEXT_MAX;
+}
+
+// vdso_leaf_step unwinds a frame of the vDSO's functions (clock_gettime,
+// gettimeofday, getrandom), which have no unwind table: Linux builds them
+// with the compiler's default for aarch64, leaf functions without a frame
+// record, so their return address is still in x30 and SP is their
+// caller's. A frame-pointer step would skip the caller (glibc's
+// __clock_gettime, Go's runtime.nanotime1). Only the interrupted frame has
+// x30, and only where x30 leads out of the vDSO.
+static __always_inline bool vdso_leaf_step(struct ustack_state *st, __u64 pc)
+{
+	if (!st->lr_valid || !in_vdso(pc))
+		return false;
+	__u64 ra = arch_strip_ra(st->lr);
+	if (ra == 0 || ra >= USER_ADDR_END || in_vdso(ra))
+		return false;
+	st->pc = ra;
+	st->adjust = 1;
+	st->lr_valid = 0;
+	st->frames_cfi++;
+	return true;
+}
 #endif
 
 // step unwinds one frame, in mapping mi (NULL: none known), from (pc, sp,
@@ -592,6 +627,8 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		// its signal trampoline is known by its code.
 		if ((!mi || mi->inode == 0) && at_sigreturn(pc))
 			return signal_step(st, s);
+		if ((!mi || mi->inode == 0) && vdso_leaf_step(st, pc))
+			return STEP_CONTINUE;
 #endif
 		want_snapshot(st, s, mi, pc);
 		return fp_step(st, s);

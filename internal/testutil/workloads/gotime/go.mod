@@ -1,0 +1,3 @@
+module gotime
+
+go 1.26
