@@ -224,24 +224,7 @@ func TestCgoCallbackARM64Rows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objdump := func(fn string) []objdumpInsn {
-		out, err := exec.Command(testutil.RequireTool(t, "go"), "tool", "objdump", "-s", fn, bin).Output()
-		if err != nil {
-			t.Fatalf("go tool objdump -s %s: %v", fn, err)
-		}
-		var insns []objdumpInsn
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			if m := reObjdumpInsn.FindStringSubmatch(sc.Text()); m != nil && m[2] != "?" {
-				pc, _ := strconv.ParseUint(m[1], 16, 64)
-				insns = append(insns, objdumpInsn{pc, m[2]})
-			}
-		}
-		if len(insns) < 10 {
-			t.Fatalf("go tool objdump -s %s: %d instructions", fn, len(insns))
-		}
-		return insns
-	}
+	objdump := func(fn string) []objdumpInsn { return objdumpFunc(t, bin, fn) }
 	check := func(fn string, in objdumpInsn, what string, ok func(Row) bool) {
 		r, found := tab.Lookup(in.pc)
 		if !found || !ok(r) {
@@ -362,6 +345,28 @@ type objdumpInsn struct {
 	text string
 }
 
+// objdumpFunc returns the instructions `go tool objdump -s fn` prints of
+// bin (the fill after a function left out), at least ten.
+func objdumpFunc(t *testing.T, bin, fn string) []objdumpInsn {
+	t.Helper()
+	out, err := exec.Command(testutil.RequireTool(t, "go"), "tool", "objdump", "-s", fn, bin).Output()
+	if err != nil {
+		t.Fatalf("go tool objdump -s %s: %v", fn, err)
+	}
+	var insns []objdumpInsn
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if m := reObjdumpInsn.FindStringSubmatch(sc.Text()); m != nil && m[2] != "?" {
+			pc, _ := strconv.ParseUint(m[1], 16, 64)
+			insns = append(insns, objdumpInsn{pc, m[2]})
+		}
+	}
+	if len(insns) < 10 {
+		t.Fatalf("go tool objdump -s %s: %d instructions", fn, len(insns))
+	}
+	return insns
+}
+
 // TestVDSOCallARM64Rows checks, against `go tool objdump` of a GOARCH=arm64
 // binary, the rows of the runtime's calls of the vDSO's clock_gettime
 // (runtime.walltime, runtime.nanotime1), which move SP to the system stack
@@ -376,21 +381,7 @@ func TestVDSOCallARM64Rows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, fn := range []string{"runtime.walltime", "runtime.nanotime1"} {
-		out, err := exec.Command(testutil.RequireTool(t, "go"), "tool", "objdump", "-s", `^`+regexp.QuoteMeta(fn)+`\.abi0$`, bin).Output()
-		if err != nil {
-			t.Fatalf("go tool objdump -s %s: %v", fn, err)
-		}
-		var insns []objdumpInsn
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			if m := reObjdumpInsn.FindStringSubmatch(sc.Text()); m != nil && m[2] != "?" {
-				pc, _ := strconv.ParseUint(m[1], 16, 64)
-				insns = append(insns, objdumpInsn{pc, m[2]})
-			}
-		}
-		if len(insns) < 10 {
-			t.Fatalf("%s: %d instructions", fn, len(insns))
-		}
+		insns := objdumpFunc(t, bin, `^`+regexp.QuoteMeta(fn)+`\.abi0$`)
 		m := reStoreLR.FindStringSubmatch(insns[0].text)
 		if m == nil {
 			t.Fatalf("%s opens with %q", fn, insns[0].text)
