@@ -33,7 +33,6 @@ var armWorkloads = map[string]string{
 	"gosys":       testutil.GoSys,
 	"gocall":      testutil.GoCall,
 	"gocgo":       testutil.GoCgo,
-	"vdsoloop":    testutil.VDSOLoop,
 	"gotime":      testutil.GoTime,
 }
 
