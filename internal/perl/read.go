@@ -1,10 +1,12 @@
 package perl
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"unicode/utf8"
+
+	"github.com/sonde-dev/sonde/internal/cstr"
 )
 
 // Bounds of what is read for one name.
@@ -213,7 +215,7 @@ func (r *Reader) Hek(addr uint64) (string, error) {
 	if err := r.mem.ReadAt(b, addr+uint64(r.l.HekKey)); err != nil {
 		return "", fmt.Errorf("hek at %#x: %w", addr, err)
 	}
-	return cleanString(b), nil
+	return cstr.Clean(b), nil
 }
 
 // CString reads the NUL-terminated string at addr, of at most limit bytes.
@@ -231,7 +233,7 @@ func (r *Reader) CString(addr uint64, limit int) (string, error) {
 		if err := r.mem.ReadAt(b, addr+uint64(len(out))); err != nil {
 			return "", fmt.Errorf("string at %#x: %w", addr, err)
 		}
-		if i := indexByte(b, 0); i >= 0 {
+		if i := bytes.IndexByte(b, 0); i >= 0 {
 			out = append(out, b[:i]...)
 			if len(out) == 0 {
 				return "", fmt.Errorf("string at %#x: empty", addr)
@@ -239,7 +241,7 @@ func (r *Reader) CString(addr uint64, limit int) (string, error) {
 			if len(out) > limit {
 				break
 			}
-			return cleanString(out), nil
+			return cstr.Clean(out), nil
 		}
 		out = append(out, b...)
 	}
@@ -309,24 +311,4 @@ func (r *Reader) same(f *Func, addr uint64, kind uint8) (same, readable bool) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], fileAt)
 	return string(b[:]) == string(f.hdr), true
-}
-
-// cleanString makes a name from untrusted bytes: valid UTF-8 without NULs.
-func cleanString(b []byte) string {
-	if i := indexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return string([]rune(string(b)))
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }

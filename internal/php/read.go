@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"unicode/utf8"
+
+	"github.com/sonde-dev/sonde/internal/cstr"
 )
 
 // Bounds of what is read for one name.
@@ -203,28 +204,10 @@ func (r *Reader) String(addr uint64, limit int) (string, error) {
 	if err := r.mem.ReadAt(b, addr+uint64(r.l.StrVal)); err != nil {
 		return "", fmt.Errorf("string at %#x: %w", addr, err)
 	}
-	return cleanString(b), nil
-}
-
-// cleanString makes a name from untrusted bytes: valid UTF-8 without NULs
-// (PHP names closures and anonymous classes with embedded NULs).
-func cleanString(b []byte) string {
-	if i := indexByte(b, 0); i >= 0 {
-		b = b[:i]
+	if s := cstr.Clean(b); s != "" {
+		return s, nil
 	}
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return string([]rune(string(b)))
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
+	return "", fmt.Errorf("string at %#x: starts with a NUL", addr)
 }
 
 // Line returns the line of the opline at addr in the user function fn, or

@@ -83,6 +83,29 @@ func TestSeedImage(t *testing.T) {
 	}
 }
 
+// TestIseqLabelBytes: a label that starts with a NUL is no name, and one
+// of bytes that are not UTF-8 keeps within the bound it was read with (the
+// fuzzer found both).
+func TestIseqLabelBytes(t *testing.T) {
+	l := layouts[301]
+	label := func(s string) []byte {
+		img := seedImage()
+		binary.LittleEndian.PutUint64(img[2800:], tString|uint64(len(s))<<l.StrEmbedShift)
+		copy(img[2800+l.StrEmbedAry:], s)
+		return img
+	}
+	r := NewReader(sliceMem{base: imgBase, b: label("\x00f\x00\x00")}, l)
+	if s, err := r.Iseq(imgBase + 2304); err == nil {
+		t.Errorf("label %q of a NUL accepted", s.Label)
+	}
+	bad := string([]byte{0xff, 'a', 0xfe, 'b', 0xc3, 'c', 0x80, 'd', 0xff, 'e', 0xfe, 'f'})
+	r = NewReader(sliceMem{base: imgBase, b: label(bad)}, l)
+	s, err := r.Iseq(imgBase + 2304)
+	if err != nil || s.Label != "?a?b?c?d?e?f" {
+		t.Errorf("label of bytes not UTF-8: %+v, %v", s, err)
+	}
+}
+
 // FuzzStack walks the frames of an arbitrary memory image: bounded, no
 // panic, every name within its bound.
 func FuzzStack(f *testing.F) {

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
-	"unicode/utf8"
+
+	"github.com/sonde-dev/sonde/internal/cstr"
 )
 
 // Bounds of what is read for one name.
@@ -176,7 +177,10 @@ func (r *Reader) String(addr uint64, limit int) (string, error) {
 	if err := r.mem.ReadAt(b, at); err != nil {
 		return "", fmt.Errorf("string at %#x: %w", addr, err)
 	}
-	return cleanString(b), nil
+	if s := cstr.Clean(b); s != "" {
+		return s, nil
+	}
+	return "", fmt.Errorf("string at %#x: starts with a NUL", addr)
 }
 
 // Path reads an iseq's pathobj: a String, or an Array [path, realpath]
@@ -230,20 +234,6 @@ func (r *Reader) Path(addr uint64) (string, error) {
 		}
 	}
 	return r.String(elems[0], maxPathBytes)
-}
-
-// cleanString makes a name from untrusted bytes: valid UTF-8 without NULs.
-func cleanString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			b = b[:i]
-			break
-		}
-	}
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return string([]rune(string(b)))
 }
 
 // Line returns the line of the instruction pc (a frame's saved pc: the
