@@ -290,7 +290,7 @@ func (r *Reader) succRank(table, pos uint64) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		return (v >> (pos % 9 * 7)) & 0x7f, nil
+		return checkRank((v>>(pos%9*7))&0x7f, pos)
 	}
 	x := pos - immTable
 	blk := table + immTable/9*8 + x/succBlockN*succBlock
@@ -305,7 +305,16 @@ func (r *Reader) succRank(table, pos uint64) (uint64, error) {
 		rank += (binary.LittleEndian.Uint64(b[8:]) >> ((small - 1) * 9)) & 0x1ff
 	}
 	word := binary.LittleEndian.Uint64(b[16+small*8:])
-	return rank + uint64(bits.OnesCount64(word<<(63-bit%64))), nil
+	return checkRank(rank+uint64(bits.OnesCount64(word<<(63-bit%64))), pos)
+}
+
+// checkRank rejects a rank no table can give: at most one entry starts at
+// each of the positions 0..pos.
+func checkRank(rank, pos uint64) (uint64, error) {
+	if rank > pos+1 {
+		return 0, fmt.Errorf("succ index: rank %d at position %d", rank, pos)
+	}
+	return rank, nil
 }
 
 // Bounds of a class's instance variables looked at for its name.
