@@ -263,7 +263,7 @@ func TestRubyFrames(t *testing.T) {
 }
 
 // TestKernelRubyBounds refuses a layout whose fields are outside what the
-// walker reads of a control frame.
+// walker reads of a control frame, and takes every version's of the table.
 func TestKernelRubyBounds(t *testing.T) {
 	good, err := ruby.LayoutFor(3, 1)
 	if err != nil {
@@ -272,6 +272,17 @@ func TestKernelRubyBounds(t *testing.T) {
 	in := ruby.Interp{Version: "3.1.0", Layout: good, TLSOffset: 8, Core: ruby.Range{Start: 0x1000, End: 0x9000}}
 	if _, err := kernelRuby(&in); err != nil {
 		t.Fatalf("3.1: %v", err)
+	}
+	for minor := 0; minor <= 4; minor++ {
+		l, err := ruby.LayoutFor(3, minor)
+		if err != nil {
+			t.Fatalf("3.%d: %v", minor, err)
+		}
+		c := in
+		c.Version, c.Layout = fmt.Sprintf("3.%d.0", minor), l
+		if _, err := kernelRuby(&c); err != nil {
+			t.Errorf("3.%d: %v", minor, err)
+		}
 	}
 	for name, mutate := range map[string]func(*ruby.Interp){
 		"ep past the frame block": func(in *ruby.Interp) { in.Layout.CFPEP = int64(tracer.RubyCFPRead) },

@@ -343,7 +343,7 @@ func findIn(p *process.Process, m process.Mapping, mem Memory, layouts LayoutFun
 	if in.TLSOffset, err = tlsOffset(mem, l, in.VMPtr, bi.ec.Value, bi.tlsAlign); err != nil {
 		return nil, fmt.Errorf("ruby %s: %w", bi.version, err)
 	}
-	if bi.object.Value != 0 {
+	if bi.object.Value != 0 && l.ExtIVTbl != 0 {
 		r := NewReader(mem, l)
 		if obj, err := r.ptr(base + bi.object.Value); err == nil && obj != 0 {
 			// Not found: methods are named without their class.
@@ -385,7 +385,7 @@ func tlsOffset(mem Memory, l Layout, vmPtr, sym, align uint64) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("main thread: %w", err)
 	}
-	tp, err := r.ptr(th + uint64(l.ThreadID))
+	tp, err := r.threadPointer(th)
 	if err != nil {
 		return 0, fmt.Errorf("main thread: %w", err)
 	}

@@ -22,17 +22,25 @@ func (m sliceMem) ReadAt(p []byte, addr uint64) error {
 
 const imgBase = 0x10000
 
+// putString writes an embedded String s at img[at:] as l lays it out.
+func putString(img []byte, l Layout, at int64, s string) {
+	if l.StrLen != 0 {
+		binary.LittleEndian.PutUint64(img[at:], tString)
+		binary.LittleEndian.PutUint64(img[at+l.StrLen:], uint64(len(s)))
+	} else {
+		binary.LittleEndian.PutUint64(img[at:], tString|uint64(len(s))<<l.StrEmbedShift)
+	}
+	copy(img[at+l.StrEmbedAry:], s)
+}
+
 // seedImage is a memory image at imgBase holding an execution context (at
 // 0) whose one frame runs an iseq labelled "f" of file "/x.rb", its pc on
-// the second of two line entries (line 7), and a dummy frame above it.
-func seedImage() []byte {
-	l := layouts[301]
+// the second of two line entries (line 7), and a dummy frame above it, as
+// l lays them out.
+func seedImage(l Layout) []byte {
 	img := make([]byte, 4096)
 	put := func(at int64, v uint64) { binary.LittleEndian.PutUint64(img[at:], v) }
-	str := func(at int64, s string) {
-		put(at, tString|uint64(len(s))<<l.StrEmbedShift)
-		copy(img[at+l.StrEmbedAry:], s)
-	}
+	str := func(at int64, s string) { putString(img, l, at, s) }
 	// Context: a VM stack at 1024 of 128 words, the frames at its top.
 	put(l.ECVMStack, imgBase+1024)
 	put(l.ECVMStackSize, 128)
@@ -54,7 +62,11 @@ func seedImage() []byte {
 	put(2400+l.BodyEncoded, imgBase+2560)
 	put(2400+l.BodyPath, imgBase+2704)
 	put(2400+l.BodyLabel, imgBase+2800)
-	put(2400+l.BodyFirstLine, 5<<1|1)
+	if l.FirstLineInt {
+		binary.LittleEndian.PutUint32(img[2400+l.BodyFirstLine:], 5)
+	} else {
+		put(2400+l.BodyFirstLine, 5<<1|1)
+	}
 	put(2400+l.BodyInsns, imgBase+2904)
 	binary.LittleEndian.PutUint32(img[2400+l.BodyInsnsSize:], 2)
 	put(2400+l.BodySuccTable, imgBase+3000)
@@ -71,15 +83,24 @@ func seedImage() []byte {
 	return img
 }
 
+// TestSeedImage walks the seed image of every version's layout: its
+// frame, iseq, Strings and line table as that version keeps them.
 func TestSeedImage(t *testing.T) {
-	mem := sliceMem{base: imgBase, b: seedImage()}
-	in := &Interp{Major: 3, Minor: 1, Layout: layouts[301]}
-	frames, err := in.Stack(mem, imgBase)
-	if err != nil || len(frames) != 1 {
-		t.Fatalf("%+v, %v", frames, err)
-	}
-	if f := frames[0]; f.Name != "f" || f.File != "/x.rb" || f.Line != 7 || f.Iseq != imgBase+2304 {
-		t.Errorf("frame %+v", f)
+	for v, l := range layouts {
+		mem := sliceMem{base: imgBase, b: seedImage(l)}
+		in := &Interp{Major: l.Major, Minor: l.Minor, Layout: l}
+		frames, err := in.Stack(mem, imgBase)
+		if err != nil || len(frames) != 1 {
+			t.Errorf("%d: %+v, %v", v, frames, err)
+			continue
+		}
+		if f := frames[0]; f.Name != "f" || f.File != "/x.rb" || f.Line != 7 || f.Iseq != imgBase+2304 {
+			t.Errorf("%d: frame %+v", v, f)
+		}
+		s, err := NewReader(mem, l).Iseq(imgBase + 2304)
+		if err != nil || s.FirstLine != 5 {
+			t.Errorf("%d: iseq %+v, %v", v, s, err)
+		}
 	}
 }
 
@@ -89,9 +110,8 @@ func TestSeedImage(t *testing.T) {
 func TestIseqLabelBytes(t *testing.T) {
 	l := layouts[301]
 	label := func(s string) []byte {
-		img := seedImage()
-		binary.LittleEndian.PutUint64(img[2800:], tString|uint64(len(s))<<l.StrEmbedShift)
-		copy(img[2800+l.StrEmbedAry:], s)
+		img := seedImage(l)
+		putString(img, l, 2800, s)
 		return img
 	}
 	r := NewReader(sliceMem{base: imgBase, b: label("\x00f\x00\x00")}, l)
@@ -109,7 +129,9 @@ func TestIseqLabelBytes(t *testing.T) {
 // FuzzStack walks the frames of an arbitrary memory image: bounded, no
 // panic, every name within its bound.
 func FuzzStack(f *testing.F) {
-	f.Add(seedImage(), uint16(0))
+	for _, l := range layouts {
+		f.Add(seedImage(l), uint16(0))
+	}
 	f.Add(make([]byte, 512), uint16(8))
 	f.Fuzz(func(t *testing.T, img []byte, at uint16) {
 		mem := sliceMem{base: imgBase, b: img}
@@ -131,7 +153,9 @@ func FuzzStack(f *testing.F) {
 // FuzzIseq reads an iseq, its strings and a line out of an arbitrary
 // memory image.
 func FuzzIseq(f *testing.F) {
-	f.Add(seedImage(), uint16(2304), uint16(2560+24))
+	for _, l := range layouts {
+		f.Add(seedImage(l), uint16(2304), uint16(2560+24))
+	}
 	f.Fuzz(func(t *testing.T, img []byte, at, pc uint16) {
 		mem := sliceMem{base: imgBase, b: img}
 		for _, l := range layouts {
@@ -228,6 +252,91 @@ func TestWord(t *testing.T) {
 		pos, check, me := SplitWord(Word(tc.pos, tc.body, tc.me, iseq), iseq)
 		if pos != tc.wantPos || me != tc.wantME || check != bodyCheck(tc.body) {
 			t.Errorf("Word(%d, %#x, %#x): %d, %#x, %#x; want %d, %#x, %#x", tc.pos, tc.body, tc.me, pos, check, me, tc.wantPos, bodyCheck(tc.body), tc.wantME)
+		}
+	}
+}
+
+// ownerImage is a memory image at imgBase with two method entries: at 0x100
+// an instance method of class Foo (at 0x200), at 0x180 a singleton method
+// of Foo (its metaclass at 0x300), as l lays them out; Foo's name and its
+// metaclass's object are instance variables ids (up to 3.1) or fields of
+// the classes' exts.
+func ownerImage(l Layout, ids ClassIDs) []byte {
+	img := make([]byte, 4096)
+	put := func(at int64, v uint64) { binary.LittleEndian.PutUint64(img[at:], v) }
+	me := func(at, owner int64) {
+		put(at, tImemo|imemoMent<<l.ImemoTypeShift)
+		put(at+l.MEOwner, imgBase+uint64(owner))
+	}
+	me(0x100, 0x200)
+	me(0x180, 0x300)
+	put(0x200, tClass)
+	put(0x300, tClass|l.Singleton)
+	putString(img, l, 0x800, "Foo")
+	// ext returns where class cls's ext is, pointing to it from the class
+	// at 0x400 past the class where it is not inline.
+	ext := func(cls int64) int64 {
+		if l.ClassExtInline {
+			return cls + l.ClassExt
+		}
+		put(cls+l.ClassExt, imgBase+uint64(cls+0x400))
+		return cls + 0x400
+	}
+	set := func(cls, off int64, id, v uint64, tbl int64) {
+		e := ext(cls)
+		if off != 0 {
+			put(e+off, v)
+			return
+		}
+		// An st_table at tbl with one entry (hash, key, record).
+		put(e+l.ExtIVTbl, imgBase+uint64(tbl))
+		put(tbl+l.StNum, 1)
+		put(tbl+l.StStart, 0)
+		put(tbl+l.StBound, 1)
+		put(tbl+l.StEntries, imgBase+uint64(tbl+0x40))
+		put(tbl+0x40+8, id)
+		put(tbl+0x40+16, v)
+	}
+	set(0x200, l.ExtClassPath, ids.ClassPath, imgBase+0x800, 0xa00)
+	set(0x300, l.ExtAttached, ids.Attached, imgBase+0x200, 0xb00)
+	return img
+}
+
+// TestOwnerLayouts names an instance and a singleton method's owner as
+// every version keeps classes: 3.2's, kept by object shapes, are not read.
+func TestOwnerLayouts(t *testing.T) {
+	ids := ClassIDs{ClassPath: 0x3f1, Attached: 0x3e1}
+	for v, l := range layouts {
+		r := NewReader(sliceMem{base: imgBase, b: ownerImage(l, ids)}, l)
+		inst, err1 := r.Owner(imgBase+0x100, ids)
+		single, err2 := r.Owner(imgBase+0x180, ids)
+		if v == 302 {
+			if err1 == nil || err2 == nil {
+				t.Errorf("3.2: owners named %+v %+v", inst, single)
+			}
+			continue
+		}
+		if err1 != nil || err2 != nil || inst.Prefix != "Foo#" || single.Prefix != "Foo." {
+			t.Errorf("%d: %+v %v; %+v %v", v, inst, err1, single, err2)
+		}
+	}
+}
+
+// TestThreadPointer reads a thread's pthread_self() where each version
+// keeps it: in the rb_thread_t, or from 3.2 in its native thread.
+func TestThreadPointer(t *testing.T) {
+	const tp = 0x7f12_3456_7640
+	for v, l := range layouts {
+		img := make([]byte, 1024)
+		at := int64(0x100)
+		if l.ThreadNT != 0 {
+			binary.LittleEndian.PutUint64(img[at+l.ThreadNT:], imgBase+0x200)
+			at = 0x200
+		}
+		binary.LittleEndian.PutUint64(img[at+l.ThreadID:], tp)
+		got, err := NewReader(sliceMem{base: imgBase, b: img}, l).threadPointer(imgBase + 0x100)
+		if err != nil || got != tp {
+			t.Errorf("%d: %#x, %v", v, got, err)
 		}
 	}
 }

@@ -13,7 +13,11 @@ type Layout struct {
 	VMMainThread int64 // rb_vm_t.ractor.main_thread
 
 	ThreadEC int64 // rb_thread_t.ec
-	ThreadID int64 // rb_thread_t.thread_id: pthread_self(), the thread pointer
+	// ThreadNT is rb_thread_t.nt, the native thread (3.2 and later), 0
+	// where the thread holds its thread_id itself. ThreadID is thread_id
+	// (pthread_self(), the thread pointer) in whichever holds it.
+	ThreadNT int64
+	ThreadID int64
 
 	ECVMStack     int64 // rb_execution_context_t.vm_stack
 	ECVMStackSize int64 // .vm_stack_size (in words)
@@ -31,17 +35,22 @@ type Layout struct {
 	BodyEncoded   int64 // .iseq_encoded
 	BodyPath      int64 // .location.pathobj (String or [path, realpath])
 	BodyLabel     int64 // .location.label (String)
-	BodyFirstLine int64 // .location.first_lineno (Fixnum)
+	BodyFirstLine int64 // .location.first_lineno (a Fixnum; an int where FirstLineInt)
+	FirstLineInt  bool
 	BodyInsns     int64 // .insns_info.body (iseq_insn_info_entry[])
 	BodyInsnsSize int64 // .insns_info.size (uint32)
 	BodySuccTable int64 // .insns_info.succ_index_table
 
 	InsnInfoSize int64 // sizeof(struct iseq_insn_info_entry); line_no first
 
-	// RString and RArray (RVARGC off): flags word first.
+	// RString and RArray: flags word first. A String's length is in its
+	// flags while embedded up to 3.1 (StrEmbedShift, StrEmbedMask), in a
+	// field whether embedded or not from 3.2 (StrLen: as.embed.len and
+	// as.heap.len share a place in 3.2, len is RString's own from 3.3).
 	StrNoEmbed     uint64 // RSTRING_NOEMBED in flags
 	StrEmbedShift  uint   // RSTRING_EMBED_LEN_SHIFT
 	StrEmbedMask   uint64 // RSTRING_EMBED_LEN_MASK >> shift
+	StrLen         int64  // the length of any String; 0: StrHeapLen, or the flags
 	StrEmbedAry    int64  // as.embed.ary
 	StrHeapLen     int64  // as.heap.len
 	StrHeapPtr     int64  // as.heap.ptr
@@ -53,15 +62,27 @@ type Layout struct {
 	ArrHeapLen     int64  // as.heap.len
 	ImemoTypeShift uint   // imemo type: (flags >> shift) & 15
 
-	MEOwner     int64 // rb_method_entry_t.owner: the class or module that defines the method
-	BasicKlass  int64 // RBasic.klass: a class's metaclass
-	ClassExt    int64 // RClass.ptr (rb_classext_t *)
-	ExtIVTbl    int64 // rb_classext_t.iv_tbl (st_table *): __classpath__, __attached__
-	StNum       int64 // st_table.num_entries
-	StStart     int64 // .entries_start
-	StBound     int64 // .entries_bound
-	StEntries   int64 // .entries (st_table_entry[]: hash, key, record)
-	StEntrySize int64
+	MEOwner    int64  // rb_method_entry_t.owner: the class or module that defines the method
+	BasicKlass int64  // RBasic.klass: a class's metaclass
+	Singleton  uint64 // FL_SINGLETON: a metaclass or singleton class (FL_USER0, FL_USER1 from 3.4)
+	// A class's rb_classext_t is at RClass.ptr up to 3.1, and from 3.2
+	// right after the RClass (ClassExtInline: ClassExt is its offset).
+	ClassExt       int64
+	ClassExtInline bool
+	// Where the ext keeps the class's name and a singleton class's object:
+	// up to 3.1 as instance variables in iv_tbl (an st_table *; the
+	// __classpath__ and __attached__ IDs are found per process), from 3.3
+	// in fields of their own (ExtClassPath, ExtAttached). 3.2 keeps them
+	// as instance variables laid out by object shapes, which the namer
+	// does not read: its methods are named without their class.
+	ExtIVTbl     int64
+	ExtClassPath int64
+	ExtAttached  int64
+	StNum        int64 // st_table.num_entries
+	StStart      int64 // .entries_start
+	StBound      int64 // .entries_bound
+	StEntries    int64 // .entries (st_table_entry[]: hash, key, record)
+	StEntrySize  int64
 
 	// Untested: written from the version's published sources, never run
 	// against a real Ruby on this project's hosts.
@@ -85,7 +106,6 @@ const (
 	imemoMent   = 6          // imemo_ment: a method entry
 	tClass      = 0x02
 	tModule     = 0x03
-	flSingleton = 1 << 12 // FL_SINGLETON: a metaclass or singleton class
 )
 
 // A frame's word as the walker reports it: the instruction's position in
@@ -129,12 +149,21 @@ func SplitWord(w, iseq uint64) (pos, check, me uint64) {
 // bodyCheck is Word's check of a body address.
 func bodyCheck(body uint64) uint64 { return (body >> 4) & (1<<checkBits - 1) }
 
-// layouts are the versions this package knows, by major*100+minor. 3.1 is
-// read from ruby v3_1_2's vm_core.h, iseq.h and iseq.c (64-bit, RVARGC
-// off, VM_DEBUG_BP_CHECK off) and run by the tests against Debian's
-// ruby3.1.
+// layouts are the versions this package knows, by major*100+minor.
 var layouts = map[int]Layout{
-	301: {Major: 3, Minor: 1,
+	300: ruby3(0), 301: ruby3(1), 302: ruby3(2), 303: ruby3(3), 304: ruby3(4),
+}
+
+// ruby3 returns Ruby 3.minor's layout (64-bit, VM_DEBUG_BP_CHECK off,
+// RVARGC as each release builds by default). 3.1's is read from ruby
+// v3_1_2's vm_core.h, iseq.h and iseq.c and run by the tests against
+// Debian's ruby3.1. The others are untested: the offsets where they differ
+// from 3.1 were measured (offsetof) on the structures rbspy generates with
+// bindgen from each release's headers, every patch release of a minor
+// agreeing, and that measure of 3.1 gives every offset below; the flag
+// bits are from the releases' headers.
+func ruby3(minor int) Layout {
+	l := Layout{Major: 3, Minor: minor, Untested: minor != 1,
 		VMMainThread: 40,
 		ThreadEC:     40, ThreadID: 80,
 		ECVMStack: 0, ECVMStackSize: 8, ECCFP: 16, ECThread: 48,
@@ -146,8 +175,33 @@ var layouts = map[int]Layout{
 		StrNoEmbed:   1 << 13, StrEmbedShift: 14, StrEmbedMask: 0x1f, StrEmbedAry: 16, StrHeapLen: 16, StrHeapPtr: 24,
 		ArrEmbed: 1 << 13, ArrEmbedAry: 16, ArrHeapPtr: 32, ArrEmbedShift: 15, ArrEmbedMask: 3, ArrHeapLen: 16,
 		ImemoTypeShift: 12,
-		MEOwner:        32, BasicKlass: 8, ClassExt: 24, ExtIVTbl: 8,
-		StNum: 16, StStart: 32, StBound: 40, StEntries: 48, StEntrySize: 24},
+		MEOwner:        32, BasicKlass: 8, Singleton: 1 << 12, ClassExt: 24, ExtIVTbl: 8,
+		StNum: 16, StStart: 32, StBound: 40, StEntries: 48, StEntrySize: 24}
+	if minor == 0 {
+		// Control frames without jit_return, line entries without node_id.
+		l.ECThread, l.CFPSize, l.InsnInfoSize = 56, 56, 8
+	}
+	if minor >= 2 {
+		// A thread's native thread holds its thread_id; first_lineno is
+		// an int; the iseq body lost a word before insns_info.
+		l.ThreadEC, l.ThreadNT, l.ThreadID = 48, 40, 8
+		l.FirstLineInt = true
+		l.BodyInsns, l.BodyInsnsSize, l.BodySuccTable = 112, 128, 136
+		// Variable-width allocation: a String's length in a field, an
+		// Array's embedded length in seven flag bits. Class names are
+		// not read (see ExtIVTbl).
+		l.StrLen, l.StrEmbedAry, l.StrEmbedShift, l.StrEmbedMask = 16, 24, 0, 0
+		l.ArrEmbedMask = 0x7f
+		l.ClassExt, l.ExtIVTbl = 0, 0
+	}
+	if minor >= 3 {
+		l.ThreadID, l.CFPSize = 16, 56
+		l.ClassExt, l.ClassExtInline, l.ExtClassPath, l.ExtAttached = 32, true, 120, 96
+	}
+	if minor >= 4 {
+		l.Singleton = 1 << 13
+	}
+	return l
 }
 
 // ErrUnknownVersion is matched by the error for a Ruby whose version has

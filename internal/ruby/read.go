@@ -70,6 +70,21 @@ func (r *Reader) ptr(addr uint64) (uint64, error) {
 	return v, nil
 }
 
+// threadPointer returns the thread pointer (thread_id, pthread_self())
+// of the rb_thread_t at th: its own, or its native thread's. It is 0
+// where the thread has none yet.
+func (r *Reader) threadPointer(th uint64) (uint64, error) {
+	at := th
+	if r.l.ThreadNT != 0 {
+		nt, err := r.ptr(th + uint64(r.l.ThreadNT))
+		if err != nil || nt == 0 {
+			return 0, err
+		}
+		at = nt
+	}
+	return r.ptr(at + uint64(r.l.ThreadID))
+}
+
 func okPtr(v uint64) bool { return v != 0 && v&7 == 0 && v < 1<<47 }
 
 // header returns the iseq's first words, as read, if it is one.
@@ -115,7 +130,11 @@ func (r *Reader) Iseq(addr uint64) (*Iseq, error) {
 		(s.NInsns > 0 && !okPtr(s.Insns)) || (s.NInsns > 1 && !okPtr(s.Succ)) {
 		return nil, fmt.Errorf("iseq at %#x: body %#x does not make sense: %w", addr, body, ErrNotIseq)
 	}
-	if fl := binary.LittleEndian.Uint64(b[l.BodyFirstLine:]); fl&1 == 1 && int64(fl) >= 0 {
+	if l.FirstLineInt {
+		if fl := int32(binary.LittleEndian.Uint32(b[l.BodyFirstLine:])); fl > 0 {
+			s.FirstLine = int64(fl)
+		}
+	} else if fl := binary.LittleEndian.Uint64(b[l.BodyFirstLine:]); fl&1 == 1 && int64(fl) >= 0 {
 		s.FirstLine = int64(fl >> 1)
 	}
 	if s.Label, err = r.String(binary.LittleEndian.Uint64(b[l.BodyLabel:]), maxNameBytes); err != nil {
@@ -151,7 +170,7 @@ func (r *Reader) String(addr uint64, limit int) (string, error) {
 	if !okPtr(addr) {
 		return "", fmt.Errorf("string at %#x: bad address", addr)
 	}
-	h := make([]byte, max(l.StrEmbedAry, l.StrHeapPtr+8, l.StrHeapLen+8))
+	h := make([]byte, max(l.StrEmbedAry, l.StrHeapPtr+8, l.StrHeapLen+8, l.StrLen+8))
 	if err := r.mem.ReadAt(h, addr); err != nil {
 		return "", fmt.Errorf("string at %#x: %w", addr, err)
 	}
@@ -169,6 +188,9 @@ func (r *Reader) String(addr uint64, limit int) (string, error) {
 	} else {
 		n = (fl >> l.StrEmbedShift) & l.StrEmbedMask
 		at = addr + uint64(l.StrEmbedAry)
+	}
+	if l.StrLen != 0 {
+		n = binary.LittleEndian.Uint64(h[l.StrLen:])
 	}
 	if n == 0 || n > uint64(limit) {
 		return "", fmt.Errorf("string at %#x: %d bytes", addr, n)
@@ -328,12 +350,9 @@ type ClassIDs struct{ ClassPath, Attached uint64 }
 // from its iv_tbl (an st_table) entry by entry.
 func (r *Reader) ivar(cls, id uint64) (uint64, bool, error) {
 	l := r.l
-	ext, err := r.ptr(cls + uint64(l.ClassExt))
+	ext, err := r.ext(cls)
 	if err != nil {
-		return 0, false, fmt.Errorf("class at %#x: ext: %w", cls, err)
-	}
-	if ext == 0 {
-		return 0, false, fmt.Errorf("class at %#x: no ext", cls)
+		return 0, false, err
 	}
 	tbl, err := r.ptr(ext + uint64(l.ExtIVTbl))
 	if err != nil || tbl == 0 {
@@ -361,15 +380,55 @@ func (r *Reader) ivar(cls, id uint64) (uint64, bool, error) {
 	return 0, false, nil
 }
 
+// ext returns the address of the class or module cls's rb_classext_t.
+func (r *Reader) ext(cls uint64) (uint64, error) {
+	if r.l.ClassExtInline {
+		return cls + uint64(r.l.ClassExt), nil
+	}
+	ext, err := r.ptr(cls + uint64(r.l.ClassExt))
+	if err != nil {
+		return 0, fmt.Errorf("class at %#x: ext: %w", cls, err)
+	}
+	if ext == 0 {
+		return 0, fmt.Errorf("class at %#x: no ext", cls)
+	}
+	return ext, nil
+}
+
+// classValue returns what the class or module cls keeps as its name or,
+// a singleton class, as its object: in its ext's field at off where the
+// layout has one, or else in its instance variable id. ok is false where
+// it has none.
+func (r *Reader) classValue(cls uint64, off int64, id uint64) (v uint64, ok bool, err error) {
+	switch {
+	case off != 0:
+		ext, err := r.ext(cls)
+		if err != nil {
+			return 0, false, err
+		}
+		v, err := r.u64(ext + uint64(off))
+		if err != nil {
+			return 0, false, fmt.Errorf("class at %#x: %w", cls, err)
+		}
+		return v, okPtr(v), nil
+	case r.l.ExtIVTbl != 0:
+		return r.ivar(cls, id)
+	}
+	return 0, false, fmt.Errorf("ruby %d.%d: class names not read", r.l.Major, r.l.Minor)
+}
+
 // FindClassIDs finds the IDs from class Object (rb_cObject's value): the
 // key of its instance variable that holds the String "Object", and the
 // key of its metaclass's that holds Object.
 func (r *Reader) FindClassIDs(object uint64) (ClassIDs, error) {
 	var ids ClassIDs
+	if r.l.ExtIVTbl == 0 {
+		return ids, fmt.Errorf("ruby %d.%d: classes keep no iv_tbl", r.l.Major, r.l.Minor)
+	}
 	find := func(cls uint64, match func(v uint64) bool) (uint64, error) {
-		ext, err := r.ptr(cls + uint64(r.l.ClassExt))
-		if err != nil || ext == 0 {
-			return 0, fmt.Errorf("class at %#x: no ext", cls)
+		ext, err := r.ext(cls)
+		if err != nil {
+			return 0, err
 		}
 		tbl, err := r.ptr(ext + uint64(r.l.ExtIVTbl))
 		if err != nil || tbl == 0 {
@@ -445,8 +504,8 @@ func (r *Reader) Owner(me uint64, ids ClassIDs) (*Owner, error) {
 		return nil, fmt.Errorf("method entry at %#x: owner: %w", me, err)
 	}
 	sep := "#"
-	if cf&tMask == tClass && cf&flSingleton != 0 {
-		att, ok, err := r.ivar(owner, ids.Attached)
+	if cf&tMask == tClass && cf&l.Singleton != 0 {
+		att, ok, err := r.classValue(owner, l.ExtAttached, ids.Attached)
 		if err != nil || !ok || !okPtr(att) {
 			return nil, fmt.Errorf("method entry at %#x: singleton class without its object", me)
 		}
@@ -458,7 +517,7 @@ func (r *Reader) Owner(me uint64, ids ClassIDs) (*Owner, error) {
 	if t := cf & tMask; t != tClass && t != tModule {
 		return nil, fmt.Errorf("method entry at %#x: owner of type %#x", me, t)
 	}
-	path, ok, err := r.ivar(owner, ids.ClassPath)
+	path, ok, err := r.classValue(owner, l.ExtClassPath, ids.ClassPath)
 	if err != nil || !ok {
 		return nil, fmt.Errorf("method entry at %#x: anonymous owner", me)
 	}

@@ -59,7 +59,7 @@ func (in *Interp) MainThread(mem Memory) (uint64, error) {
 	if th == 0 {
 		return 0, ErrNotStarted
 	}
-	return r.ptr(th + uint64(in.Layout.ThreadID))
+	return r.threadPointer(th)
 }
 
 // Stack reads the Ruby frames of the execution context ec, innermost
