@@ -161,7 +161,7 @@ func (t *telemetry) register(p *profiler.Profiler, meter metric.Meter) error {
 		return nil
 	},
 		tb.ExportErrors, tb.ExportProfiles, tb.ExportSamples, tb.ExportLag,
-		tb.SamplesPending, tb.SamplesLate, tb.RecordsQueued,
+		tb.SamplesPending, tb.SamplesEmitting, tb.SamplesLate, tb.RecordsQueued,
 		tb.SamplesReceived, tb.SamplesRepeated, tb.SamplesLost, tb.SamplesSkipped, tb.RecordsLost, tb.RecordsMalformed,
 		tb.UnwindMappingsStale, tb.OffcpuWaits,
 		tb.UnwindStacks, tb.UnwindErrors, tb.UnwindFrames, tb.UnwindProcesses, tb.UnwindRequestsDropped,
@@ -213,6 +213,7 @@ func (t *telemetry) observe(s profiler.Stats, o metric.Observer) {
 	o.ObserveInt64(tb.ExportSamples, i64(s.EmittedSamples))
 	o.ObserveFloat64(tb.ExportLag, s.Lag.Seconds())
 	o.ObserveInt64(tb.SamplesPending, int64(s.Pending))
+	o.ObserveInt64(tb.SamplesEmitting, int64(s.Emitting))
 	o.ObserveInt64(tb.SamplesLate, i64(s.Late))
 	o.ObserveInt64(tb.RecordsQueued, int64(s.Queued))
 	o.ObserveInt64(tb.SamplesLost, i64(s.Shutdown.Unread+s.Shutdown.Unresolved+s.Shutdown.Unflushed), lostShutdown)

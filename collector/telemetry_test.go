@@ -237,6 +237,9 @@ func TestTelemetry(t *testing.T) {
 		t.Errorf("the loader still builds or loads %d tables after 10 s: %+v", ls.Pending, ls)
 	}
 	pending := m.sum("sonde.samples.pending")
+	if emitting := m.sum("sonde.samples.emitting"); emitting != inFlight {
+		t.Errorf("sonde.samples.emitting = %d while the consumer holds an interval of %d samples", emitting, inFlight)
+	}
 	// The export counters cannot move until the consumer is released.
 	mu.Lock()
 	acceptedAtHold, profilesAtHold, refusedAtHold := accepted, acceptedProfiles, refused
@@ -247,7 +250,7 @@ func TestTelemetry(t *testing.T) {
 	releaseConsumer()
 
 	for _, name := range []string{
-		"sonde.samples.received", "sonde.samples.repeated", "sonde.samples.pending", "sonde.samples.late", "sonde.samples.lost",
+		"sonde.samples.received", "sonde.samples.repeated", "sonde.samples.pending", "sonde.samples.emitting", "sonde.samples.late", "sonde.samples.lost",
 		"sonde.records.queued", "sonde.export.lag", "sonde.records.lost", "sonde.records.malformed",
 		"sonde.unwind.stacks", "sonde.unwind.errors", "sonde.unwind.frames", "sonde.unwind.processes",
 		"sonde.unwind.requests.dropped", "sonde.unwind.table.count", "sonde.unwind.table.rows",

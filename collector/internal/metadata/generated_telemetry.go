@@ -74,6 +74,7 @@ type TelemetryBuilder struct {
 	RubyProcesses             metric.Int64ObservableCounter
 	RubyVersionsUnknown       metric.Int64ObservableCounter
 	RubyWalks                 metric.Int64ObservableCounter
+	SamplesEmitting           metric.Int64ObservableGauge
 	SamplesLate               metric.Int64ObservableCounter
 	SamplesLost               metric.Int64ObservableCounter
 	SamplesPending            metric.Int64ObservableGauge
@@ -803,6 +804,21 @@ func (builder *TelemetryBuilder) RegisterRubyWalksCallback(cb metric.Int64Callba
 		cb(ctx, &observerInt64{inst: builder.RubyWalks, obs: o})
 		return nil
 	}, builder.RubyWalks)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterSamplesEmittingCallback sets callback for observable SamplesEmitting metric.
+func (builder *TelemetryBuilder) RegisterSamplesEmittingCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.SamplesEmitting, obs: o})
+		return nil
+	}, builder.SamplesEmitting)
 	if err != nil {
 		return err
 	}
@@ -1634,6 +1650,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"sonde.ruby.walks",
 		metric.WithDescription("User stacks of Ruby processes the eBPF Ruby walker was ready for. [Development]"),
 		metric.WithUnit("{stack}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.SamplesEmitting, err = builder.meter.Int64ObservableGauge(
+		"sonde.samples.emitting",
+		metric.WithDescription("Samples in the interval handed to the next consumer, while it has not returned; 0 between exports. [Development]"),
+		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.SamplesLate, err = builder.meter.Int64ObservableCounter(

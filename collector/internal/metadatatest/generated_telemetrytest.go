@@ -741,6 +741,20 @@ func AssertEqualRubyWalks(t *testing.T, tt *componenttest.Telemetry, dps []metri
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualSamplesEmitting(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "sonde.samples.emitting",
+		Description: "Samples in the interval handed to the next consumer, while it has not returned; 0 between exports. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("sonde.samples.emitting")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualSamplesLate(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "sonde.samples.late",
