@@ -580,12 +580,10 @@ static __always_inline bool at_sigreturn(__u64 pc)
 // vDSO's.
 #define VDSO_TEXT_MAX 8192
 
-// in_vdso says whether addr is in the current process's vDSO, whose base
-// the kernel keeps in mm->context.vdso.
-static __always_inline bool in_vdso(__u64 addr)
+// in_vdso says whether addr is in the vDSO at base, the current process's
+// (the kernel keeps it in mm->context.vdso; 0: none).
+static __always_inline bool in_vdso(__u64 base, __u64 addr)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	__u64 base = (__u64)BPF_CORE_READ(task, mm, context.vdso);
 	return base != 0 && addr >= base && addr - base < VDSO_TEXT_MAX;
 }
 
@@ -598,10 +596,14 @@ static __always_inline bool in_vdso(__u64 addr)
 // x30, and only where x30 leads out of the vDSO.
 static __always_inline bool vdso_leaf_step(struct ustack_state *st, __u64 pc)
 {
-	if (!st->lr_valid || !in_vdso(pc))
+	if (!st->lr_valid)
+		return false;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 base = (__u64)BPF_CORE_READ(task, mm, context.vdso);
+	if (!in_vdso(base, pc))
 		return false;
 	__u64 ra = arch_strip_ra(st->lr);
-	if (ra == 0 || ra >= USER_ADDR_END || in_vdso(ra))
+	if (ra == 0 || ra >= USER_ADDR_END || in_vdso(base, ra))
 		return false;
 	st->pc = ra;
 	st->adjust = 1;
