@@ -49,6 +49,7 @@ const minLeaf = 100
 // (after its warm-up) must be whole, every frame named, down to the
 // outermost frame. Emulation takes minutes: it runs under CI=true only.
 func TestARM64UnderQEMU(t *testing.T) {
+	testutil.SkipUnitOnly(t, "the arm64 kernel check")
 	if !testutil.InCI() {
 		t.Skip("boots an arm64 kernel under emulation (minutes of CPU): runs under CI=true")
 	}

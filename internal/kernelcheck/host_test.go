@@ -33,6 +33,7 @@ type kernel struct {
 // and if a Tracer with off-CPU profiling on does not produce every kind of
 // record there.
 func TestVerifierOnOlderKernels(t *testing.T) {
+	testutil.SkipUnitOnly(t, "the x86-64 kernel check")
 	qemu := testutil.RequireTool(t, "qemu-system-x86_64")
 	kernels := kernelImages(t)
 	initrd := buildInitramfs(t)

@@ -25,6 +25,17 @@ func InCI() bool { return os.Getenv("CI") == "true" }
 // the main test run).
 func unitOnly() bool { return os.Getenv("SONDE_TEST_UNIT_ONLY") == "1" }
 
+// SkipUnitOnly skips tb where SONDE_TEST_UNIT_ONLY=1 asks for unit tests
+// only, for tests that need no privileges but exercise nothing another
+// Collector release changes and cost minutes: the kernel checks that boot
+// kernels under QEMU. They run in the main test run.
+func SkipUnitOnly(tb testing.TB, feature string) {
+	tb.Helper()
+	if unitOnly() {
+		tb.Skipf("%s: SONDE_TEST_UNIT_ONLY=1 runs unit tests only", feature)
+	}
+}
+
 // MissingCapabilities returns the names of the capabilities Sonde needs that
 // the calling thread does not have in its effective set.
 func MissingCapabilities() []string {
