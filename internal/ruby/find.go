@@ -343,7 +343,7 @@ func findIn(p *process.Process, m process.Mapping, mem Memory, layouts LayoutFun
 	if in.TLSOffset, err = tlsOffset(mem, l, in.VMPtr, bi.ec.Value, bi.tlsAlign); err != nil {
 		return nil, fmt.Errorf("ruby %s: %w", bi.version, err)
 	}
-	if bi.object.Value != 0 && l.ExtIVTbl != 0 {
+	if bi.object.Value != 0 {
 		r := NewReader(mem, l)
 		if obj, err := r.ptr(base + bi.object.Value); err == nil && obj != 0 {
 			// Not found: methods are named without their class.

@@ -179,18 +179,22 @@ func (r *Reader) String(addr uint64, limit int) (string, error) {
 		return "", fmt.Errorf("string at %#x: flags %#x", addr, fl)
 	}
 	var n, at uint64
-	if fl&l.StrNoEmbed != 0 {
+	noEmbed := fl&l.StrNoEmbed != 0
+	switch {
+	case l.StrLen != 0:
+		n = binary.LittleEndian.Uint64(h[l.StrLen:])
+	case noEmbed:
 		n = binary.LittleEndian.Uint64(h[l.StrHeapLen:])
+	default:
+		n = (fl >> l.StrEmbedShift) & l.StrEmbedMask
+	}
+	if noEmbed {
 		at = binary.LittleEndian.Uint64(h[l.StrHeapPtr:])
 		if at == 0 || at >= 1<<47 {
 			return "", fmt.Errorf("string at %#x: bytes at %#x", addr, at)
 		}
 	} else {
-		n = (fl >> l.StrEmbedShift) & l.StrEmbedMask
 		at = addr + uint64(l.StrEmbedAry)
-	}
-	if l.StrLen != 0 {
-		n = binary.LittleEndian.Uint64(h[l.StrLen:])
 	}
 	if n == 0 || n > uint64(limit) {
 		return "", fmt.Errorf("string at %#x: %d bytes", addr, n)
