@@ -42,7 +42,8 @@ type Interp struct {
 	TLSOffset uint64
 	// Core is vm_exec_core, the VM loop: a native frame there runs the
 	// Ruby frames from the current one up to the first with
-	// VM_FRAME_FLAG_FINISH. Exec is rb_vm_exec, which calls it.
+	// VM_FRAME_FLAG_FINISH. Exec is the function that calls it
+	// (rb_vm_exec; vm_exec in 3.3).
 	Core, Exec Range
 	// Classes are the IDs classes keep their names under; zero where they
 	// were not found (methods are then named without their class).
@@ -93,8 +94,9 @@ func FindWith(p *process.Process, mem Memory, layouts LayoutFunc) (*Interp, erro
 type binInfo struct {
 	version      string
 	major, minor int
-	vmPtr, ec    elf.Symbol
-	exec         elf.Symbol
+	vmPtr        uint64     // ruby_current_vm_ptr's file address
+	ec           uint64     // ruby_current_ec's offset in libruby's TLS block
+	exec         [2]uint64  // the function that calls vm_exec_core
 	object       elf.Symbol // rb_cObject, 0: none
 	tlsAlign     uint64
 	core         [2]uint64 // vm_exec_core's file addresses
@@ -151,18 +153,13 @@ func readBin(path string) (*binInfo, error) {
 }
 
 func readELF(f *elf.File) (*binInfo, error) {
-	syms := elfx.FindSymbols(f, "ruby_current_vm_ptr", "ruby_current_ec", "rb_vm_exec", "ruby_version", "rb_cObject")
-	bi := &binInfo{}
-	var ok [4]bool
-	bi.vmPtr, ok[0] = syms["ruby_current_vm_ptr"]
-	bi.ec, ok[1] = syms["ruby_current_ec"]
-	bi.exec, ok[2] = syms["rb_vm_exec"]
-	bi.object = syms["rb_cObject"]
-	ver, hasVer := syms["ruby_version"]
-	ok[3] = hasVer
-	if !ok[0] || !ok[2] || !ok[3] {
-		return nil, fmt.Errorf("no ruby_current_vm_ptr, rb_vm_exec or ruby_version: %w", ErrNotRuby)
+	syms := elfx.FindSymbols(f, "ruby_current_vm_ptr", "ruby_current_ec", "rb_vm_exec", "ruby_version", "rb_cObject",
+		"ruby_vm_at_exit", "rb_current_receiver", "rb_iseq_eval")
+	ver, ok := syms["ruby_version"]
+	if !ok {
+		return nil, fmt.Errorf("no ruby_version: %w", ErrNotRuby)
 	}
+	bi := &binInfo{object: syms["rb_cObject"]}
 	b, err := readAddr(f, ver.Value, 16)
 	if err != nil {
 		return nil, fmt.Errorf("ruby_version: %w", err)
@@ -170,20 +167,14 @@ func readELF(f *elf.File) (*binInfo, error) {
 	if bi.major, bi.minor, bi.version, err = ParseVersion(b); err != nil {
 		return nil, err
 	}
-	if !ok[1] || elf.ST_TYPE(bi.ec.Info) != elf.STT_TLS {
-		return nil, fmt.Errorf("ruby %s: no thread-local ruby_current_ec: %w", bi.version, ErrUnknownVersion)
-	}
+	var tlsSize uint64
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_TLS {
-			bi.tlsAlign = max(p.Align, 1)
+			bi.tlsAlign, tlsSize = max(p.Align, 1), p.Memsz
 		}
 	}
 	if bi.tlsAlign == 0 {
 		return nil, fmt.Errorf("ruby %s: no TLS segment", bi.version)
-	}
-	code, err := readAddr(f, bi.exec.Value, int(min(bi.exec.Size, 1<<16)))
-	if err != nil {
-		return nil, fmt.Errorf("rb_vm_exec: %w", err)
 	}
 	hdr := f.Section(".eh_frame_hdr")
 	if hdr == nil || hdr.Type == elf.SHT_NOBITS || hdr.Size > 16<<20 {
@@ -197,11 +188,45 @@ func readELF(f *elf.File) (*binInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, e, err := VMLoop(code, bi.exec.Value, starts)
-	if err != nil {
-		return nil, fmt.Errorf("ruby %s: %w", bi.version, err)
+	// Exported (Debian's 3.1) or in .symtab (an unstripped build), else
+	// read from the code of the public API (hidden.go).
+	hidden := f.Machine == elf.EM_X86_64
+	if s, ok := syms["ruby_current_vm_ptr"]; ok {
+		bi.vmPtr = s.Value
+	} else if fn, ok := syms["ruby_vm_at_exit"]; ok && hidden {
+		if bi.vmPtr, err = hiddenVMPtr(f, fn); err != nil {
+			return nil, fmt.Errorf("ruby %s: %w: %w", bi.version, err, ErrUnknownVersion)
+		}
+	} else {
+		return nil, fmt.Errorf("ruby %s: no ruby_current_vm_ptr: %w", bi.version, ErrUnknownVersion)
 	}
-	bi.core = [2]uint64{s, e}
+	if s, ok := syms["ruby_current_ec"]; ok && elf.ST_TYPE(s.Info) == elf.STT_TLS {
+		bi.ec = s.Value
+	} else if fn, ok := syms["rb_current_receiver"]; ok && hidden {
+		if bi.ec, err = hiddenEC(f, fn, tlsSize); err != nil {
+			return nil, fmt.Errorf("ruby %s: %w: %w", bi.version, err, ErrUnknownVersion)
+		}
+	} else {
+		return nil, fmt.Errorf("ruby %s: no thread-local ruby_current_ec: %w", bi.version, ErrUnknownVersion)
+	}
+	if s, ok := syms["rb_vm_exec"]; ok {
+		bi.exec = [2]uint64{s.Value, s.Value + s.Size}
+		code, err := readAddr(f, s.Value, int(min(s.Size, 1<<16)))
+		if err != nil {
+			return nil, fmt.Errorf("rb_vm_exec: %w", err)
+		}
+		s, e, err := VMLoop(code, s.Value, starts)
+		if err != nil {
+			return nil, fmt.Errorf("ruby %s: %w", bi.version, err)
+		}
+		bi.core = [2]uint64{s, e}
+	} else if fn, ok := syms["rb_iseq_eval"]; ok && hidden {
+		if bi.exec, bi.core, err = hiddenExec(f, fn, starts); err != nil {
+			return nil, fmt.Errorf("ruby %s: %w: %w", bi.version, err, ErrUnknownVersion)
+		}
+	} else {
+		return nil, fmt.Errorf("ruby %s: no rb_vm_exec: %w", bi.version, ErrUnknownVersion)
+	}
 	return bi, nil
 }
 
@@ -337,10 +362,10 @@ func findIn(p *process.Process, m process.Mapping, mem Memory, layouts LayoutFun
 		return nil, fmt.Errorf("ruby file %s: %w", m.Path, err)
 	}
 	in := &Interp{Version: bi.version, Major: bi.major, Minor: bi.minor, Layout: l, File: path,
-		VMPtr: base + bi.vmPtr.Value,
+		VMPtr: base + bi.vmPtr,
 		Core:  Range{base + bi.core[0], base + bi.core[1]},
-		Exec:  Range{base + bi.exec.Value, base + bi.exec.Value + bi.exec.Size}}
-	if in.TLSOffset, err = tlsOffset(mem, l, in.VMPtr, bi.ec.Value, bi.tlsAlign); err != nil {
+		Exec:  Range{base + bi.exec[0], base + bi.exec[1]}}
+	if in.TLSOffset, err = tlsOffset(mem, l, in.VMPtr, bi.ec, bi.tlsAlign); err != nil {
 		return nil, fmt.Errorf("ruby %s: %w", bi.version, err)
 	}
 	if bi.object.Value != 0 {
