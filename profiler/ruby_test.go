@@ -5,9 +5,8 @@ package profiler
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,30 +22,20 @@ import (
 	"github.com/sonde-dev/sonde/tracer"
 )
 
-// rubyBin is Debian's Ruby 3.1; the tests skip without it, or fail under
-// CI=true.
-func rubyBin(t *testing.T) string {
+// rubyBin is Debian 12's Ruby 3.1; the tests skip without it, or fail
+// under CI=true.
+func rubyBin(t *testing.T) testutil.Ruby {
 	t.Helper()
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the ruby walker runs on x86-64")
-	}
-	const bin = "/usr/bin/ruby3.1"
-	if _, err := os.Stat(bin); err != nil {
-		if testutil.InCI() {
-			t.Fatalf("%s is missing (CI=true: apt-get install ruby): %v", bin, err)
-		}
-		t.Skipf("%s is missing: %v", bin, err)
-	}
-	return bin
+	return testutil.Ruby31(t)
 }
 
 const burnRB = "../internal/ruby/testdata/burn.rb"
 
-// startBurnRuby runs internal/ruby's burn.rb in mode and waits for its
-// "ready" line.
-func startBurnRuby(t *testing.T, mode string) int {
+// startBurnRuby runs internal/ruby's burn.rb in mode with rb and waits for
+// its "ready" line.
+func startBurnRuby(t *testing.T, rb testutil.Ruby, mode string) int {
 	t.Helper()
-	cmd := exec.Command(rubyBin(t), burnRB, mode)
+	cmd := rb.Command(burnRB, mode)
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	return cmd.Process.Pid
@@ -114,18 +103,23 @@ func rubyLine(t *testing.T, text string) int64 {
 	return 0
 }
 
-// rubyChain is a mode of burn.rb and the Ruby frames above its leaf,
-// innermost first: name and the text on its line.
+// rubyChain is a mode of burn.rb run by a Ruby version and the Ruby frames
+// above its leaf, innermost first: name and the text on its line, or the
+// file ("<internal:kernel>") of a method Ruby defines in Ruby (any line).
 type rubyChain struct {
+	rb    testutil.Ruby
 	mode  string
 	chain [][2]string
 }
 
-func rubyChains() []rubyChain {
+func rubyChains(rb testutil.Ruby) []rubyChain {
 	top := [][2]string{
 		{"Object#alpha", "beta(mode) + 1 # alpha's call"},
 		{"block in main", "alpha(mode) # main's call"},
 		{"Object#main", "loop do"},
+	}
+	if rb.Minor >= 3 { // Kernel#loop is written in Ruby (kernel.rb)
+		top = slices.Insert(top, 2, [2]string{"Kernel#loop", "<internal:kernel>"})
 	}
 	script := [2]string{"<main>", "main(mode) # the script's call"}
 	cat := func(a ...[][2]string) [][2]string {
@@ -136,16 +130,16 @@ func rubyChains() []rubyChain {
 		return out
 	}
 	return []rubyChain{
-		{"ruby", cat([][2]string{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top, [][2]string{script})},
-		{"block", cat([][2]string{
+		{rb, "ruby", cat([][2]string{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top, [][2]string{script})},
+		{rb, "block", cat([][2]string{
 			{"block in beta", "with_block { gamma_burn(200_000) } # beta's block"},
 			{"Object#with_block", "yield + 1"},
 			{"Object#beta", "with_block { gamma_burn(200_000) } # beta's block"}}, top, [][2]string{script})},
-		{"class", cat([][2]string{
+		{rb, "class", cat([][2]string{
 			{"Burner#run", "gamma_burn(n) # Burner#run's call"},
 			{"Burner.start", "new.run(n) # Burner.start's call"},
 			{"Object#beta", "Burner.start(200_000) # beta's class call"}}, top, [][2]string{script})},
-		{"thread", cat([][2]string{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top,
+		{rb, "thread", cat([][2]string{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top,
 			[][2]string{{"block in <main>", "Thread.new { main(mode) }.join # the thread's start"}})},
 	}
 }
@@ -167,6 +161,13 @@ func rubyWhole(t *testing.T, st []rbFrame, c rubyChain, file string, lo, hi int6
 			return fmt.Sprintf("no %s", w[0])
 		}
 		g := st[i]
+		if strings.HasPrefix(w[1], "<internal:") {
+			if g.typ != "ruby" || g.name != w[0] || g.file != w[1] || g.line <= 0 {
+				return fmt.Sprintf("frame %d: %s %s at %s:%d, want ruby %s at %s", i, g.typ, g.name, g.file, g.line, w[0], w[1])
+			}
+			i++
+			continue
+		}
 		if want := rubyLine(t, w[1]); g.typ != "ruby" || g.name != w[0] || g.file != file || g.line != want {
 			return fmt.Sprintf("frame %d: %s %s at %s:%d, want ruby %s at %s:%d", i, g.typ, g.name, g.file, g.line, w[0], file, want)
 		}
@@ -193,17 +194,20 @@ func rubyWhole(t *testing.T, st []rbFrame, c rubyChain, file string, lo, hi int6
 // have no Ruby frames at all: see the kernel's RubyNoTable.)
 func TestRubyFrames(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
-	rubyBin(t)
+	rubies := testutil.Rubies(t)
 	file, err := filepath.Abs(burnRB)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lo, hi := rubyLine(t, "while i < n"), rubyLine(t, "i += 1")
 	p, s := startProfiler(t, 99)
-	cases := rubyChains()
+	var cases []rubyChain
+	for _, rb := range rubies {
+		cases = append(cases, rubyChains(rb)...)
+	}
 	pids := make([]int, len(cases))
 	for i, c := range cases {
-		pids[i] = startBurnRuby(t, c.mode)
+		pids[i] = startBurnRuby(t, c.rb, c.mode)
 	}
 	const want = 200
 	leaf := make([]int, len(cases))
@@ -246,15 +250,16 @@ func TestRubyFrames(t *testing.T) {
 	t.Logf("ruby %+v; kernel ruby samples %d frames %d read errors %d bad frames %d left native (no table yet) %d",
 		st.Ruby, st.Kernel.RubySamples, st.Kernel.RubyFrames, st.Kernel.RubyReadErrs, st.Kernel.RubyBadFrames, st.Kernel.RubyNoTable)
 	for i, c := range cases {
-		t.Logf("%s: %d of %d gamma_burn samples whole, one: %s", c.mode, whole[i], leaf[i], example[i])
+		name := c.rb.Version + " " + c.mode
+		t.Logf("%s: %d of %d gamma_burn samples whole, one: %s", name, whole[i], leaf[i], example[i])
 		for _, b := range bad[i] {
-			t.Logf("%s: not whole: %s", c.mode, b)
+			t.Logf("%s: not whole: %s", name, b)
 		}
 		if leaf[i] < want {
-			t.Errorf("%s: %d samples in gamma_burn, want %d", c.mode, leaf[i], want)
+			t.Errorf("%s: %d samples in gamma_burn, want %d", name, leaf[i], want)
 		}
 		if whole[i]*100 < leaf[i]*99 {
-			t.Errorf("%s: %d of %d gamma_burn samples whole, want 99 %%", c.mode, whole[i], leaf[i])
+			t.Errorf("%s: %d of %d gamma_burn samples whole, want 99 %%", name, whole[i], leaf[i])
 		}
 	}
 	if st.Ruby.Processes < uint64(len(cases)) || st.Ruby.Named == 0 || st.Kernel.RubySamples == 0 || st.Kernel.RubyFrames < st.Ruby.Named {
@@ -305,7 +310,7 @@ func TestKernelRubyBounds(t *testing.T) {
 // rb_vm_exec where Ruby frames would be.
 func TestRubyUnknownVersion(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
-	rubyBin(t)
+	rb := rubyBin(t)
 	core, logs := observer.New(zapcore.WarnLevel)
 	p, s := startProfiler(t, 99, func(o *Options) {
 		o.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
@@ -313,7 +318,7 @@ func TestRubyUnknownVersion(t *testing.T) {
 			return ruby.Layout{}, fmt.Errorf("ruby %d.%d: hidden by the test: %w", major, minor, ruby.ErrUnknownVersion)
 		}
 	})
-	pids := []int{startBurnRuby(t, "ruby"), startBurnRuby(t, "ruby")}
+	pids := []int{startBurnRuby(t, rb, "ruby"), startBurnRuby(t, rb, "ruby")}
 	hiddenRuntimeStacks(t, s, pids, "ruby", "rb_vm_exec", 30)
 	if lines := logContexts(logs, "ruby version not supported", ""); len(lines) != 1 || !strings.Contains(lines[0], "ruby 3.1") {
 		t.Errorf("unsupported version log lines: %q, want one about ruby 3.1", lines)
@@ -331,10 +336,10 @@ func TestRubyUnknownVersion(t *testing.T) {
 // among the two leaves' samples agrees within 10 points.
 func TestRubyOracle(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
-	bin := rubyBin(t)
+	rb := rubyBin(t)
 	_, s := startProfiler(t, 99)
 	out := filepath.Join(t.TempDir(), "oracle")
-	cmd := exec.Command(bin, "../internal/ruby/testdata/oracle.rb", out)
+	cmd := rb.Command("../internal/ruby/testdata/oracle.rb", out)
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	pid := cmd.Process.Pid
@@ -379,12 +384,17 @@ func TestRubyOracle(t *testing.T) {
 // the interpreter's native frames, at least 90 % of their Ruby frames are
 // named (a frame whose iseq was freed before the sample was resolved is
 // left unnamed, counted as stale or unreadable, never misnamed), and
-// RubyGems' own files are among the frames.
+// RubyGems' own files are among the frames. It runs on each Ruby version.
 func TestRubyRealProgram(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
-	bin := rubyBin(t)
+	for _, rb := range testutil.Rubies(t) {
+		t.Run(rb.Version, func(t *testing.T) { testRubyRealProgram(t, rb) })
+	}
+}
+
+func testRubyRealProgram(t *testing.T, rb testutil.Ruby) {
 	p, s := startProfiler(t, 99)
-	cmd := exec.Command(bin, "-e", `require "rubygems"
+	cmd := rb.Command("-e", `require "rubygems"
 $stdout.sync = true
 said = false
 loop do

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -62,25 +65,27 @@ func TestTLSMatch(t *testing.T) {
 }
 
 func TestFind(t *testing.T) {
-	cmd := startRuby(t, "ruby")
-	in, mem := findInterp(t, cmd.Process.Pid)
-	if !strings.HasPrefix(in.Version, "3.1.") || in.Minor != 1 || in.Layout.Untested {
-		t.Errorf("version %s (minor %d, untested %v), want 3.1.x tested", in.Version, in.Minor, in.Layout.Untested)
-	}
-	if in.Core.End-in.Core.Start < 4096 || in.Exec.End <= in.Exec.Start || in.Core.Start == in.Exec.Start {
-		t.Errorf("vm_exec_core %#x..%#x, rb_vm_exec %#x..%#x", in.Core.Start, in.Core.End, in.Exec.Start, in.Exec.End)
-	}
-	tp, err := in.MainThread(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ec, err := in.EC(mem, tp); err != nil || ec == 0 {
-		t.Errorf("main thread's context %#x, %v", ec, err)
-	}
+	eachRuby(t, func(t *testing.T, rb testutil.Ruby) {
+		cmd := startRuby(t, rb, "ruby")
+		in, mem := findInterp(t, cmd.Process.Pid)
+		if !strings.HasPrefix(in.Version, rb.Version+".") || in.Minor != rb.Minor || in.Layout.Untested {
+			t.Errorf("version %s (minor %d, untested %v), want %s.x tested", in.Version, in.Minor, in.Layout.Untested, rb.Version)
+		}
+		if in.Core.End-in.Core.Start < 4096 || in.Exec.End <= in.Exec.Start || in.Core.Start == in.Exec.Start {
+			t.Errorf("vm_exec_core %#x..%#x, exec %#x..%#x", in.Core.Start, in.Core.End, in.Exec.Start, in.Exec.End)
+		}
+		tp, err := in.MainThread(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ec, err := in.EC(mem, tp); err != nil || ec == 0 {
+			t.Errorf("main thread's context %#x, %v", ec, err)
+		}
+	})
 }
 
 func TestFindHidesUnknownVersion(t *testing.T) {
-	cmd := startRuby(t, "ruby")
+	cmd := startRuby(t, testutil.Ruby31(t), "ruby")
 	p := findProc(t, cmd.Process.Pid)
 	_, err := FindWith(p, nil, func(major, minor int) (Layout, error) {
 		return Layout{}, fmt.Errorf("ruby %d.%d: %w", major, minor, ErrUnknownVersion)
@@ -91,33 +96,37 @@ func TestFindHidesUnknownVersion(t *testing.T) {
 }
 
 // chainFrame is a frame a sample of the leaf holds: its name and the text
-// on its line in burn.rb.
-type chainFrame struct{ name, text string }
+// on its line in burn.rb, or the file of a method Ruby itself defines in
+// Ruby (any line).
+type chainFrame struct{ name, text, file string }
 
 type chainCase struct {
 	mode  string
 	chain []chainFrame // innermost first, after the leaf gamma_burn
 }
 
-func chainCases() []chainCase {
+func chainCases(minor int) []chainCase {
 	top := []chainFrame{
-		{"Object#alpha", "beta(mode) + 1 # alpha's call"},
-		{"block in main", "alpha(mode) # main's call"},
-		{"Object#main", "loop do"},
+		{"Object#alpha", "beta(mode) + 1 # alpha's call", ""},
+		{"block in main", "alpha(mode) # main's call", ""},
+		{"Object#main", "loop do", ""},
 	}
-	script := chainFrame{"<main>", "main(mode) # the script's call"}
+	if minor >= 3 { // Kernel#loop is written in Ruby (kernel.rb)
+		top = slices.Insert(top, 2, chainFrame{"Kernel#loop", "", "<internal:kernel>"})
+	}
+	script := chainFrame{"<main>", "main(mode) # the script's call", ""}
 	return []chainCase{
-		{mode: "ruby", chain: append(append([]chainFrame{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top...), script)},
+		{mode: "ruby", chain: append(append([]chainFrame{{"Object#beta", "gamma_burn(200_000) # beta's call", ""}}, top...), script)},
 		{mode: "block", chain: append(append([]chainFrame{
-			{"block in beta", "with_block { gamma_burn(200_000) } # beta's block"},
-			{"Object#with_block", "yield + 1"},
-			{"Object#beta", "with_block { gamma_burn(200_000) } # beta's block"}}, top...), script)},
+			{"block in beta", "with_block { gamma_burn(200_000) } # beta's block", ""},
+			{"Object#with_block", "yield + 1", ""},
+			{"Object#beta", "with_block { gamma_burn(200_000) } # beta's block", ""}}, top...), script)},
 		{mode: "class", chain: append(append([]chainFrame{
-			{"Burner#run", "gamma_burn(n) # Burner#run's call"},
-			{"Burner.start", "new.run(n) # Burner.start's call"},
-			{"Object#beta", "Burner.start(200_000) # beta's class call"}}, top...), script)},
-		{mode: "thread", chain: append(append([]chainFrame{{"Object#beta", "gamma_burn(200_000) # beta's call"}}, top...),
-			chainFrame{"block in <main>", "Thread.new { main(mode) }.join # the thread's start"})},
+			{"Burner#run", "gamma_burn(n) # Burner#run's call", ""},
+			{"Burner.start", "new.run(n) # Burner.start's call", ""},
+			{"Object#beta", "Burner.start(200_000) # beta's class call", ""}}, top...), script)},
+		{mode: "thread", chain: append(append([]chainFrame{{"Object#beta", "gamma_burn(200_000) # beta's call", ""}}, top...),
+			chainFrame{"block in <main>", "Thread.new { main(mode) }.join # the thread's start", ""})},
 	}
 }
 
@@ -137,6 +146,12 @@ func checkChain(t *testing.T, src string, c chainCase, frames []StackFrame) stri
 	}
 	for i, w := range c.chain {
 		got := rest[i]
+		if w.file != "" {
+			if got.Name != w.name || got.File != w.file || got.Line <= 0 {
+				return fmt.Sprintf("frame %d: %s at %s:%d, want %s at %s", i+1, got.Name, got.File, got.Line, w.name, w.file)
+			}
+			continue
+		}
 		if want := lineOfText(t, src, w.text); got.Name != w.name || got.File != src || got.Line != want {
 			return fmt.Sprintf("frame %d: %s at %s:%d, want %s at %s:%d", i+1, got.Name, got.File, got.Line, w.name, src, want)
 		}
@@ -151,29 +166,31 @@ func TestStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range chainCases() {
-		t.Run(c.mode, func(t *testing.T) {
-			cmd := startRuby(t, c.mode)
-			in, mem := findInterp(t, cmd.Process.Pid)
-			good, last := 0, ""
-			deadline := time.Now().Add(20 * time.Second)
-			for good < 5 && time.Now().Before(deadline) {
-				for _, tid := range threads(t, cmd.Process.Pid) {
-					frames, err := snapshot(tid, in, mem)
-					if err != nil {
-						last = err.Error()
-						continue
+	eachRuby(t, func(t *testing.T, rb testutil.Ruby) {
+		for _, c := range chainCases(rb.Minor) {
+			t.Run(c.mode, func(t *testing.T) {
+				cmd := startRuby(t, rb, c.mode)
+				in, mem := findInterp(t, cmd.Process.Pid)
+				good, last := 0, ""
+				deadline := time.Now().Add(20 * time.Second)
+				for good < 5 && time.Now().Before(deadline) {
+					for _, tid := range threads(t, cmd.Process.Pid) {
+						frames, err := snapshot(tid, in, mem)
+						if err != nil {
+							last = err.Error()
+							continue
+						}
+						if why := checkChain(t, src, c, frames); why != "" {
+							last = why
+							continue
+						}
+						good++
 					}
-					if why := checkChain(t, src, c, frames); why != "" {
-						last = why
-						continue
-					}
-					good++
 				}
-			}
-			if good < 5 {
-				t.Fatalf("%d good samples of the leaf; last: %s", good, last)
-			}
-		})
-	}
+				if good < 5 {
+					t.Fatalf("%d good samples of the leaf; last: %s", good, last)
+				}
+			})
+		}
+	})
 }

@@ -19,36 +19,25 @@ import (
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
-// rubyBin is Debian's Ruby 3.1; tests skip without it, or fail under
-// CI=true.
-const rubyBin = "/usr/bin/ruby3.1"
-
-func requireRuby(t *testing.T) string {
+// startRuby runs testdata/burn.rb in mode with rb and waits for its
+// "ready" line.
+func startRuby(t *testing.T, rb testutil.Ruby, mode string) *exec.Cmd {
 	t.Helper()
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the ruby walker reads x86-64 thread pointers")
-	}
-	if _, err := os.Stat(rubyBin); err != nil {
-		if testutil.InCI() {
-			t.Fatalf("%s is missing (CI=true: apt-get install ruby): %v", rubyBin, err)
-		}
-		t.Skipf("%s is missing: %v", rubyBin, err)
-	}
-	return rubyBin
-}
-
-// startRuby runs testdata/burn.rb in mode and waits for its "ready" line.
-func startRuby(t *testing.T, mode string) *exec.Cmd {
-	t.Helper()
-	bin := requireRuby(t)
 	src, err := filepath.Abs("testdata/burn.rb")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, src, mode)
+	cmd := rb.Command(src, mode)
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	return cmd
+}
+
+// eachRuby runs f as a subtest for each Ruby version the tests run.
+func eachRuby(t *testing.T, f func(t *testing.T, rb testutil.Ruby)) {
+	for _, rb := range testutil.Rubies(t) {
+		t.Run(rb.Version, func(t *testing.T) { f(t, rb) })
+	}
 }
 
 // findProc reads pid from /proc.

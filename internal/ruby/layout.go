@@ -157,13 +157,14 @@ var layouts = map[int]Layout{
 // ruby3 returns Ruby 3.minor's layout (64-bit, VM_DEBUG_BP_CHECK off,
 // RVARGC as each release builds by default). 3.1's is read from ruby
 // v3_1_2's vm_core.h, iseq.h and iseq.c and run by the tests against
-// Debian's ruby3.1. The others are untested: the offsets where they differ
+// Debian 12's ruby3.1; 3.3's is run by them against Debian 13's ruby3.3.
+// 3.0, 3.2 and 3.4 are untested. The offsets where they differ
 // from 3.1 were measured (offsetof) on the structures rbspy generates with
 // bindgen from each release's headers, every patch release of a minor
 // agreeing, and that measure of 3.1 gives every offset below; the flag
 // bits are from the releases' headers.
 func ruby3(minor int) Layout {
-	l := Layout{Major: 3, Minor: minor, Untested: minor != 1,
+	l := Layout{Major: 3, Minor: minor, Untested: minor != 1 && minor != 3,
 		VMMainThread: 40,
 		ThreadEC:     40, ThreadID: 80,
 		ECVMStack: 0, ECVMStackSize: 8, ECCFP: 16, ECThread: 48,

@@ -4,12 +4,18 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // TestNamer names the frames of live stacks as the walker reports them
 // (iseq, pc) and compares with what Stack read.
 func TestNamer(t *testing.T) {
-	cmd := startRuby(t, "class")
+	eachRuby(t, testNamer)
+}
+
+func testNamer(t *testing.T, rb testutil.Ruby) {
+	cmd := startRuby(t, rb, "class")
 	pid := cmd.Process.Pid
 	in, mem := findInterp(t, pid)
 	n := NewNamer("/proc", 0)
