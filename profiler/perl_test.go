@@ -24,25 +24,18 @@ import (
 	"github.com/sonde-dev/sonde/tracer"
 )
 
-// perlBin is Debian's perl; the tests skip without it, or fail under
+// perlBin is Debian 12's perl; the tests skip without it, or fail under
 // CI=true.
-func perlBin(t *testing.T) string {
+func perlBin(t *testing.T) testutil.Interpreter {
 	t.Helper()
-	const bin = "/usr/bin/perl"
-	if _, err := os.Stat(bin); err != nil {
-		if testutil.InCI() {
-			t.Fatalf("%s is missing (CI=true: apt-get install perl): %v", bin, err)
-		}
-		t.Skipf("%s is missing: %v", bin, err)
-	}
-	return bin
+	return testutil.Perl536(t)
 }
 
-// startBurnPerl runs internal/perl's burn.pl in mode and waits for its
-// "ready" line.
-func startBurnPerl(t *testing.T, mode string) int {
+// startBurnPerl runs internal/perl's burn.pl in mode with pl and waits for
+// its "ready" line.
+func startBurnPerl(t *testing.T, pl testutil.Interpreter, mode string) int {
 	t.Helper()
-	cmd := exec.Command(perlBin(t), perlTestdata(t, "burn.pl"), mode)
+	cmd := pl.Command(perlTestdata(t, "burn.pl"), mode)
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	return cmd.Process.Pid
@@ -146,7 +139,7 @@ func burnPerlChain(t *testing.T, mode string) []perlWant {
 		return append([]perlWant{
 			{name: "main::gamma_burn", file: burn, lines: at(burn, "gamma_burn loop", "# chain ready")},
 			{name: "main::beta", file: burn, lines: at(burn, "beta calls gamma_burn")},
-			{name: "main::by_num", file: burn, lines: at(burn, "by_num calls beta"), cFrom: "Perl_pp_sort"},
+			{name: "main::by_num", file: burn, lines: at(burn, "by_num calls beta"), cFrom: "Perl_sortsv_flags"},
 			{name: "main::alpha", file: burn, lines: at(burn, "alpha sorts")},
 		}, top...)
 	}
@@ -227,11 +220,16 @@ func perlWhole(st []stackFrame, chain []perlWant) bool {
 // perl's native frames; the walker's and the namer's counters say so too.
 func TestPerlFrames(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
-	perlBin(t)
+	for _, pl := range testutil.Perls(t) {
+		t.Run(pl.Version, func(t *testing.T) { testPerlFrames(t, pl) })
+	}
+}
+
+func testPerlFrames(t *testing.T, pl testutil.Interpreter) {
 	for _, mode := range []string{"chain", "eval", "xs", "sort"} {
 		t.Run(mode, func(t *testing.T) {
 			p, s := startProfiler(t, 99)
-			pid := startBurnPerl(t, mode)
+			pid := startBurnPerl(t, pl, mode)
 			chain := burnPerlChain(t, mode)
 			var leaf, whole, xs int
 			var bad []string
@@ -293,7 +291,7 @@ func TestPerlFrames(t *testing.T) {
 // Perl_runops_standard where Perl frames would be.
 func TestPerlUnknownVersion(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
-	perlBin(t)
+	pl := perlBin(t)
 	core, logs := observer.New(zapcore.WarnLevel)
 	p, s := startProfiler(t, 99, func(o *Options) {
 		o.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
@@ -301,7 +299,7 @@ func TestPerlUnknownVersion(t *testing.T) {
 			return perl.Layout{}, fmt.Errorf("perl 5.%d: hidden by the test: %w", v, perl.ErrUnknownVersion)
 		}
 	})
-	pids := []int{startBurnPerl(t, "chain"), startBurnPerl(t, "chain")}
+	pids := []int{startBurnPerl(t, pl, "chain"), startBurnPerl(t, pl, "chain")}
 	hiddenRuntimeStacks(t, s, pids, "perl", "Perl_runops_standard", 30)
 	if lines := logContexts(logs, "perl version not supported", ""); len(lines) != 1 || !strings.Contains(lines[0], "perl 5.36") {
 		t.Errorf("unsupported version log lines: %q, want one about perl 5.36", lines)
@@ -365,7 +363,7 @@ func coveredUntil(profiles []pprofile.Profiles) time.Time {
 func TestPerlNYTProf(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	bin := perlBin(t)
-	if err := exec.Command(bin, "-MDevel::NYTProf::Data", "-e", "1").Run(); err != nil {
+	if err := bin.Command("-MDevel::NYTProf::Data", "-e", "1").Run(); err != nil {
 		if testutil.InCI() {
 			t.Fatalf("Devel::NYTProf is missing (CI=true: apt-get install libdevel-nytprof-perl): %v", err)
 		}
@@ -373,7 +371,7 @@ func TestPerlNYTProf(t *testing.T) {
 	}
 	p, s := startProfiler(t, 99)
 	out := filepath.Join(t.TempDir(), "nytprof.out")
-	cmd := exec.Command(bin, "-d:NYTProf", perlTestdata(t, "burn.pl"), "oracle")
+	cmd := bin.Command("-d:NYTProf", perlTestdata(t, "burn.pl"), "oracle")
 	cmd.Env = append(os.Environ(), "NYTPROF=file="+out+":stmts=0")
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
@@ -424,7 +422,7 @@ func TestPerlNYTProf(t *testing.T) {
 	if a+b < 400 {
 		t.Fatalf("%d samples in leaf_a, %d in leaf_b, want 400 at least; innermost perl frames: %v", a, b, counts)
 	}
-	excl := exec.Command(bin, perlTestdata(t, "nytprof_excl.pl"), "main::leaf_a", "main::leaf_b")
+	excl := bin.Command(perlTestdata(t, "nytprof_excl.pl"), "main::leaf_a", "main::leaf_b")
 	excl.Env = append(os.Environ(), "NYTPROF_FILE="+out)
 	excl.Stderr = os.Stderr
 	ny, err := excl.Output()

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // burnChain is the chain burn.pl runs in mode, innermost first.
@@ -54,12 +57,16 @@ func burnChain(t *testing.T, mode string) []want {
 // TestStackLive reads the Perl stack of a running perl, stopped at random
 // points of its leaf's loop, and checks every frame's name, file and line.
 func TestStackLive(t *testing.T) {
+	eachPerl(t, testStackLive)
+}
+
+func testStackLive(t *testing.T, pl testutil.Interpreter) {
 	for _, mode := range []string{"chain", "eval", "xs", "sort"} {
 		t.Run(mode, func(t *testing.T) {
-			cmd := startPerl(t, mode)
+			cmd := startPerl(t, pl, mode)
 			pid := cmd.Process.Pid
 			in, mem := findInterp(t, pid)
-			if in.Version != "5.36.0" || in.Layout.Version != 36 {
+			if !strings.HasPrefix(in.Version, pl.Version+".") || in.Layout.Version != pl.Minor {
 				t.Fatalf("version %s, layout 5.%d", in.Version, in.Layout.Version)
 			}
 			if in.Runops.End <= in.Runops.Start {
@@ -91,7 +98,7 @@ func TestStackLive(t *testing.T) {
 // TestFindUnknownVersion hides 5.36 from the layouts: the process is
 // reported as an unknown version, not as no perl.
 func TestFindUnknownVersion(t *testing.T) {
-	cmd := startPerl(t, "chain")
+	cmd := startPerl(t, testutil.Perl536(t), "chain")
 	p := findProc(t, cmd.Process.Pid)
 	_, err := FindWith(p, func(v int) (Layout, error) { return LayoutFor(v + 100) })
 	if !errors.Is(err, ErrUnknownVersion) {

@@ -18,32 +18,25 @@ import (
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
-// perlBin is Debian's perl; tests skip without it, or fail under CI=true.
-const perlBin = "/usr/bin/perl"
-
-func requirePerl(t *testing.T) string {
+// startPerl runs testdata/burn.pl in mode with pl and waits for its
+// "ready" line.
+func startPerl(t *testing.T, pl testutil.Interpreter, mode string) *exec.Cmd {
 	t.Helper()
-	if _, err := os.Stat(perlBin); err != nil {
-		if testutil.InCI() {
-			t.Fatalf("%s is missing (CI=true: apt-get install perl): %v", perlBin, err)
-		}
-		t.Skipf("%s is missing: %v", perlBin, err)
-	}
-	return perlBin
-}
-
-// startPerl runs testdata/burn.pl in mode and waits for its "ready" line.
-func startPerl(t *testing.T, mode string) *exec.Cmd {
-	t.Helper()
-	bin := requirePerl(t)
 	src, err := filepath.Abs("testdata/burn.pl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, src, mode)
+	cmd := pl.Command(src, mode)
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	return cmd
+}
+
+// eachPerl runs f as a subtest for each Perl version the tests run.
+func eachPerl(t *testing.T, f func(t *testing.T, pl testutil.Interpreter)) {
+	for _, pl := range testutil.Perls(t) {
+		t.Run(pl.Version, func(t *testing.T) { f(t, pl) })
+	}
 }
 
 // findInterp finds the interpreter of pid and opens its memory.

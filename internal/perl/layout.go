@@ -69,21 +69,33 @@ const (
 	eopTypeShft = 7          // CxOLD_OP_TYPE is blk_u16 >> 7
 )
 
-// layouts are the versions this package knows. 5.36 is checked against
-// Debian's headers (libperl5.36's CORE, offsetof) by
-// TestLayoutMatchesHeaders and run by the live tests.
+// layouts are the versions this package knows, each checked against
+// Debian's headers (libperl5.X's CORE, offsetof) by TestLayoutMatchesHeaders
+// and run by the live tests: 5.36 is Debian 12's, 5.40 Debian 13's, 5.42
+// Debian 14's. 5.40 and 5.42 keep every offset of 5.36 and number their ops
+// anew.
 var layouts = map[int]Layout{
-	36: {Version: 36,
-		InterpCurcop: 208, InterpCurstackinfo: 224,
-		SICxstack: 8, SIPrev: 16, SICxix: 32, SIType: 44,
-		CxSize: 104, CxType: 0, CxU16: 2, CxOldcop: 16, CxRetop: 48, CxSubCV: 72,
-		CopLine: 36, CopFile: 48,
-		SvFlags:  12,
-		XcvStash: 32, XcvGV: 56, XcvFile: 64, XcvFlags: 92,
-		XgvNameHek: 32, XgvStash: 40,
-		XhvAux: 32, AuxName: 0, AuxNameCount: 28,
-		HekLen: 4, HekKey: 8,
-		OpRequire: 342},
+	36: perl536,
+	40: with(perl536, 40, 345),
+	42: with(perl536, 42, 349),
+}
+
+var perl536 = Layout{Version: 36,
+	InterpCurcop: 208, InterpCurstackinfo: 224,
+	SICxstack: 8, SIPrev: 16, SICxix: 32, SIType: 44,
+	CxSize: 104, CxType: 0, CxU16: 2, CxOldcop: 16, CxRetop: 48, CxSubCV: 72,
+	CopLine: 36, CopFile: 48,
+	SvFlags:  12,
+	XcvStash: 32, XcvGV: 56, XcvFile: 64, XcvFlags: 92,
+	XgvNameHek: 32, XgvStash: 40,
+	XhvAux: 32, AuxName: 0, AuxNameCount: 28,
+	HekLen: 4, HekKey: 8,
+	OpRequire: 342}
+
+// with is l for Perl 5.version, whose OP_REQUIRE is opRequire.
+func with(l Layout, version, opRequire int) Layout {
+	l.Version, l.OpRequire = version, opRequire
+	return l
 }
 
 // ErrUnknownVersion is matched by the error for a Perl whose version has

@@ -3,12 +3,18 @@ package perl
 import (
 	"errors"
 	"testing"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // TestNamerLive names the frames of a live burn.pl the way the walker
 // reports them, and refuses a check word that is not the frame's.
 func TestNamerLive(t *testing.T) {
-	cmd := startPerl(t, "eval")
+	eachPerl(t, testNamerLive)
+}
+
+func testNamerLive(t *testing.T, pl testutil.Interpreter) {
+	cmd := startPerl(t, pl, "eval")
 	pid := cmd.Process.Pid
 	in, mem := findInterp(t, pid)
 	n := NewNamer("/proc", 0)

@@ -96,7 +96,7 @@ func debianPackages(suite string, pkgs []string) (*DebianRoot, error) {
 	opts := []string{
 		"-o", "Dir::Etc::SourceList=" + list, "-o", "Dir::Etc::SourceParts=/dev/null",
 		"-o", "Dir::State::Lists=" + filepath.Join(state, "lists"), "-o", "Dir::Cache=" + filepath.Join(state, "cache"),
-		"-o", "APT::Sandbox::User=root", "-q",
+		"-o", "APT::Sandbox::User=root", "-o", "Dir::State::status=/dev/null", "-q",
 	}
 	run := func(dir string, args ...string) error {
 		cmd := exec.Command("apt-get", append(append([]string{}, opts...), args...)...)

@@ -1,0 +1,122 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+)
+
+// Interpreter is a version of a language runtime the tests run: this
+// machine's (Debian 12's) package, or another Debian release's unpacked by
+// DebianPackages and run under that release's loader.
+type Interpreter struct {
+	Version string // major.minor: "3.1", "5.40"
+	Minor   int
+	bin     string
+	root    *DebianRoot // nil: installed on this machine
+	env     []string
+}
+
+// Command runs the interpreter with args.
+func (in Interpreter) Command(args ...string) *exec.Cmd {
+	if in.root == nil {
+		return exec.Command(in.bin, args...)
+	}
+	cmd := in.root.Command(in.bin, args...)
+	cmd.Env = append(os.Environ(), in.env...)
+	return cmd
+}
+
+// Root is where another release's packages are unpacked; nil for this
+// machine's interpreter.
+func (in Interpreter) Root() *DebianRoot { return in.root }
+
+// Ruby is a Ruby interpreter the tests run.
+type Ruby = Interpreter
+
+// installed returns this machine's interpreter at bin: the test skips
+// without it, or fails under CI=true, naming the package.
+func installed(tb testing.TB, bin, pkg, version string, minor int) Interpreter {
+	tb.Helper()
+	if _, err := os.Stat(bin); err != nil {
+		if InCI() {
+			tb.Fatalf("%s is missing (CI=true: apt-get install %s): %v", bin, pkg, err)
+		}
+		tb.Skipf("%s is missing: %v", bin, err)
+	}
+	return Interpreter{Version: version, Minor: minor, bin: bin}
+}
+
+// Ruby31 is Debian 12's ruby3.1 (make deps installs it). The test skips
+// without it, or fails under CI=true; and skips off x86-64, where the Ruby
+// walker does not run.
+func Ruby31(tb testing.TB) Ruby {
+	tb.Helper()
+	if runtime.GOARCH != "amd64" {
+		tb.Skip("the ruby walker runs on x86-64")
+	}
+	return installed(tb, "/usr/bin/ruby3.1", "ruby", "3.1", 1)
+}
+
+// Ruby33 is Debian 13's ruby3.3, stripped like 3.1 but built with hidden
+// symbols: unpacked from its packages and run under Debian 13's loader
+// (DebianPackages).
+func Ruby33(tb testing.TB) Ruby {
+	tb.Helper()
+	if runtime.GOARCH != "amd64" {
+		tb.Skip("the ruby walker runs on x86-64")
+	}
+	root := DebianPackages(tb, "trixie", "ruby3.3", "libruby3.3", "libc6", "libgmp10", "libcrypt1", "zlib1g")
+	lib := root.Path("/usr/lib/ruby/3.3.0") + ":" + root.Path("/usr/lib/x86_64-linux-gnu/ruby/3.3.0")
+	return Ruby{Version: "3.3", Minor: 3, bin: "/usr/bin/ruby3.3", root: root, env: []string{"RUBYLIB=" + lib}}
+}
+
+// Rubies are the Ruby versions the tests run: Debian 12's 3.1 and Debian
+// 13's 3.3.
+func Rubies(tb testing.TB) []Ruby {
+	tb.Helper()
+	return []Ruby{Ruby31(tb), Ruby33(tb)}
+}
+
+// Perl536 is Debian 12's perl (make deps installs it). The test skips
+// without it, or fails under CI=true.
+func Perl536(tb testing.TB) Interpreter {
+	tb.Helper()
+	return installed(tb, "/usr/bin/perl", "perl", "5.36", 36)
+}
+
+// Perl540 is Debian 13's perl 5.40, with its headers (libperl5.40's CORE),
+// unpacked from its packages and run under Debian 13's loader with its own
+// library directories first on @INC. Off x86-64 the test skips: the
+// packages are amd64's.
+func Perl540(tb testing.TB) Interpreter {
+	tb.Helper()
+	return debianPerl(tb, "trixie", 40)
+}
+
+// Perl542 is Debian 14's (forky, testing today) perl 5.42, as Perl540.
+func Perl542(tb testing.TB) Interpreter {
+	tb.Helper()
+	return debianPerl(tb, "forky", 42)
+}
+
+func debianPerl(tb testing.TB, suite string, minor int) Interpreter {
+	tb.Helper()
+	if runtime.GOARCH != "amd64" {
+		tb.Skipf("Debian %s's perl is unpacked for x86-64 only", suite)
+	}
+	v := fmt.Sprintf("5.%d", minor)
+	root := DebianPackages(tb, suite, "perl-base", "libperl"+v, "perl-modules-"+v, "libc6", "libcrypt1")
+	lib := root.Path("/usr/lib/x86_64-linux-gnu/perl-base") + ":" + root.Path("/usr/lib/x86_64-linux-gnu/perl/"+v) +
+		":" + root.Path("/usr/share/perl/"+v)
+	return Interpreter{Version: v, Minor: minor, bin: "/usr/bin/perl", root: root, env: []string{"PERL5LIB=" + lib}}
+}
+
+// Perls are the Perl versions the tests run: Debian 12's 5.36, Debian
+// 13's 5.40 and Debian 14's 5.42.
+func Perls(tb testing.TB) []Interpreter {
+	tb.Helper()
+	return []Interpreter{Perl536(tb), Perl540(tb), Perl542(tb)}
+}
