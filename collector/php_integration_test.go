@@ -5,7 +5,6 @@ package collector_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -74,10 +73,26 @@ type phpChain struct {
 	flags        []string // PHP's own options
 	leafInternal string
 	chain        []phpWant
+	// nativeCut: the native frames below {main} may end before
+	// php_execute_script. PHP 8.4's tracing JIT (IR) runs its code on a
+	// frame the unwinder does not yet recover from (docs/php.md); its PHP
+	// frames are still checked whole.
+	nativeCut bool
 }
 
-func phpChains(t *testing.T) []phpChain {
+func phpChains(t *testing.T, minor int) []phpChain {
 	at := func(file, text string) int64 { return phpLineOf(t, file, text) }
+	// A closure is {closure}; from 8.4 PHP names it by where it is
+	// defined: the enclosing function, else the file, and the line.
+	closure := func(file, text, in string) string {
+		if minor < 4 {
+			return "{closure}"
+		}
+		if in == "" {
+			in = phpScript(t, file)
+		}
+		return fmt.Sprintf("{closure:%s:%d}", in, at(file, text))
+	}
 	common := []phpWant{
 		{"alpha", "burn.php", at("burn.php", "return beta($mode, $n, $data) + 1;"), false},
 		{"main", "burn.php", at("burn.php", "$sum = ($sum + alpha($mode, 200000, $data)) % 1000003;"), false},
@@ -93,11 +108,12 @@ func phpChains(t *testing.T) []phpChain {
 		// opcache's tracing JIT: gamma_burn's loop and its callers run as
 		// JIT code on execute_ex's frame.
 		{mode: "php", label: "php, jit", flags: []string{"-d", "opcache.enable_cli=1", "-d", "opcache.jit=tracing",
-			"-d", "opcache.jit_buffer_size=64M"}, chain: append([]phpWant{
+			"-d", "opcache.jit_buffer_size=64M"}, nativeCut: minor >= 4, chain: append([]phpWant{
 			{"gamma_burn", "burn.php", at("burn.php", "function gamma_burn(int $n): int"), true},
 			{"beta", "burn.php", at("burn.php", "return gamma_burn($n) + 1;"), false}}, common...)},
 		{mode: "closure", chain: append([]phpWant{
-			{"Burner::{closure}", "burner.php", at("burner.php", "$burn = function (int $n): int {"), true},
+			{"Burner::" + closure("burner.php", "$burn = function (int $n): int {", "Burner::run()"), "burner.php",
+				at("burner.php", "$burn = function (int $n): int {"), true},
 			{"Burner::run", "burner.php", at("burner.php", "return $burn($n);"), false},
 			{"beta", "burn.php", at("burn.php", "return (new Burner())->run($n) + 1;"), false}}, common...)},
 		// With opcache, as PHP runs in production: without it an included
@@ -106,10 +122,17 @@ func phpChains(t *testing.T) []phpChain {
 		// (docs/php.md).
 		{mode: "include", flags: []string{"-d", "opcache.enable_cli=1"}, chain: append([]phpWant{
 			{"gamma_burn", "burn.php", at("burn.php", "function gamma_burn(int $n): int"), true},
-			{"{closure}", "inc_burn.php", at("inc_burn.php", "$f = fn (int $k): int => gamma_burn($k);"), false},
+			{closure("inc_burn.php", "$f = fn (int $k): int => gamma_burn($k);", ""), "inc_burn.php",
+				at("inc_burn.php", "$f = fn (int $k): int => gamma_burn($k);"), false},
 			{"{include}", "inc_burn.php", at("inc_burn.php", "return $f($n);"), false},
 			{"beta", "burn.php", at("burn.php", "return (include __DIR__ . '/inc_burn.php') + 1;"), false}}, common...)},
 	}
+}
+
+// isExecuteScript says whether fn runs a script for the CLI: 8.4's
+// php_execute_script tail-calls php_execute_script_ex, which runs it.
+func isExecuteScript(fn string) bool {
+	return fn == "php_execute_script" || fn == "php_execute_script_ex"
 }
 
 // phpFrame is one location of a sample, flattened: its type and innermost
@@ -175,9 +198,12 @@ func (c phpChain) whole(fs []phpFrame, i int) error {
 		if f.Type == "php" {
 			return fmt.Errorf("php frame %s below {main}", f.Function)
 		}
-		if f.Function == "php_execute_script" {
+		if isExecuteScript(f.Function) {
 			return nil
 		}
+	}
+	if c.nativeCut {
+		return nil
 	}
 	return fmt.Errorf("no php_execute_script below the PHP frames")
 }
@@ -251,9 +277,9 @@ func collectPHP(sink *consumertest.ProfilesSink, chains map[int64]phpChain, n in
 // second. A process started before then has its first native frames
 // below the PHP ones unwound from stack snapshots, which the eBPF side
 // skips while the ring buffer is half full (docs/php.md).
-func warmPHP(t *testing.T, sink *consumertest.ProfilesSink, bin string, args ...string) {
+func warmPHP(t *testing.T, sink *consumertest.ProfilesSink, php testutil.Interpreter, args ...string) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	cmd := php.Command(args...)
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	defer func() { _ = cmd.Process.Kill() }()
@@ -269,7 +295,7 @@ func warmPHP(t *testing.T, sink *consumertest.ProfilesSink, bin string, args ...
 				}
 				fs := phpFrames(s)
 				if len(fs) > 0 && fs[len(fs)-1].Function == "_start" && slices.ContainsFunc(fs, func(f phpFrame) bool {
-					return f.Function == "php_execute_script"
+					return isExecuteScript(f.Function)
 				}) {
 					return
 				}
@@ -290,12 +316,17 @@ func warmPHP(t *testing.T, sink *consumertest.ProfilesSink, bin string, args ...
 // above the PHP frames.
 func TestPHPStacks(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde receiver")
-	requirePHP(t)
+	for _, php := range testutil.PHPs(t) {
+		t.Run(php.Version, func(t *testing.T) { testPHPStacks(t, php) })
+	}
+}
+
+func testPHPStacks(t *testing.T, php testutil.Interpreter) {
 	sink := startReceiver(t, jvmRate)
-	warmPHP(t, sink, phpBin, phpScript(t, "burn.php"))
+	warmPHP(t, sink, php, phpScript(t, "burn.php"))
 	chains := map[int64]phpChain{}
-	for _, c := range phpChains(t) {
-		cmd := exec.Command(phpBin, append(c.flags, phpScript(t, "burn.php"), c.mode)...)
+	for _, c := range phpChains(t, php.Minor) {
+		cmd := php.Command(append(c.flags, phpScript(t, "burn.php"), c.mode)...)
 		cmd.Stderr = os.Stderr
 		testutil.StartReady(t, cmd, 30*time.Second)
 		chains[int64(cmd.Process.Pid)] = c

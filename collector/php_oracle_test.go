@@ -23,7 +23,7 @@ func TestPHPAgainstTicks(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde receiver")
 	requirePHP(t)
 	sink := startReceiver(t, jvmRate)
-	warmPHP(t, sink, phpBin, phpScript(t, "burn.php"))
+	warmPHP(t, sink, testutil.PHP82(t), phpScript(t, "burn.php"))
 	out := filepath.Join(t.TempDir(), "ticks.json")
 	cmd := exec.Command(phpBin, phpScript(t, "oracle.php"), out)
 	cmd.Stderr = os.Stderr

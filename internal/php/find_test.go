@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -62,18 +64,20 @@ func TestCheckVMStack(t *testing.T) {
 }
 
 func TestFind(t *testing.T) {
-	cmd := startPHP(t, "php")
-	in, _ := findInterp(t, cmd.Process.Pid)
-	if !strings.HasPrefix(in.Version, "8.2.") || in.Minor != 2 || in.Layout.Untested {
-		t.Errorf("version %s (minor %d, untested %v), want 8.2.x tested", in.Version, in.Minor, in.Layout.Untested)
-	}
-	if in.Exec.End-in.Exec.Start < 4096 || in.CurrentEx == 0 {
-		t.Errorf("execute_ex %#x..%#x, current frame at %#x", in.Exec.Start, in.Exec.End, in.CurrentEx)
-	}
+	eachPHP(t, func(t *testing.T, php testutil.Interpreter) {
+		cmd := startPHP(t, php, "php")
+		in, _ := findInterp(t, cmd.Process.Pid)
+		if !strings.HasPrefix(in.Version, php.Version+".") || in.Minor != php.Minor || in.Layout.Untested {
+			t.Errorf("version %s (minor %d, untested %v), want %s.x tested", in.Version, in.Minor, in.Layout.Untested, php.Version)
+		}
+		if in.Exec.End-in.Exec.Start < 4096 || in.CurrentEx == 0 {
+			t.Errorf("execute_ex %#x..%#x, current frame at %#x", in.Exec.Start, in.Exec.End, in.CurrentEx)
+		}
+	})
 }
 
 func TestFindHidesUnknownVersion(t *testing.T) {
-	cmd := startPHP(t, "php")
+	cmd := startPHP(t, testutil.PHP82(t), "php")
 	procs := findProc(t, cmd.Process.Pid)
 	_, err := FindWith(procs, nil, func(minor int) (Layout, error) {
 		return Layout{}, fmt.Errorf("php 8.%d: %w", minor, ErrUnknownVersion)
@@ -96,7 +100,23 @@ type chainFrame struct {
 	name, file, text string
 }
 
-func chainCases() []chainCase {
+func chainCases(t *testing.T, minor int) []chainCase {
+	// A closure is {closure}; from 8.4 PHP names it by where it is
+	// defined: the enclosing function ("Burner::run()"), else the file, and
+	// the line.
+	closure := func(file, text, in string) string {
+		if minor < 4 {
+			return "{closure}"
+		}
+		path, err := filepath.Abs(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in == "" {
+			in = path
+		}
+		return fmt.Sprintf("{closure:%s:%d}", in, lineOfText(t, path, text))
+	}
 	common := []chainFrame{
 		{"alpha", "burn.php", "return beta($mode, $n, $data) + 1;"},
 		{"main", "burn.php", "$sum = ($sum + alpha($mode, 200000, $data)) % 1000003;"},
@@ -110,12 +130,12 @@ func chainCases() []chainCase {
 			{"gamma_hash", "burn.php", "return strlen(hash('sha256', $data));"},
 			{"beta", "burn.php", "return gamma_hash($data) + 1;"}}, common...)},
 		{mode: "closure", chain: append([]chainFrame{
-			{"Burner::{closure}", "burner.php", "$burn = function (int $n): int {"},
+			{"Burner::" + closure("burner.php", "$burn = function (int $n): int {", "Burner::run()"), "burner.php", "$burn = function (int $n): int {"},
 			{"Burner::run", "burner.php", "return $burn($n);"},
 			{"beta", "burn.php", "return (new Burner())->run($n) + 1;"}}, common...)},
 		{mode: "include", chain: append([]chainFrame{
 			{"gamma_burn", "burn.php", "function gamma_burn(int $n): int"},
-			{"{closure}", "inc_burn.php", "$f = fn (int $k): int => gamma_burn($k);"},
+			{closure("inc_burn.php", "$f = fn (int $k): int => gamma_burn($k);", ""), "inc_burn.php", "$f = fn (int $k): int => gamma_burn($k);"},
 			{"{include}", "inc_burn.php", "return $f($n);"},
 			{"beta", "burn.php", "return (include __DIR__ . '/inc_burn.php') + 1;"}}, common...)},
 	}
@@ -164,11 +184,14 @@ func matchChain(c chainCase, frames []StackFrame, lines func(file, text string) 
 // with the call's line in each caller and a line in the leaf (taken from
 // the VM's registers).
 func TestStackLive(t *testing.T) {
-	requirePHP(t)
+	eachPHP(t, testStackLive)
+}
+
+func testStackLive(t *testing.T, php testutil.Interpreter) {
 	lines := func(file, text string) int64 { return lineOfText(t, filepath.Join("testdata", file), text) }
-	for _, c := range chainCases() {
+	for _, c := range chainCases(t, php.Minor) {
 		t.Run(c.mode, func(t *testing.T) {
-			cmd := startPHP(t, c.mode)
+			cmd := startPHP(t, php, c.mode)
 			pid := cmd.Process.Pid
 			in, mem := findInterp(t, pid)
 			const want = 50
@@ -208,7 +231,11 @@ func TestStackLive(t *testing.T) {
 // TestFindJIT finds opcache's JIT buffer and a pc of execute_ex's body in
 // a PHP run with the tracing JIT.
 func TestFindJIT(t *testing.T) {
-	cmd := startPHP(t, "php", "-d", "opcache.enable_cli=1", "-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=64M")
+	eachPHP(t, testFindJIT)
+}
+
+func testFindJIT(t *testing.T, php testutil.Interpreter) {
+	cmd := startPHP(t, php, "php", "-d", "opcache.enable_cli=1", "-d", "opcache.jit=tracing", "-d", "opcache.jit_buffer_size=64M")
 	in, _ := findInterp(t, cmd.Process.Pid)
 	for deadline := time.Now().Add(10 * time.Second); in.JIT.End == 0 && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond) // mapped by opcache as PHP starts

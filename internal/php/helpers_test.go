@@ -18,33 +18,25 @@ import (
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
-// phpBin is Debian's PHP 8.2 CLI; tests skip without it, or fail under
-// CI=true.
-const phpBin = "/usr/bin/php8.2"
-
-func requirePHP(t *testing.T) string {
+// startPHP runs testdata/burn.php in mode with php and waits for its
+// "ready" line.
+func startPHP(t *testing.T, php testutil.Interpreter, mode string, flags ...string) *exec.Cmd {
 	t.Helper()
-	if _, err := os.Stat(phpBin); err != nil {
-		if testutil.InCI() {
-			t.Fatalf("%s is missing (CI=true: apt-get install php-cli): %v", phpBin, err)
-		}
-		t.Skipf("%s is missing: %v", phpBin, err)
-	}
-	return phpBin
-}
-
-// startPHP runs testdata/burn.php in mode and waits for its "ready" line.
-func startPHP(t *testing.T, mode string, flags ...string) *exec.Cmd {
-	t.Helper()
-	bin := requirePHP(t)
 	src, err := filepath.Abs("testdata/burn.php")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append(flags, src, mode)...)
+	cmd := php.Command(append(flags, src, mode)...)
 	cmd.Stderr = os.Stderr
 	testutil.StartReady(t, cmd, 30*time.Second)
 	return cmd
+}
+
+// eachPHP runs f as a subtest for each PHP version the tests run.
+func eachPHP(t *testing.T, f func(t *testing.T, php testutil.Interpreter)) {
+	for _, php := range testutil.PHPs(t) {
+		t.Run(php.Version, func(t *testing.T) { f(t, php) })
+	}
 }
 
 // findInterp finds the engine of pid.

@@ -63,10 +63,10 @@ const zendACCClosure = 1 << 22
 // executor_globals.vm_stack_page_size in every process.
 const vmStackPageSize = 256 << 10
 
-// layouts are the versions this package knows. 8.2 is checked against
-// Debian's php8.2-dev headers (offsetof) by TestLayoutMatchesHeaders and
-// run by the integration tests. The others are untested: no PHP but 8.2
-// installs here. Where their offsets differ from 8.2's (zend_op_array's
+// layouts are the versions this package knows. 8.2 and 8.4 are checked
+// against Debian's php8.2-dev and (Debian 13's) php8.4-dev headers
+// (offsetof) by TestLayoutMatchesHeaders and run by the integration tests.
+// 8.0, 8.1 and 8.3 are untested. Where their offsets differ from 8.2's (zend_op_array's
 // last_var and filename) they are those of the structure dumps phpspy
 // publishes per release for x86-64, taken from real builds' debug
 // information; its dumps also agree with zend8's fixed offsets in every
@@ -77,7 +77,7 @@ var layouts = map[int]Layout{
 	1: zend8(1, 20210902, 60, 144, true),
 	2: zend8(2, 20220829, 76, 152, false),
 	3: zend8(3, 20230831, 72, 144, true),
-	4: zend8(4, 20240924, 92, 168, true),
+	4: zend8(4, 20240924, 92, 168, false),
 }
 
 // zend8 is the layout of PHP 8.minor, whose module API number is api and

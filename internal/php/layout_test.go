@@ -49,20 +49,35 @@ int main(void) {
 }
 `
 
-// TestLayoutMatchesHeaders compiles offsetsC against the installed
-// engine's headers (Debian's php8.2-dev) and compares every offset with
-// the table's layout of that version.
+// TestLayoutMatchesHeaders compiles offsetsC against each tested engine's
+// headers (Debian's php8.X-dev) and compares every offset with the table's
+// layout of that version.
 func TestLayoutMatchesHeaders(t *testing.T) {
-	config, err := exec.LookPath("php-config8.2")
+	eachPHP(t, testLayoutMatchesHeaders)
+}
+
+func testLayoutMatchesHeaders(t *testing.T, php testutil.Interpreter) {
+	name := "php-config" + php.Version
+	config, err := exec.LookPath(name)
+	if r := php.Root(); r != nil {
+		config, err = r.Path("/usr/bin/"+name), nil
+	}
 	if err != nil {
 		if testutil.InCI() {
-			t.Fatalf("php-config8.2 is missing (CI=true: apt-get install php8.2-dev): %v", err)
+			t.Fatalf("%s is missing (CI=true: apt-get install php%s-dev): %v", name, php.Version, err)
 		}
-		t.Skipf("php-config8.2 is missing (php8.2-dev): %v", err)
+		t.Skipf("%s is missing (php%s-dev): %v", name, php.Version, err)
 	}
-	incs, err := exec.Command(config, "--includes").Output()
+	out, err := exec.Command("sh", config, "--includes").Output()
 	if err != nil {
 		t.Fatal(err)
+	}
+	var incs []string
+	for _, f := range strings.Fields(string(out)) {
+		if r := php.Root(); r != nil && strings.HasPrefix(f, "-I/") {
+			f = "-I" + r.Path(strings.TrimPrefix(f, "-I")) // another release's, where it is unpacked
+		}
+		incs = append(incs, f)
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "offsets.c")
@@ -70,11 +85,11 @@ func TestLayoutMatchesHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "offsets")
-	args := append(strings.Fields(string(incs)), "-w", "-o", bin, src)
+	args := append(incs, "-w", "-o", bin, src)
 	if out, err := exec.Command(testutil.RequireTool(t, "gcc"), args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin).Output()
+	out, err = exec.Command(bin).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +102,7 @@ func TestLayoutMatchesHeaders(t *testing.T) {
 		}
 		got[f[0]] = v
 	}
-	l, err := LayoutFor(2)
+	l, err := LayoutFor(php.Minor)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +123,8 @@ func TestLayoutMatchesHeaders(t *testing.T) {
 }
 
 // Every layout is its minor's, with a module API number of its year (8.0
-// in 2020) and the walker's fields 8-aligned; only 8.2 is tested. The
-// offsets of 8.2 (zend8's fixed ones among them) are checked against its
+// in 2020) and the walker's fields 8-aligned; 8.2 and 8.4 are tested. The
+// offsets of both (zend8's fixed ones among them) are checked against their
 // headers by TestLayoutMatchesHeaders, and each layout against the
 // walker's bounds by the profiler's TestKernelPHPBounds.
 func TestLayoutsConsistent(t *testing.T) {
@@ -127,8 +142,8 @@ func TestLayoutsConsistent(t *testing.T) {
 		if year := l.APINo / 10000; year != 2020+minor {
 			t.Errorf("8.%d: module API %d is of %d, want %d", minor, l.APINo, year, 2020+minor)
 		}
-		if l.Untested != (minor != 2) {
-			t.Errorf("8.%d: untested %v; only 8.2 runs here", minor, l.Untested)
+		if l.Untested != (minor != 2 && minor != 4) {
+			t.Errorf("8.%d: untested %v; 8.2 and 8.4 run here", minor, l.Untested)
 		}
 	}
 	if got := len(Minors()); got != 5 {

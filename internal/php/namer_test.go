@@ -6,12 +6,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
 // TestNamerLive names the frames of a live burn.php the way the walker
 // reports them, and refuses a check word that is not the function's.
 func TestNamerLive(t *testing.T) {
-	cmd := startPHP(t, "closure")
+	cmd := startPHP(t, testutil.PHP82(t), "closure")
 	pid := cmd.Process.Pid
 	in, mem := findInterp(t, pid)
 	n := NewNamer("/proc", 0)

@@ -17,10 +17,12 @@ type Interpreter struct {
 	bin     string
 	root    *DebianRoot // nil: installed on this machine
 	env     []string
+	args    []string // before the caller's
 }
 
 // Command runs the interpreter with args.
 func (in Interpreter) Command(args ...string) *exec.Cmd {
+	args = append(append([]string{}, in.args...), args...)
 	if in.root == nil {
 		return exec.Command(in.bin, args...)
 	}
@@ -119,4 +121,38 @@ func debianPerl(tb testing.TB, suite string, minor int) Interpreter {
 func Perls(tb testing.TB) []Interpreter {
 	tb.Helper()
 	return []Interpreter{Perl536(tb), Perl540(tb), Perl542(tb)}
+}
+
+// PHP82 is Debian 12's PHP 8.2 CLI (make deps installs it). The test skips
+// without it, or fails under CI=true.
+func PHP82(tb testing.TB) Interpreter {
+	tb.Helper()
+	return installed(tb, "/usr/bin/php8.2", "php-cli", "8.2", 2)
+}
+
+// phpAPI84 is PHP 8.4's module API number: its extensions' directory.
+const phpAPI84 = "20240924"
+
+// PHP84 is Debian 13's PHP 8.4 CLI with opcache and the headers
+// (php8.4-dev), unpacked and run under Debian 13's loader. It loads opcache
+// (disabled for the CLI unless asked) as Debian's own configuration does;
+// no php.ini is read. Off x86-64 the test skips.
+func PHP84(tb testing.TB) Interpreter {
+	tb.Helper()
+	if runtime.GOARCH != "amd64" {
+		tb.Skip("Debian 13's php is unpacked for x86-64 only")
+	}
+	root := DebianPackages(tb, "trixie", "php8.4-cli", "php8.4-common", "php8.4-opcache", "php8.4-dev",
+		"libc6", "libedit2", "libargon2-1", "libpcre2-8-0", "libsodium23", "libssl3t64", "libxml2", "zlib1g",
+		"libffi8", "libgcc-s1", "libbsd0", "libmd0", "libtinfo6", "libicu76", "liblzma5")
+	ext := root.Path("/usr/lib/php/" + phpAPI84)
+	return Interpreter{Version: "8.4", Minor: 4, bin: "/usr/bin/php8.4", root: root,
+		args: []string{"-n", "-d", "extension_dir=" + ext, "-d", "zend_extension=opcache"}}
+}
+
+// PHPs are the PHP versions the tests run: Debian 12's 8.2 and Debian
+// 13's 8.4.
+func PHPs(tb testing.TB) []Interpreter {
+	tb.Helper()
+	return []Interpreter{PHP82(tb), PHP84(tb)}
 }
