@@ -73,11 +73,6 @@ type phpChain struct {
 	flags        []string // PHP's own options
 	leafInternal string
 	chain        []phpWant
-	// nativeCut: the native frames below {main} may end before
-	// php_execute_script. PHP 8.4's tracing JIT (IR) runs its code on a
-	// frame the unwinder does not yet recover from (docs/php.md); its PHP
-	// frames are still checked whole.
-	nativeCut bool
 }
 
 func phpChains(t *testing.T, minor int) []phpChain {
@@ -108,7 +103,7 @@ func phpChains(t *testing.T, minor int) []phpChain {
 		// opcache's tracing JIT: gamma_burn's loop and its callers run as
 		// JIT code on execute_ex's frame.
 		{mode: "php", label: "php, jit", flags: []string{"-d", "opcache.enable_cli=1", "-d", "opcache.jit=tracing",
-			"-d", "opcache.jit_buffer_size=64M"}, nativeCut: minor >= 4, chain: append([]phpWant{
+			"-d", "opcache.jit_buffer_size=64M"}, chain: append([]phpWant{
 			{"gamma_burn", "burn.php", at("burn.php", "function gamma_burn(int $n): int"), true},
 			{"beta", "burn.php", at("burn.php", "return gamma_burn($n) + 1;"), false}}, common...)},
 		{mode: "closure", chain: append([]phpWant{
@@ -201,9 +196,6 @@ func (c phpChain) whole(fs []phpFrame, i int) error {
 		if isExecuteScript(f.Function) {
 			return nil
 		}
-	}
-	if c.nativeCut {
-		return nil
 	}
 	return fmt.Errorf("no php_execute_script below the PHP frames")
 }

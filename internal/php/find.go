@@ -230,10 +230,10 @@ func jitBuffer(p *process.Process) (Range, bool) {
 	return Range{}, false
 }
 
-// execBody returns a pc of execute_ex's body: where its CFI's frame is
-// largest (an sp-based CFA at its greatest offset), which is where every
-// handler runs and where the JIT's code runs too. Found once per binary,
-// from path (the binary as this process maps it).
+// execBody returns a pc of execute_ex's body: the row of its CFI that
+// covers the most code, which is where every handler runs and where the
+// JIT's code runs too. Found once per binary, from path (the binary as this
+// process maps it).
 func (bi *binInfo) execBody(path string) (uint64, error) {
 	bi.bodyMu.Lock()
 	defer bi.bodyMu.Unlock()
@@ -257,19 +257,30 @@ func (bi *binInfo) execBody(path string) (uint64, error) {
 	return body, nil
 }
 
-// bodyOf returns the pc of the row of rows (sorted) in [start, end) with
-// the greatest sp-based CFA offset.
+// bodyOf returns the pc of the row of rows (sorted) in [start, end) that
+// covers the most code, of those with an sp- or frame-pointer-based CFA.
+// 8.2's execute_ex keeps a fixed sp-based frame (rsp+160) over its body;
+// 8.4's sets up rbp and keeps rbp+16 there (its JIT code leaves rbp alone).
+// A prologue's or an epilogue's rows cover a few bytes each.
 func bodyOf(rows []unwind.Row, start, end uint64) (uint64, error) {
 	var best unwind.Row
-	for _, r := range rows {
+	var span uint64
+	for i, r := range rows {
 		if r.PC >= end {
 			break
 		}
-		if r.PC >= start && r.CFA == unwind.CFASP && r.CFAOffset > best.CFAOffset {
-			best = r
+		if r.PC < start || (r.CFA != unwind.CFASP && r.CFA != unwind.CFAFP) {
+			continue
+		}
+		next := end
+		if i+1 < len(rows) && rows[i+1].PC < end {
+			next = rows[i+1].PC
+		}
+		if next-r.PC > span {
+			best, span = r, next-r.PC
 		}
 	}
-	if best.PC == 0 {
+	if span == 0 {
 		return 0, errors.New("execute_ex: no frame in its unwind table")
 	}
 	return best.PC, nil

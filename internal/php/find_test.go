@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/internal/unwind"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -245,4 +246,34 @@ func testFindJIT(t *testing.T, php testutil.Interpreter) {
 		t.Errorf("jit %#x..%#x, execute_ex %#x..%#x, body at %#x", in.JIT.Start, in.JIT.End, in.Exec.Start, in.Exec.End, in.ExecBody)
 	}
 	t.Logf("jit %#x..%#x, execute_ex %#x..%#x, body at +%#x", in.JIT.Start, in.JIT.End, in.Exec.Start, in.Exec.End, in.ExecBody-in.Exec.Start)
+}
+
+// TestBodyOf picks execute_ex's body row from the CFI rows of Debian's
+// builds (readelf --debug-dump=frames-interp): 8.2 keeps rsp+160 over the
+// body without a frame pointer, 8.4 sets up rbp and keeps rbp+16.
+func TestBodyOf(t *testing.T) {
+	sp := func(pc uint64, off int32) unwind.Row { return unwind.Row{PC: pc, CFA: unwind.CFASP, CFAOffset: off} }
+	fp := func(pc uint64) unwind.Row { return unwind.Row{PC: pc, CFA: unwind.CFAFP, CFAOffset: 16} }
+	for _, tt := range []struct {
+		name       string
+		rows       []unwind.Row
+		start, end uint64
+		want       uint64
+	}{
+		{"8.2", []unwind.Row{sp(0x36cbe0, 8), sp(0x36cbe2, 16), sp(0x36cbe4, 24), sp(0x36cbe5, 32), sp(0x36cbe6, 40),
+			sp(0x36cbea, 160), sp(0x36cca1, 40), sp(0x36cca2, 32), sp(0x36cca3, 24), sp(0x36cca5, 16), sp(0x36cca7, 8),
+			sp(0x36cca8, 160), sp(0x375f00, 8)}, 0x36cbe0, 0x375efe, 0x36cca8},
+		{"8.4", []unwind.Row{sp(0x3cf110, 8), sp(0x3cf115, 16), fp(0x3cf118), sp(0x3cf1fc, 8), fp(0x3cf1fd),
+			sp(0x3d96f0, 8)}, 0x3cf110, 0x3d96e6, 0x3cf1fd},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := bodyOf(tt.rows, tt.start, tt.end)
+			if err != nil || got != tt.want {
+				t.Errorf("body at %#x, %v; want %#x", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := bodyOf([]unwind.Row{{PC: 0x1000}}, 0x1000, 0x2000); err == nil {
+		t.Error("a function without a usable row has a body")
+	}
 }
