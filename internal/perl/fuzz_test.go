@@ -31,9 +31,11 @@ const (
 
 // seedImage is a memory image at imgBase holding a sub Pkg::f (a CV, its
 // GV and its stash) defined in /x.pl, a COP, and an interpreter whose
-// main stack info has one sub context running it.
-func seedImage() []byte {
-	l := layouts[36]
+// main stack info has one sub context running it: 5.36's layout.
+func seedImage() []byte { return seedImageOf(layouts[36]) }
+
+// seedImageOf is seedImage laid out as l says.
+func seedImageOf(l Layout) []byte {
 	img := make([]byte, 0x1000)
 	put := func(at int64, v uint64) { binary.LittleEndian.PutUint64(img[at:], v) }
 	put32 := func(at int64, v uint32) { binary.LittleEndian.PutUint32(img[at:], v) }
@@ -54,7 +56,13 @@ func seedImage() []byte {
 	hek(0x2c0, "f")
 	put(0x240+l.XgvStash, imgBase+0x300)
 	sv(0x300, 0x340, svtPVHV|svfOOK) // the stash
-	put(0x340+l.XhvAux+l.AuxName, imgBase+0x400)
+	aux := int64(0x340 + l.XhvAux)
+	if l.XhvAux < 0 { // after its bucket array of one, at 0x3c0
+		put(0x300+l.SvU, imgBase+0x3c0)
+		put(0x340+l.XhvMax, 0)
+		aux = 0x3c8
+	}
+	put(aux+l.AuxName, imgBase+0x400)
 	hek(0x400, "Pkg")
 	put32(0x500+l.CopLine, 7) // the COP
 	put(0x500+l.CopFile, imgBase+0x480)
@@ -75,14 +83,22 @@ func seedImage() []byte {
 // TestSeedImage reads the seed image's stack: the fuzzers' seed is a
 // stack that reads.
 func TestSeedImage(t *testing.T) {
-	in := &Interp{Layout: layouts[36], CurInterp: imgCurInt}
-	frames, err := in.Stack(sliceMem{base: imgBase, b: seedImage()})
-	if err != nil {
-		t.Fatal(err)
+	for v, l := range layouts {
+		in := &Interp{Layout: l, CurInterp: imgCurInt}
+		frames, err := in.Stack(sliceMem{base: imgBase, b: seedImageOf(l)})
+		if err != nil {
+			t.Fatalf("5.%d: %v", v, err)
+		}
+		if len(frames) != 2 || frames[0].Name != "Pkg::f" || frames[0].Line != 7 || frames[0].File != "/x.pl" ||
+			frames[1].Name != "(main)" || frames[1].Line != 7 || !frames[1].Last || frames[0].Last {
+			t.Fatalf("5.%d: frames %s", v, describe(frames))
+		}
 	}
-	if len(frames) != 2 || frames[0].Name != "Pkg::f" || frames[0].Line != 7 || frames[0].File != "/x.pl" ||
-		frames[1].Name != "(main)" || frames[1].Line != 7 || !frames[1].Last || frames[0].Last {
-		t.Fatalf("frames %s", describe(frames))
+	// 5.32's stash with a bucket count that is no power of two is refused.
+	img := seedImageOf(layouts[32])
+	binary.LittleEndian.PutUint64(img[0x340+layouts[32].XhvMax:], 2)
+	if _, err := NewReader(sliceMem{base: imgBase, b: img}, layouts[32]).StashName(imgBase + 0x300); err == nil {
+		t.Error("a stash of 3 buckets was read")
 	}
 }
 
@@ -91,6 +107,7 @@ func TestSeedImage(t *testing.T) {
 func FuzzStack(f *testing.F) {
 	f.Add(make([]byte, 0x1000))
 	f.Add(seedImage())
+	f.Add(seedImageOf(layouts[32]))
 	f.Fuzz(func(t *testing.T, img []byte) {
 		mem := sliceMem{base: imgBase, b: img}
 		for _, l := range layouts {

@@ -38,7 +38,9 @@ type Layout struct {
 	XgvNameHek int64 // XPVGV.xiv_u.xivu_namehek (HEK *)
 	XgvStash   int64 // .xnv_u.xgv_stash (HV *)
 
-	XhvAux       int64 // xpvhv_with_aux.xhv_aux: a hash body's struct xpvhv_aux (where SVf_OOK)
+	SvU          int64 // SV.sv_u: a hash's bucket array (HvARRAY)
+	XhvMax       int64 // XPVHV.xhv_max: the array's last index
+	XhvAux       int64 // xpvhv_with_aux.xhv_aux: a hash body's struct xpvhv_aux (where SVf_OOK); -1: after the bucket array (5.34 and before)
 	AuxName      int64 // xpvhv_aux.xhv_name_u (HEK *, or HEK ** where the count is not 0)
 	AuxNameCount int64 // .xhv_name_count (I32)
 
@@ -71,10 +73,12 @@ const (
 
 // layouts are the versions this package knows, each checked against
 // Debian's headers (libperl5.X's CORE, offsetof) by TestLayoutMatchesHeaders
-// and run by the live tests: 5.36 is Debian 12's, 5.40 Debian 13's, 5.42
-// Debian 14's. 5.40 and 5.42 keep every offset of 5.36 and number their ops
-// anew.
+// and run by the live tests: 5.32 is Debian 11's, 5.36 Debian 12's, 5.40
+// Debian 13's, 5.42 Debian 14's. 5.40 and 5.42 keep every offset of 5.36
+// and number their ops anew. 5.32's interpreter holds 16 more bytes before
+// curcop, and a hash's aux struct follows its bucket array.
 var layouts = map[int]Layout{
+	32: perl532,
 	36: perl536,
 	40: with(perl536, 40, 345),
 	42: with(perl536, 42, 349),
@@ -88,9 +92,15 @@ var perl536 = Layout{Version: 36,
 	SvFlags:  12,
 	XcvStash: 32, XcvGV: 56, XcvFile: 64, XcvFlags: 92,
 	XgvNameHek: 32, XgvStash: 40,
-	XhvAux: 32, AuxName: 0, AuxNameCount: 28,
+	SvU: 16, XhvMax: 24, XhvAux: 32, AuxName: 0, AuxNameCount: 28,
 	HekLen: 4, HekKey: 8,
 	OpRequire: 342}
+
+var perl532 = func() Layout {
+	l := perl536
+	l.Version, l.InterpCurcop, l.InterpCurstackinfo, l.XhvAux = 32, 224, 240, -1
+	return l
+}()
 
 // with is l for Perl 5.version, whose OP_REQUIRE is opRequire.
 func with(l Layout, version, opRequire int) Layout {

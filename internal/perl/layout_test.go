@@ -46,7 +46,13 @@ int main(void) {
 	P("XcvFlagsSize", sizeof(((XPVCV *)0)->xcv_flags));
 	P("XgvNameHek", offsetof(XPVGV, xiv_u.xivu_namehek));
 	P("XgvStash", offsetof(XPVGV, xnv_u.xgv_stash));
+	P("SvU", offsetof(SV, sv_u));
+	P("XhvMax", offsetof(XPVHV, xhv_max));
+#if PERL_VERSION >= 36
 	P("XhvAux", offsetof(struct xpvhv_with_aux, xhv_aux));
+#else
+	P("XhvAux", -1); /* HvAUX: after the bucket array */
+#endif
 	P("AuxName", offsetof(struct xpvhv_aux, xhv_name_u));
 	P("AuxNameCount", offsetof(struct xpvhv_aux, xhv_name_count));
 	P("HekLen", offsetof(HEK, hek_len));
@@ -56,7 +62,11 @@ int main(void) {
 	P("CXt_SUB", CXt_SUB);
 	P("CXt_FORMAT", CXt_FORMAT);
 	P("CXt_EVAL", CXt_EVAL);
+#ifdef CXp_EVALBLOCK
 	P("CXp_EVALBLOCK", CXp_EVALBLOCK);
+#else
+	P("CXp_EVALBLOCK", CXp_TRYBLOCK); /* its name before 5.34 */
+#endif
 	P("CVf_NAMED", CVf_NAMED);
 	P("SVt_PVGV", SVt_PVGV);
 	P("SVt_PVHV", SVt_PVHV);
@@ -139,7 +149,7 @@ func testLayoutMatchesHeaders(t *testing.T, pl testutil.Interpreter) {
 		"CopLine": l.CopLine, "CopFile": l.CopFile, "SvAny": 0, "SvFlags": l.SvFlags,
 		"XcvStash": l.XcvStash, "XcvGV": l.XcvGV, "XcvFile": l.XcvFile, "XcvFlags": l.XcvFlags, "XcvFlagsSize": 4,
 		"XgvNameHek": l.XgvNameHek, "XgvStash": l.XgvStash,
-		"XhvAux": l.XhvAux, "AuxName": l.AuxName, "AuxNameCount": l.AuxNameCount,
+		"SvU": l.SvU, "XhvMax": l.XhvMax, "XhvAux": l.XhvAux, "AuxName": l.AuxName, "AuxNameCount": l.AuxNameCount,
 		"HekLen": l.HekLen, "HekKey": l.HekKey, "OpRequire": int64(l.OpRequire),
 		"CXTYPEMASK": cxTypeMask, "CXt_SUB": cxtSub, "CXt_FORMAT": cxtFormat, "CXt_EVAL": cxtEval,
 		"CXp_EVALBLOCK": cxpEvalBlk, "CVf_NAMED": cvfNamed, "SVt_PVGV": svtPVGV, "SVt_PVHV": svtPVHV,

@@ -163,6 +163,27 @@ func (r *Reader) Sub(addr uint64) (*Func, error) {
 	return f, nil
 }
 
+// maxHashMax bounds a stash's bucket array's last index: a package of
+// millions of names is no package.
+const maxHashMax = 1<<24 - 1
+
+// auxAfterArray returns where a hash at addr with body keeps its aux struct
+// in Perls before 5.36: right after its bucket array, HvARRAY(hv)[HvMAX+1].
+func (r *Reader) auxAfterArray(addr, body uint64) (uint64, error) {
+	array, err := r.u64(addr + uint64(r.l.SvU))
+	if err != nil {
+		return 0, fmt.Errorf("bucket array: %w", err)
+	}
+	hmax, err := r.u64(body + uint64(r.l.XhvMax))
+	if err != nil {
+		return 0, fmt.Errorf("bucket count: %w", err)
+	}
+	if array == 0 || hmax > maxHashMax || (hmax+1)&hmax != 0 {
+		return 0, fmt.Errorf("bucket array %#x of %d: %w", array, hmax+1, ErrNotSub)
+	}
+	return array + (hmax+1)*8, nil
+}
+
 // StashName returns the name of the package (stash, a hash) at addr;
 // "__ANON__" for one without a name (a deleted package).
 func (r *Reader) StashName(addr uint64) (string, error) {
@@ -178,6 +199,11 @@ func (r *Reader) StashName(addr uint64) (string, error) {
 		return "__ANON__", nil
 	}
 	aux := body + uint64(l.XhvAux)
+	if l.XhvAux < 0 {
+		if aux, err = r.auxAfterArray(addr, body); err != nil {
+			return "", fmt.Errorf("stash at %#x: %w", addr, err)
+		}
+	}
 	name, err := r.u64(aux + uint64(l.AuxName))
 	if err != nil {
 		return "", fmt.Errorf("stash at %#x: name: %w", addr, err)

@@ -137,9 +137,25 @@ func debianPackages(suite string, pkgs []string) (*DebianRoot, error) {
 	return root, os.WriteFile(done, nil, 0o644)
 }
 
-func (r *DebianRoot) libDir() string { return filepath.Join(r.Dir, "usr/lib/x86_64-linux-gnu") }
+// libDirs are where the release keeps its libraries: /usr/lib since the
+// merged /usr (Debian 12), /lib too before (Debian 11's libc6).
+func (r *DebianRoot) libDirs() string {
+	return filepath.Join(r.Dir, "usr/lib/x86_64-linux-gnu") + ":" + filepath.Join(r.Dir, "lib/x86_64-linux-gnu")
+}
 
-func (r *DebianRoot) loader() string { return filepath.Join(r.libDir(), "ld-linux-x86-64.so.2") }
+func (r *DebianRoot) loader() string {
+	for _, d := range []string{"usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"} {
+		if p := filepath.Join(r.Dir, d, "ld-linux-x86-64.so.2"); fileExists(p) {
+			return p
+		}
+	}
+	return filepath.Join(r.Dir, "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
 
 // Path returns the path of file (absolute in the release, "/usr/bin/ruby3.3")
 // in the unpacked packages.
@@ -149,5 +165,5 @@ func (r *DebianRoot) Path(file string) string { return filepath.Join(r.Dir, file
 // under the release's loader and with its libraries first. The process's
 // executable is the loader; bin and its libraries are mapped from Dir.
 func (r *DebianRoot) Command(bin string, args ...string) *exec.Cmd {
-	return exec.Command(r.loader(), append([]string{"--library-path", r.libDir(), r.Path(bin)}, args...)...)
+	return exec.Command(r.loader(), append([]string{"--library-path", r.libDirs(), r.Path(bin)}, args...)...)
 }

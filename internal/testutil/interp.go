@@ -98,6 +98,12 @@ func Perl540(tb testing.TB) Interpreter {
 	return debianPerl(tb, "trixie", 40)
 }
 
+// Perl532 is Debian 11's perl 5.32, as Perl540.
+func Perl532(tb testing.TB) Interpreter {
+	tb.Helper()
+	return debianPerl(tb, "bullseye", 32)
+}
+
 // Perl542 is Debian 14's (forky, testing today) perl 5.42, as Perl540.
 func Perl542(tb testing.TB) Interpreter {
 	tb.Helper()
@@ -117,10 +123,10 @@ func debianPerl(tb testing.TB, suite string, minor int) Interpreter {
 }
 
 // Perls are the Perl versions the tests run: Debian 12's 5.36, Debian
-// 13's 5.40 and Debian 14's 5.42.
+// 11's 5.32, Debian 13's 5.40 and Debian 14's 5.42.
 func Perls(tb testing.TB) []Interpreter {
 	tb.Helper()
-	return []Interpreter{Perl536(tb), Perl540(tb), Perl542(tb)}
+	return []Interpreter{Perl536(tb), Perl532(tb), Perl540(tb), Perl542(tb)}
 }
 
 // PHP82 is Debian 12's PHP 8.2 CLI (make deps installs it). The test skips
