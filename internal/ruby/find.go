@@ -394,7 +394,9 @@ func tlsOffset(mem Memory, l Layout, vmPtr, sym, align uint64) (uint64, error) {
 	r := &Reader{mem: mem, l: l}
 	vm, err := r.u64(vmPtr)
 	if err != nil {
-		return 0, fmt.Errorf("ruby_current_vm_ptr: %w", err)
+		// A process caught while the loader has mapped libruby's code but
+		// not yet its data: looked at again.
+		return 0, fmt.Errorf("ruby_current_vm_ptr: %w: %w", err, ErrNotStarted)
 	}
 	if vm == 0 {
 		return 0, ErrNotStarted

@@ -194,3 +194,28 @@ func TestStack(t *testing.T) {
 		}
 	})
 }
+
+// TestFindBeforeDataMapped: a process caught while the loader has mapped
+// libruby's code but not yet its data (ruby_current_vm_ptr does not read)
+// is not started, to be looked at again, not a failure.
+func TestFindBeforeDataMapped(t *testing.T) {
+	cmd := startRuby(t, testutil.Ruby31(t), "ruby")
+	in, mem := findInterp(t, cmd.Process.Pid)
+	p := findProc(t, cmd.Process.Pid)
+	if _, err := Find(p, holeMem{mem, in.VMPtr}); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("err %v, want ErrNotStarted", err)
+	}
+}
+
+// holeMem is a process's memory where the word at hole does not read.
+type holeMem struct {
+	Memory
+	hole uint64
+}
+
+func (m holeMem) ReadAt(p []byte, addr uint64) error {
+	if addr <= m.hole && m.hole < addr+uint64(len(p)) {
+		return fmt.Errorf("read %d at %#x: input/output error", len(p), addr)
+	}
+	return m.Memory.ReadAt(p, addr)
+}
