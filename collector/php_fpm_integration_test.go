@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,8 +21,6 @@ import (
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
-// fpmBin is Debian's PHP-FPM 8.2 (php-fpm).
-const fpmBin = "/usr/sbin/php-fpm8.2"
 
 // fcgiRequest sends one FastCGI request (a GET of script) on conn and
 // returns what the script wrote to its standard output: the FastCGI
@@ -96,7 +93,7 @@ func fcgiRequest(conn net.Conn, script string) (string, error) {
 
 // startFPM runs PHP-FPM with one static pool of workers listening on a
 // local TCP port, and returns the port and the workers' pids.
-func startFPM(t *testing.T, workers int) (string, []int) {
+func startFPM(t *testing.T, fpm testutil.Interpreter, workers int) (string, []int) {
 	t.Helper()
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -123,7 +120,7 @@ catch_workers_output = yes
 	if os.Geteuid() == 0 {
 		args = append(args, "-R")
 	}
-	cmd := exec.Command(fpmBin, args...)
+	cmd := fpm.Command(args...)
 	// Its workers are the master's children, which outlive a killed
 	// master: the whole process group goes at the end.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -160,7 +157,7 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-// TestPHPFPMStacks runs Debian's PHP-FPM with three workers of one pool
+// TestPHPFPMStacks runs Debian's PHP-FPM (12's 8.2 and 13's 8.4) with three workers of one pool
 // (opcache on, as FPM runs by default), started before the receiver as on
 // a web host, and a local FastCGI client sending requests of fpm_burn.php
 // on three connections. From the first sample in gamma_burn on, at least
@@ -168,15 +165,14 @@ func childrenOf(pid int) []int {
 // FPM's native frames down to php_execute_script; every worker is seen.
 func TestPHPFPMStacks(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde receiver")
-	requirePHP(t)
-	if _, err := os.Stat(fpmBin); err != nil {
-		if testutil.InCI() {
-			t.Fatalf("%s is missing (CI=true: apt-get install php-fpm): %v", fpmBin, err)
-		}
-		t.Skipf("%s is missing: %v", fpmBin, err)
+	for _, fpm := range []testutil.Interpreter{testutil.PHPFPM82(t), testutil.PHPFPM84(t)} {
+		t.Run(fpm.Version, func(t *testing.T) { testPHPFPMStacks(t, fpm) })
 	}
+}
+
+func testPHPFPMStacks(t *testing.T, fpm testutil.Interpreter) {
 	const workers = 3
-	addr, pids := startFPM(t, workers)
+	addr, pids := startFPM(t, fpm, workers)
 	sink := startReceiver(t, jvmRate)
 
 	script := phpScript(t, "fpm_burn.php")

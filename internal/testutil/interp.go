@@ -145,15 +145,38 @@ const phpAPI84 = "20240924"
 // no php.ini is read. Off x86-64 the test skips.
 func PHP84(tb testing.TB) Interpreter {
 	tb.Helper()
-	if runtime.GOARCH != "amd64" {
-		tb.Skip("Debian 13's php is unpacked for x86-64 only")
-	}
-	root := DebianPackages(tb, "trixie", "php8.4-cli", "php8.4-common", "php8.4-opcache", "php8.4-dev",
-		"libc6", "libedit2", "libargon2-1", "libpcre2-8-0", "libsodium23", "libssl3t64", "libxml2", "zlib1g",
-		"libffi8", "libgcc-s1", "libbsd0", "libmd0", "libtinfo6", "libicu76", "liblzma5")
+	root := php84(tb)
 	ext := root.Path("/usr/lib/php/" + phpAPI84)
 	return Interpreter{Version: "8.4", Minor: 4, bin: "/usr/bin/php8.4", root: root,
 		args: []string{"-n", "-d", "extension_dir=" + ext, "-d", "zend_extension=opcache"}}
+}
+
+// PHPFPM84 is Debian 13's PHP-FPM 8.4, as PHP84, with the extension
+// directory set and nothing else: the caller gives its options.
+func PHPFPM84(tb testing.TB) Interpreter {
+	tb.Helper()
+	root := php84(tb)
+	return Interpreter{Version: "8.4", Minor: 4, bin: "/usr/sbin/php-fpm8.4", root: root,
+		args: []string{"-d", "extension_dir=" + root.Path("/usr/lib/php/"+phpAPI84)}}
+}
+
+// PHPFPM82 is Debian 12's PHP-FPM 8.2 (make deps installs it).
+func PHPFPM82(tb testing.TB) Interpreter {
+	tb.Helper()
+	return installed(tb, "/usr/sbin/php-fpm8.2", "php-fpm", "8.2", 2)
+}
+
+// php84 unpacks Debian 13's PHP 8.4: CLI, FPM, opcache, headers and the
+// libraries they need.
+func php84(tb testing.TB) *DebianRoot {
+	tb.Helper()
+	if runtime.GOARCH != "amd64" {
+		tb.Skip("Debian 13's php is unpacked for x86-64 only")
+	}
+	return DebianPackages(tb, "trixie", "php8.4-cli", "php8.4-fpm", "php8.4-common", "php8.4-opcache", "php8.4-dev",
+		"libc6", "libedit2", "libargon2-1", "libpcre2-8-0", "libsodium23", "libssl3t64", "libxml2", "zlib1g",
+		"libffi8", "libgcc-s1", "libbsd0", "libmd0", "libtinfo6", "libicu76", "liblzma5",
+		"libacl1", "libapparmor1", "libsystemd0", "libcap2")
 }
 
 // PHPs are the PHP versions the tests run: Debian 12's 8.2 and Debian
