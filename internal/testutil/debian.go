@@ -20,19 +20,6 @@ type DebianRoot struct {
 	Dir string
 }
 
-// debCacheDir is where DebianPackages unpacks: $SONDE_DEB_CACHE, else a
-// sonde-deb directory in the user's cache directory.
-func debCacheDir() (string, error) {
-	if d := os.Getenv("SONDE_DEB_CACHE"); d != "" {
-		return d, nil
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(d, "sonde-deb"), nil
-}
-
 // DebianPackages returns the packages of Debian release suite (main),
 // unpacked once into a cache directory shared by the tests and their
 // packages (a file lock orders concurrent test binaries). The packages
@@ -52,7 +39,7 @@ func DebianPackages(tb testing.TB, suite string, pkgs ...string) *DebianRoot {
 }
 
 func debianPackages(suite string, pkgs []string) (*DebianRoot, error) {
-	cache, err := debCacheDir()
+	cache, err := cacheDir("SONDE_DEB_CACHE", "sonde-deb")
 	if err != nil {
 		return nil, err
 	}

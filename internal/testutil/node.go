@@ -16,17 +16,18 @@ var NodeMajors = []int{18, 20, 22, 24, 26}
 
 var nodeMu sync.Mutex
 
-// nodeCacheDir is where NodeBinary installs Node: $SONDE_NODE_CACHE, else
-// a sonde-node directory in the user's cache directory.
-func nodeCacheDir() (string, error) {
-	if d := os.Getenv("SONDE_NODE_CACHE"); d != "" {
+// cacheDir is where the tests keep what they download: $env, else name in
+// the user's cache directory. NodeBinary's is SONDE_NODE_CACHE or
+// sonde-node, DebianPackages' SONDE_DEB_CACHE or sonde-deb.
+func cacheDir(env, name string) (string, error) {
+	if d := os.Getenv(env); d != "" {
 		return d, nil
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(d, "sonde-node"), nil
+	return filepath.Join(d, name), nil
 }
 
 // NodeBinary returns the path of an official Node.js binary of the given
@@ -74,7 +75,7 @@ func NPMPackage(tb testing.TB, spec, file string) string {
 // npmInstall installs spec with npm into the cache directory's dir, once,
 // and returns the path of file in its node_modules.
 func npmInstall(dir, spec, file string) (string, error) {
-	cache, err := nodeCacheDir()
+	cache, err := cacheDir("SONDE_NODE_CACHE", "sonde-node")
 	if err != nil {
 		return "", err
 	}
