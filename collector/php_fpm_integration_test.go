@@ -21,7 +21,6 @@ import (
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
-
 // fcgiRequest sends one FastCGI request (a GET of script) on conn and
 // returns what the script wrote to its standard output: the FastCGI
 // protocol's records (1.0), written here so the test needs no web server.
