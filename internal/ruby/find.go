@@ -211,15 +211,9 @@ func readELF(f *elf.File) (*binInfo, error) {
 	}
 	if s, ok := syms["rb_vm_exec"]; ok {
 		bi.exec = [2]uint64{s.Value, s.Value + s.Size}
-		code, err := readAddr(f, s.Value, int(min(s.Size, 1<<16)))
-		if err != nil {
-			return nil, fmt.Errorf("rb_vm_exec: %w", err)
+		if bi.core[0], bi.core[1], err = loopIn(f, s.Value, s.Value+s.Size, starts); err != nil {
+			return nil, fmt.Errorf("ruby %s: rb_vm_exec: %w", bi.version, err)
 		}
-		s, e, err := VMLoop(code, s.Value, starts)
-		if err != nil {
-			return nil, fmt.Errorf("ruby %s: %w", bi.version, err)
-		}
-		bi.core = [2]uint64{s, e}
 	} else if fn, ok := syms["rb_iseq_eval"]; ok && hidden {
 		if bi.exec, bi.core, err = hiddenExec(f, fn, starts); err != nil {
 			return nil, fmt.Errorf("ruby %s: %w: %w", bi.version, err, ErrUnknownVersion)
@@ -233,18 +227,31 @@ func readELF(f *elf.File) (*binInfo, error) {
 // readAddr reads n bytes at file address addr from the section that holds
 // them.
 func readAddr(f *elf.File, addr uint64, n int) ([]byte, error) {
-	for _, s := range f.Sections {
-		if s.Type == elf.SHT_NOBITS || addr < s.Addr || addr >= s.Addr+s.Size {
-			continue
-		}
-		n = int(min(uint64(n), s.Addr+s.Size-addr))
-		b := make([]byte, n)
-		if _, err := s.ReadAt(b, int64(addr-s.Addr)); err != nil {
-			return nil, err
-		}
-		return b, nil
+	s := sectionOf(f, addr)
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		return nil, fmt.Errorf("no section holds %#x", addr)
 	}
-	return nil, fmt.Errorf("no section holds %#x", addr)
+	b := make([]byte, min(uint64(n), s.Addr+s.Size-addr))
+	if _, err := s.ReadAt(b, int64(addr-s.Addr)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// loopIn runs VMLoop on the code of the function at [start, end) (its
+// first 64 KiB).
+func loopIn(f *elf.File, start, end uint64, starts []uint64) (uint64, uint64, error) {
+	code, err := readAddr(f, start, int(min(end-start, 1<<16)))
+	if err != nil {
+		return 0, 0, err
+	}
+	return VMLoop(code, start, starts)
+}
+
+// rel32 is the target of the relative call or jump (e8 or e9 rel32) at
+// code[i], code being at file address at.
+func rel32(code []byte, i int, at uint64) uint64 {
+	return uint64(int64(at) + int64(i) + 5 + int64(int32(binary.LittleEndian.Uint32(code[i+1:]))))
 }
 
 // ParseVersion reads ruby_version's bytes ("3.1.2\0"). Only Ruby 3 is
@@ -310,7 +317,7 @@ func VMLoop(code []byte, at uint64, starts []uint64) (start, end uint64, err err
 		if code[i] != 0xe8 {
 			continue
 		}
-		t := uint64(int64(at) + int64(i) + 5 + int64(int32(binary.LittleEndian.Uint32(code[i+1:]))))
+		t := rel32(code, i, at)
 		j, found := searchStart(starts, t)
 		if !found || j+1 >= len(starts) {
 			continue

@@ -131,17 +131,13 @@ func hiddenExec(f *elf.File, fn elf.Symbol, starts []uint64) (exec, core [2]uint
 		if code[i] != 0xe8 && code[i] != 0xe9 {
 			continue
 		}
-		t := uint64(int64(fn.Value) + int64(i) + 5 + int64(int32(binary.LittleEndian.Uint32(code[i+1:]))))
+		t := rel32(code, i, fn.Value)
 		j, found := searchStart(starts, t)
 		if !found || j+1 >= len(starts) || t == fn.Value {
 			continue
 		}
 		e := starts[j+1]
-		body, err := readAddr(f, t, int(min(e-t, 1<<16)))
-		if err != nil {
-			continue
-		}
-		s, se, err := VMLoop(body, t, starts)
+		s, se, err := loopIn(f, t, e, starts)
 		if err == nil && se-s > core[1]-core[0] {
 			exec, core = [2]uint64{t, e}, [2]uint64{s, se}
 		}
