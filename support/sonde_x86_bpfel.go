@@ -154,9 +154,12 @@ type SondeJvmProc struct {
 }
 
 type SondeKnownProc struct {
-	_   structs.HostLayout
-	Fp  uint64
-	Gen uint64
+	_        structs.HostLayout
+	Fp       uint64
+	Gen      uint64
+	Runtimes uint32
+	Pad      uint32
+	Asked    uint64
 }
 
 type SondeLimits uint32
@@ -181,6 +184,9 @@ type SondeMappingInfo struct {
 	Rows     uint32
 	File     uint32
 	Flags    uint32
+	Vma      uint64
+	Vstart   uint64
+	Vend     uint64
 }
 
 type SondeMappingInfoFlags uint32
@@ -338,6 +344,16 @@ const (
 	SondeRowBitsROW_FP_FROM_BASE  SondeRowBits = 128
 )
 
+type SondeRowCacheEntry struct {
+	_       structs.HostLayout
+	File    uint32
+	TableId uint32
+	Rel     uint32
+	Pad     uint32
+	Next    uint64
+	Row     SondeUnwindRow
+}
+
 type SondeRowPage uint32
 
 const (
@@ -446,48 +462,39 @@ type SondeUnwindRow struct {
 }
 
 type SondeUstackState struct {
-	_         structs.HostLayout
-	Pc        uint64
-	Sp        uint64
-	Fp        uint64
-	Lr        uint64
-	LrValid   uint32
-	LrPad     uint32
-	Runs      uint32
-	Adjust    uint32
-	HaveMi    uint32
-	Trust     uint32
-	GenPad    uint32
-	_         [4]byte
-	Gen       uint64
-	Mm        uint64
-	FramesCfi uint32
-	FramesFp  uint32
-	Unplaced  uint32
-	SnapSet   uint32
-	SnapFrame uint32
-	SnapPad   uint32
-	SnapPc    uint64
-	SnapSp    uint64
-	SnapFp    uint64
-	SnapLr    uint64
-	Snap2Sp   uint64
-	Snap2Set  uint32
-	Snap2Pad  uint32
-	Mi        SondeMappingInfo
-	LastTable uint32
-	LastPad   uint32
-	LastNext  uint64
-	LastRow   SondeUnwindRow
-	Rows      [256]struct {
-		_       structs.HostLayout
-		File    uint32
-		TableId uint32
-		Rel     uint32
-		Pad     uint32
-		Next    uint64
-		Row     SondeUnwindRow
-	}
+	_            structs.HostLayout
+	Pc           uint64
+	Sp           uint64
+	Fp           uint64
+	Lr           uint64
+	LrValid      uint32
+	LrPad        uint32
+	Runs         uint32
+	Adjust       uint32
+	HaveMi       uint32
+	Trust        uint32
+	RowBase      uint32
+	Runtimes     uint32
+	Gen          uint64
+	Mm           uint64
+	FramesCfi    uint32
+	FramesFp     uint32
+	Unplaced     uint32
+	SnapSet      uint32
+	SnapFrame    uint32
+	SnapPad      uint32
+	SnapPc       uint64
+	SnapSp       uint64
+	SnapFp       uint64
+	SnapLr       uint64
+	Snap2Sp      uint64
+	Snap2Set     uint32
+	Snap2Pad     uint32
+	Mi           SondeMappingInfo
+	LastTable    uint32
+	LastPad      uint32
+	LastNext     uint64
+	LastRow      SondeUnwindRow
 	PyFrame      uint64
 	PyActive     uint32
 	PyWalking    uint32
@@ -555,6 +562,10 @@ type SondeUstackState struct {
 	CacheVstart [16]uint64
 	CacheVend   [16]uint64
 	CacheMi     [16]SondeMappingInfo
+	WinBase     uint64
+	WinLen      uint32
+	WinPad      uint32
+	Win         [1024]uint8
 }
 
 type SondeV8FrameKind uint32
@@ -610,6 +621,7 @@ const (
 	SondeMapPidFilter                  = "pid_filter"
 	SondeMapPythonProcs                = "python_procs"
 	SondeMapPythonThreads              = "python_threads"
+	SondeMapRowCache                   = "row_cache"
 	SondeMapRubyProcs                  = "ruby_procs"
 	SondeMapScratch                    = "scratch"
 	SondeMapTables                     = "tables"
@@ -740,6 +752,7 @@ type SondeMapSpecs struct {
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads       *ebpf.MapSpec `ebpf:"python_threads"`
+	RowCache            *ebpf.MapSpec `ebpf:"row_cache"`
 	RubyProcs           *ebpf.MapSpec `ebpf:"ruby_procs"`
 	Scratch             *ebpf.MapSpec `ebpf:"scratch"`
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
@@ -832,6 +845,7 @@ type SondeMaps struct {
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads       *ebpf.Map `ebpf:"python_threads"`
+	RowCache            *ebpf.Map `ebpf:"row_cache"`
 	RubyProcs           *ebpf.Map `ebpf:"ruby_procs"`
 	Scratch             *ebpf.Map `ebpf:"scratch"`
 	Tables              *ebpf.Map `ebpf:"tables"`
@@ -860,6 +874,7 @@ func (m *SondeMaps) Close() error {
 		m.PidFilter,
 		m.PythonProcs,
 		m.PythonThreads,
+		m.RowCache,
 		m.RubyProcs,
 		m.Scratch,
 		m.Tables,

@@ -240,7 +240,7 @@ var ErrMalformed = errors.New("malformed record")
 // is full) or the poll interval passes, whichever comes first; then it reads
 // without blocking what the ring buffer holds.
 func (t *Tracer) ReadInto(rec *Record) error {
-	return t.readFrom(t.events, rec, t.poll)
+	return t.noteTask(rec, t.readFrom(t.events, rec, t.poll))
 }
 
 // Kick makes a ReadInto that waits read what the ring buffer holds now,
@@ -256,7 +256,18 @@ var ErrEmpty = errors.New("ring buffer empty")
 // when the ring buffer holds no record. A reader takes a batch of records
 // with one ReadInto and TryReadIntos until ErrEmpty.
 func (t *Tracer) TryReadInto(rec *Record) error {
-	return t.readFrom(t.events, rec, 0)
+	return t.noteTask(rec, t.readFrom(t.events, rec, 0))
+}
+
+// noteTask forgets the runtimes of a process that exec'd or exited, as the
+// eBPF side forgot its walkers (task_events.h), and passes err on.
+func (t *Tracer) noteTask(rec *Record, err error) error {
+	if err == nil && (rec.Type == RecordExec || rec.Type == RecordExit) {
+		t.runtimesMu.Lock()
+		delete(t.runtimes, rec.PID)
+		t.runtimesMu.Unlock()
+	}
+	return err
 }
 
 // Wait parks until the ring buffer may hold records: the eBPF side woke

@@ -60,9 +60,12 @@ type testrunJvmProc struct {
 }
 
 type testrunKnownProc struct {
-	_   structs.HostLayout
-	Fp  uint64
-	Gen uint64
+	_        structs.HostLayout
+	Fp       uint64
+	Gen      uint64
+	Runtimes uint32
+	Pad      uint32
+	Asked    uint64
 }
 
 type testrunMappingInfo struct {
@@ -76,6 +79,9 @@ type testrunMappingInfo struct {
 	Rows     uint32
 	File     uint32
 	Flags    uint32
+	Vma      uint64
+	Vstart   uint64
+	Vend     uint64
 }
 
 type testrunMappingKey struct {
@@ -159,6 +165,22 @@ type testrunPythonProc struct {
 	InstrIsInt        uint8
 	ExecutableMask    uint8
 	Pad               uint8
+}
+
+type testrunRowCacheEntry struct {
+	_       structs.HostLayout
+	File    uint32
+	TableId uint32
+	Rel     uint32
+	Pad     uint32
+	Next    uint64
+	Row     struct {
+		_         structs.HostLayout
+		Pc        uint32
+		CfaOffset uint16
+		FpOffset8 int8
+		Rule      uint8
+	}
 }
 
 type testrunRubyProc struct {
@@ -271,8 +293,8 @@ type testrunUstackState struct {
 	Adjust    uint32
 	HaveMi    uint32
 	Trust     uint32
-	GenPad    uint32
-	_         [4]byte
+	RowBase   uint32
+	Runtimes  uint32
 	Gen       uint64
 	Mm        uint64
 	FramesCfi uint32
@@ -298,21 +320,6 @@ type testrunUstackState struct {
 		CfaOffset uint16
 		FpOffset8 int8
 		Rule      uint8
-	}
-	Rows [256]struct {
-		_       structs.HostLayout
-		File    uint32
-		TableId uint32
-		Rel     uint32
-		Pad     uint32
-		Next    uint64
-		Row     struct {
-			_         structs.HostLayout
-			Pc        uint32
-			CfaOffset uint16
-			FpOffset8 int8
-			Rule      uint8
-		}
 	}
 	PyFrame      uint64
 	PyActive     uint32
@@ -381,6 +388,10 @@ type testrunUstackState struct {
 	CacheVstart [16]uint64
 	CacheVend   [16]uint64
 	CacheMi     [16]testrunMappingInfo
+	WinBase     uint64
+	WinLen      uint32
+	WinPad      uint32
+	Win         [1024]uint8
 }
 
 type testrunV8Proc struct {
@@ -427,6 +438,7 @@ const (
 	testrunMapPidFilter            = "pid_filter"
 	testrunMapPythonProcs          = "python_procs"
 	testrunMapPythonThreads        = "python_threads"
+	testrunMapRowCache             = "row_cache"
 	testrunMapRubyProcs            = "ruby_procs"
 	testrunMapScratch              = "scratch"
 	testrunMapTables               = "tables"
@@ -517,6 +529,7 @@ type testrunMapSpecs struct {
 	PidFilter           *ebpf.MapSpec `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads       *ebpf.MapSpec `ebpf:"python_threads"`
+	RowCache            *ebpf.MapSpec `ebpf:"row_cache"`
 	RubyProcs           *ebpf.MapSpec `ebpf:"ruby_procs"`
 	Scratch             *ebpf.MapSpec `ebpf:"scratch"`
 	Tables              *ebpf.MapSpec `ebpf:"tables"`
@@ -579,6 +592,7 @@ type testrunMaps struct {
 	PidFilter           *ebpf.Map `ebpf:"pid_filter"`
 	PythonProcs         *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads       *ebpf.Map `ebpf:"python_threads"`
+	RowCache            *ebpf.Map `ebpf:"row_cache"`
 	RubyProcs           *ebpf.Map `ebpf:"ruby_procs"`
 	Scratch             *ebpf.Map `ebpf:"scratch"`
 	Tables              *ebpf.Map `ebpf:"tables"`
@@ -607,6 +621,7 @@ func (m *testrunMaps) Close() error {
 		m.PidFilter,
 		m.PythonProcs,
 		m.PythonThreads,
+		m.RowCache,
 		m.RubyProcs,
 		m.Scratch,
 		m.Tables,

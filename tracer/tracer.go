@@ -160,6 +160,12 @@ type Tracer struct {
 	// mappingGen numbers the settings of a process's mapping entries
 	// (SetMappings), from 1.
 	mappingGen atomic.Uint64
+	// runtimes holds, by pid, the runtimes whose walker is set (a bit
+	// 1 << support.SondeRuntimeId each), which its known_pids entry carries
+	// so that a stack looks in those runtimes' maps only. runtimesMu orders
+	// the entry's writes: SetMappings and the Set/Forget of a runtime.
+	runtimesMu sync.Mutex
+	runtimes   map[uint32]uint32
 
 	closeOnce sync.Once
 	closeErr  error
@@ -217,6 +223,8 @@ func New(opts Options) (_ *Tracer, err error) {
 		// Every map is created (the generated struct names them all); the
 		// one sized for off-CPU work takes no memory when it is off.
 		spec.Maps[support.SondeMapOffcpuStarts].MaxEntries = 1
+		// The off-CPU unwinder's row cache is the second half.
+		spec.Maps[support.SondeMapRowCache].MaxEntries /= 2
 	}
 	if opts.MaxMappingPrefixes > 0 {
 		spec.Maps[support.SondeMapMappings].MaxEntries = uint32(opts.MaxMappingPrefixes)
@@ -253,7 +261,8 @@ func New(opts Options) (_ *Tracer, err error) {
 		opts.PollInterval = DefaultPollInterval
 	}
 
-	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked, filtering: opts.FilterPending > 0}
+	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked, filtering: opts.FilterPending > 0,
+		runtimes: map[uint32]uint32{}}
 	defer func() {
 		if err != nil {
 			_ = t.Close() // err, which made New fail, is the one to report

@@ -375,7 +375,10 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 	// Fingerprint 0: the eBPF side takes the fingerprint of pid's address
 	// space at its next stack, and trusts these entries while it holds. A
 	// new generation: what the CPUs cached of the old entries goes unused.
-	if err := t.objs.KnownPids.Put(pid, support.SondeKnownProc{Gen: t.mappingGen.Add(1)}); err != nil {
+	t.runtimesMu.Lock()
+	err := t.objs.KnownPids.Put(pid, support.SondeKnownProc{Gen: t.mappingGen.Add(1), Runtimes: t.runtimes[pid]})
+	t.runtimesMu.Unlock()
+	if err != nil {
 		errs = append(errs, fmt.Errorf("pid %d: mark prepared: %w", pid, err))
 	}
 	if first && len(mappings) > 0 {
@@ -539,6 +542,43 @@ func (t *Tracer) DeleteFileTable(key FileKey) error {
 	return nil
 }
 
+// markRuntime records whether pid runs runtime id, in the tracer and in
+// pid's known_pids entry if it has one (SetMappings writes it otherwise).
+// A stack looks in the maps of its process's runtimes only: a bit left
+// unset here would leave that runtime's frames native.
+func (t *Tracer) markRuntime(pid uint32, id support.SondeRuntimeId, on bool) error {
+	t.runtimesMu.Lock()
+	defer t.runtimesMu.Unlock()
+	bits := t.runtimes[pid] &^ (1 << id)
+	if on {
+		bits |= 1 << id
+	}
+	if bits == 0 {
+		delete(t.runtimes, pid)
+	} else {
+		t.runtimes[pid] = bits
+	}
+	var known support.SondeKnownProc
+	if err := t.objs.KnownPids.Lookup(pid, &known); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return fmt.Errorf("pid %d: runtimes: %w", pid, err)
+	}
+	if known.Runtimes == bits {
+		return nil
+	}
+	// The fingerprint written back may be one the eBPF side has replaced
+	// since it was read: then the next stack finds it stale and asks for
+	// the entries again, which costs a refresh, not a wrong stack.
+	known.Runtimes = bits
+	if err := t.objs.KnownPids.Update(pid, known, ebpf.UpdateExist); err != nil &&
+		!errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: runtimes: %w", pid, err)
+	}
+	return nil
+}
+
 // PythonProc is what the eBPF Python walker needs of one CPython process.
 type PythonProc = support.SondePythonProc
 
@@ -551,7 +591,7 @@ func (t *Tracer) SetPython(pid uint32, p PythonProc) error {
 	if err := t.objs.PythonProcs.Put(pid, p); err != nil {
 		return fmt.Errorf("pid %d: set python: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_PYTHON, true)
 }
 
 // ForgetPython removes pid's Python entry.
@@ -559,7 +599,7 @@ func (t *Tracer) ForgetPython(pid uint32) error {
 	if err := t.objs.PythonProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("pid %d: forget python: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_PYTHON, false)
 }
 
 // JVMProc is what the eBPF HotSpot walker needs of one JVM process.
@@ -580,7 +620,7 @@ func (t *Tracer) SetJVM(pid uint32, p JVMProc) error {
 	if err := t.objs.JvmProcs.Put(pid, p); err != nil {
 		return fmt.Errorf("pid %d: set jvm: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_JVM, true)
 }
 
 // ForgetJVM removes pid's JVM entry.
@@ -588,7 +628,7 @@ func (t *Tracer) ForgetJVM(pid uint32) error {
 	if err := t.objs.JvmProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("pid %d: forget jvm: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_JVM, false)
 }
 
 // V8Proc is what the eBPF V8 walker needs of one V8 process.
@@ -607,7 +647,7 @@ func (t *Tracer) SetV8(pid uint32, p V8Proc) error {
 	if err := t.objs.V8Procs.Put(pid, p); err != nil {
 		return fmt.Errorf("pid %d: set v8: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_V8, true)
 }
 
 // ForgetV8 removes pid's V8 entry.
@@ -615,7 +655,7 @@ func (t *Tracer) ForgetV8(pid uint32) error {
 	if err := t.objs.V8Procs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("pid %d: forget v8: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_V8, false)
 }
 
 // PHPProc is what the eBPF PHP walker needs of one PHP process.
@@ -635,7 +675,7 @@ func (t *Tracer) SetPHP(pid uint32, p PHPProc) error {
 	if err := t.objs.PhpProcs.Put(pid, p); err != nil {
 		return fmt.Errorf("pid %d: set php: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_PHP, true)
 }
 
 // PerlProc is what the eBPF Perl walker needs of one Perl process.
@@ -656,7 +696,7 @@ func (t *Tracer) SetPerl(pid uint32, p PerlProc) error {
 	if err := t.objs.PerlProcs.Put(pid, p); err != nil {
 		return fmt.Errorf("pid %d: set perl: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_PERL, true)
 }
 
 // ForgetPHP removes pid's PHP entry.
@@ -664,7 +704,7 @@ func (t *Tracer) ForgetPHP(pid uint32) error {
 	if err := t.objs.PhpProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("pid %d: forget php: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_PHP, false)
 }
 
 // RubyProc is what the eBPF Ruby walker needs of one Ruby process.
@@ -680,7 +720,7 @@ func (t *Tracer) SetRuby(pid uint32, p RubyProc) error {
 	if err := t.objs.RubyProcs.Put(pid, p); err != nil {
 		return fmt.Errorf("pid %d: set ruby: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_RUBY, true)
 }
 
 // ForgetRuby removes pid's Ruby entry.
@@ -688,5 +728,5 @@ func (t *Tracer) ForgetRuby(pid uint32) error {
 	if err := t.objs.RubyProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("pid %d: forget ruby: %w", pid, err)
 	}
-	return nil
+	return t.markRuntime(pid, support.SondeRuntimeIdRUNTIME_RUBY, false)
 }

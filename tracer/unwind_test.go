@@ -3,13 +3,17 @@ package tracer
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/sonde-dev/sonde/internal/testutil"
 	"github.com/sonde-dev/sonde/support"
@@ -420,4 +424,140 @@ func TestPageIndex(t *testing.T) {
 	if pageIndex(nil) != nil {
 		t.Error("an empty table got an index")
 	}
+}
+
+// A process's known_pids entry carries the runtimes whose walkers are set,
+// so that its stacks look in those runtimes' maps only: kept when its
+// mappings are set again or it is forgotten and prepared again, cleared by
+// Forget and by exec and exit, whose walkers the eBPF side drops.
+func TestKnownEntryCarriesRuntimes(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1})
+	const pid = 4242
+	ms := []Mapping{{Start: 0x400000, End: 0x401234, Bias: 0x400000, Table: 3, Rows: 10}}
+	runtimes := func() (uint32, bool) {
+		t.Helper()
+		var k support.SondeKnownProc
+		if err := tr.objs.KnownPids.Lookup(uint32(pid), &k); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				return 0, false
+			}
+			t.Fatal(err)
+		}
+		return k.Runtimes, true
+	}
+	const py, rb = 1 << support.SondeRuntimeIdRUNTIME_PYTHON, 1 << support.SondeRuntimeIdRUNTIME_RUBY
+	step := func(what string, do func() error, want uint32) {
+		t.Helper()
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got, ok := runtimes(); !ok || got != want {
+			t.Errorf("after %s: runtimes %#x (entry %v), want %#x", what, got, ok, want)
+		}
+	}
+	// Set before the process is prepared: the entry it gets carries it.
+	if err := tr.SetPython(pid, PythonProc{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := runtimes(); ok {
+		t.Fatal("SetPython made a known_pids entry")
+	}
+	step("SetMappings", func() error { return tr.SetMappings(pid, nil, ms) }, py)
+	step("SetRuby", func() error { return tr.SetRuby(pid, RubyProc{}) }, py|rb)
+	step("SetMappings again", func() error { return tr.SetMappings(pid, ms, ms) }, py|rb)
+	step("ForgetPython", func() error { return tr.ForgetPython(pid) }, rb)
+	if err := tr.ForgetProcess(pid, ms); err != nil {
+		t.Fatal(err)
+	}
+	step("prepared again", func() error { return tr.SetMappings(pid, nil, ms) }, rb)
+	step("SetPython", func() error { return tr.SetPython(pid, PythonProc{}) }, py|rb)
+	for _, typ := range []RecordType{RecordExec, RecordExit} {
+		if err := tr.noteTask(&Record{Type: typ, PID: pid}, nil); err != nil {
+			t.Fatal(err)
+		}
+		step(fmt.Sprintf("record %v, then SetMappings", typ), func() error { return tr.SetMappings(pid, ms, ms) }, 0)
+		step("SetPython", func() error { return tr.SetPython(pid, PythonProc{}) }, py)
+	}
+}
+
+// A process whose address space keeps changing is not trusted, so each
+// stack checks the entries it uses against the live VMAs. The VMA a CPU
+// looked up is kept on the entry, where every CPU checks it with plain
+// reads instead of looking it up again (bpf_find_vma's unlock is an IPI).
+func TestEntryKeepsTheVMAFound(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 499})
+	if !tr.CheckedMappings() {
+		t.Skip("the kernel has no bpf_find_vma: entries are not checked")
+	}
+	text := ownText(t)
+	pid := uint32(os.Getpid())
+	m := Mapping{Start: text.start, End: text.end, FileBias: text.start - text.offset, Inode: text.inode}
+	if err := tr.SetMappings(pid, nil, []Mapping{m}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.ForgetProcess(pid, []Mapping{m}) })
+	stop := make(chan struct{})
+	defer close(stop)
+	<-burn(stop, false)
+	// Map and unmap a page all the time: the address space's sequence
+	// moves, and the entries are not trusted.
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err == nil {
+				_ = unix.Munmap(b)
+			}
+		}
+	}()
+	key := support.SondeMappingKey{Prefixlen: 96, Pid: pid, AddrBe: bigEndian64(text.start)}
+	var info support.SondeMappingInfo
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := tr.objs.Mappings.Lookup(key, &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.Vma != 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if info.Vma == 0 {
+		t.Fatalf("no stack kept the VMA of %+v on its entry in 20 s", text)
+	}
+	if info.Vstart != text.start || info.Vend != text.end {
+		t.Errorf("entry keeps VMA %#x-%#x, the executable's text is %#x-%#x", info.Vstart, info.Vend, text.start, text.end)
+	}
+}
+
+// textMapping is the executable mapping of this test binary.
+type textMapping struct{ start, end, offset, inode uint64 }
+
+func ownText(t *testing.T) textMapping {
+	t.Helper()
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[5] != exe || !strings.Contains(f[1], "x") {
+			continue
+		}
+		var m textMapping
+		if _, err := fmt.Sscanf(f[0]+" "+f[2]+" "+f[4], "%x-%x %x %d", &m.start, &m.end, &m.offset, &m.inode); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		return m
+	}
+	t.Fatalf("no executable mapping of %s in /proc/self/maps", exe)
+	return textMapping{}
 }

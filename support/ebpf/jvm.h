@@ -30,9 +30,11 @@
 #define JVM_MAX_FRAME_WORDS (1 << 16)
 
 // jvm_begin readies the JVM walk of the current stack of process tgid.
-static __always_inline void jvm_begin(struct ustack_state *st, __u32 tgid)
+static __always_inline void jvm_begin(struct ustack_state *st, __u32 rt, __u32 tgid)
 {
 	st->jvm_active = 0;
+	if (!HAS_RUNTIME(rt, RUNTIME_JVM))
+		return;
 	struct jvm_proc *jp = bpf_map_lookup_elem(&jvm_procs, &tgid);
 	if (!jp)
 		return;

@@ -99,12 +99,13 @@ struct ustack_state {
 	__u32 lr_valid;
 	__u32 lr_pad;
 	__u32 runs;
-	__u32 adjust;  // the current pc is a return address: look up pc - 1
-	__u32 have_mi; // mi holds the last mapping used (checked live): frames in it skip the trie
-	__u32 trust;   // the process's mappings did not change since its entries were set
-	__u32 gen_pad;
-	__u64 gen;        // the generation of the process's entries (struct known_proc)
-	__u64 mm;         // the process's struct mm_struct, once a cached VMA needed it
+	__u32 adjust;   // the current pc is a return address: look up pc - 1
+	__u32 have_mi;  // mi holds the last mapping used (checked live): frames in it skip the trie
+	__u32 trust;    // the process's mappings did not change since its entries were set
+	__u32 row_base; // this unwinder's first entry in row_cache
+	__u32 runtimes; // the process's runtimes (struct known_proc), RUNTIMES_ALL if not known
+	__u64 gen;      // the generation of the process's entries (struct known_proc)
+	__u64 mm;       // the process's struct mm_struct, once a cached VMA needed it
 	__u32 frames_cfi; // frames of this stack unwound by a table row, counted at its end
 	__u32 frames_fp;  // frames of this stack found by frame pointers, counted at its end
 	// find_mapping found no entry for the current frame and could not
@@ -131,9 +132,6 @@ struct ustack_state {
 	__u32 last_pad;
 	__u64 last_next;
 	struct unwind_row last_row;
-	// The CPU's row cache (kept across stacks), direct-mapped by file and
-	// offset: a return address seen before costs no search.
-	struct row_cache_entry rows[ROW_CACHE];
 	// The Python walker's state (python.h).
 	__u64 py_frame;   // the next Python frame to report; 0: none
 	__u32 py_active;  // the process runs CPython: eval-loop frames are replaced
@@ -204,6 +202,13 @@ struct ustack_state {
 	__u64 cache_vstart[MAPPING_CACHE];
 	__u64 cache_vend[MAPPING_CACHE];
 	struct mapping_info cache_mi[MAPPING_CACHE];
+	// A copy of the stack being walked, from win_base for win_len bytes
+	// (0: none): the frames' return addresses and saved frame pointers are
+	// read from it, one helper call for several frames (stack_read).
+	__u64 win_base;
+	__u32 win_len;
+	__u32 win_pad;
+	__u8 win[STACK_WINDOW];
 };
 
 struct {
@@ -212,6 +217,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ustack_state);
 } unwind_scratch SEC(".maps");
+
+// The CPU's row caches (kept across stacks), direct-mapped by file and
+// offset: a return address seen before costs no search. A map of their
+// own, as they outgrow a per-CPU value: a compile's deep stacks return to
+// thousands of places, and each miss is a search of cold memory. The
+// on-CPU unwinder's is the first ROW_CACHE entries, the off-CPU one's the
+// next (ustack_state.row_base): a sample can interrupt an off-CPU unwind
+// on its CPU halfway through an entry.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * ROW_CACHE);
+	__type(key, __u32);
+	__type(value, struct row_cache_entry);
+} row_cache SEC(".maps");
 
 // Executable mappings of every prepared process: (pid, address) -> how to
 // unwind there. Filled by user space.

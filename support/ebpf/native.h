@@ -71,14 +71,21 @@ static __always_inline __u64 mm_fingerprint(void)
 // again if its mappings changed since.
 static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 {
-	py_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
-	jvm_begin(st, tgid);
-	v8_begin(st, tgid);
-	perl_begin(st, tgid, (__u32)bpf_get_current_pid_tgid());
-	php_begin(st, tgid);
-	ruby_begin(st, tgid);
+	// One look-up says which runtimes' maps to look in: each is a cold
+	// cache line at 19 Hz, and most processes run none.
+	struct known_proc *known = bpf_map_lookup_elem(&known_pids, &tgid);
+	__u32 rt = known ? known->runtimes : RUNTIMES_ALL;
+	st->runtimes = rt;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	py_begin(st, rt, tgid, tid);
+	jvm_begin(st, rt, tgid);
+	v8_begin(st, rt, tgid);
+	perl_begin(st, rt, tgid, tid);
+	php_begin(st, rt, tgid);
+	ruby_begin(st, rt, tgid);
 	st->runs = 0;
 	st->adjust = 0;
+	st->win_len = 0;
 	st->have_mi = 0;
 	st->trust = 0;
 	st->frames_cfi = 0;
@@ -103,7 +110,6 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 	}
 	st->gen = 0;
 	st->mm = 0;
-	struct known_proc *known = bpf_map_lookup_elem(&known_pids, &tgid);
 	if (!known) {
 		notify_unknown(tgid, NOTIFY_GAP_NS);
 		return;
@@ -120,7 +126,13 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 		// generation.
 		known->fp = fp;
 	} else { // the mappings changed since, or an entry was stale: ask again
-		notify_unknown(tgid, NOTIFY_GAP_NS);
+		// At most once per gap, as notify_unknown would, without a look
+		// in its map at every stack meanwhile.
+		__u64 now = bpf_ktime_get_ns();
+		if (now - known->asked >= NOTIFY_GAP_NS) {
+			known->asked = now;
+			notify_unknown(tgid, NOTIFY_GAP_NS);
+		}
 	}
 }
 
@@ -210,8 +222,11 @@ static __always_inline struct unwind_row *cached_row(struct ustack_state *st,
                                                      struct mapping_info *mi, __u64 lookup)
 {
 	__u64 rel = lookup - mi->bias;
-	__u32 i = ((__u32)rel ^ ((__u32)rel >> 9) ^ (mi->file * 0x9e3779b1)) & (ROW_CACHE - 1);
-	struct row_cache_entry *c = &st->rows[i];
+	__u32 i = st->row_base +
+	          (((__u32)rel ^ ((__u32)rel >> 11) ^ (mi->file * 0x9e3779b1)) & (ROW_CACHE - 1));
+	struct row_cache_entry *c = bpf_map_lookup_elem(&row_cache, &i);
+	if (!c)
+		return NULL;
 	if (c->file != mi->file || c->table_id != mi->table_id || c->rel != rel || mi->file == 0 ||
 	    rel > 0xffffffffULL) {
 		__u64 next;
@@ -231,6 +246,39 @@ static __always_inline struct unwind_row *cached_row(struct ustack_state *st,
 	return &st->last_row;
 }
 
+// stack_read copies size bytes (8 or 16) of the user stack at addr into
+// dst, from the stack's window when it holds them, else from a new window
+// read at addr: STACK_WINDOW bytes, or up to the end of addr's page where
+// the next one cannot be read (a stack's top). Frames lie next to each
+// other, so one read serves several. 0 on success, as the helper.
+static __always_inline long stack_read(struct ustack_state *st, void *dst, __u32 size, __u64 addr)
+{
+	__u64 off = addr - st->win_base;
+	if (st->win_len == 0 || off > STACK_WINDOW - 16 || off + size > st->win_len) {
+		st->win_len = 0;
+		if (bpf_probe_read_user(st->win, STACK_WINDOW, (void *)addr) == 0) {
+			st->win_len = STACK_WINDOW;
+		} else {
+			__u32 n = 4096 - (addr & 4095);
+			if (n < 16 || n > STACK_WINDOW)
+				return bpf_probe_read_user(dst, size, (void *)addr);
+			if (bpf_probe_read_user(st->win, n, (void *)addr))
+				return bpf_probe_read_user(dst, size, (void *)addr);
+			st->win_len = n;
+		}
+		st->win_base = addr;
+		off = 0;
+	}
+	off &= STACK_WINDOW - 1;
+	if (off > STACK_WINDOW - 16)
+		return -1;
+	if (size == 16)
+		__builtin_memcpy(dst, &st->win[off], 16);
+	else
+		__builtin_memcpy(dst, &st->win[off], 8);
+	return 0;
+}
+
 // fp_step walks one frame-pointer link.
 static __always_inline enum step_result fp_step(struct ustack_state *st, struct sample_record *s)
 {
@@ -246,7 +294,7 @@ static __always_inline enum step_result fp_step(struct ustack_state *st, struct 
 	}
 	if (st->fp == 0 || st->fp < st->sp)
 		return STEP_DONE;
-	if (bpf_probe_read_user(link, sizeof(link), (void *)st->fp)) {
+	if (stack_read(st, link, sizeof(link), st->fp)) {
 		s->flags |= SAMPLE_USER_READ_ERR;
 		count(COUNTER_UNWIND_READ_ERR);
 		return STEP_DONE;
@@ -323,30 +371,37 @@ cache_mapping(struct ustack_state *st, __u32 pid, struct mapping_info *mi, struc
 	return use_mapping(st, mi);
 }
 
-// vma_unchanged says whether the VMA cache entry i was found in still
-// describes it: the same range of the same process's address space, the
-// same file at the same offset (none for anonymous memory). It reads the
+// vma_holds says whether the VMA at address at, found to span [vstart,
+// vend) for mapping mi, still describes it: the same range of the same
+// process's address space, the same file at the same offset (none for
+// anonymous memory). It reads the
 // VMA without the mm lock, the lock bpf_find_vma takes and must hand to an
 // IPI to let go of: a VMA freed since is read all the same (its memory
 // stays a VMA, or is read as one without a fault), and anything it holds
 // now other than what was found there fails the test.
-static __always_inline bool vma_unchanged(struct ustack_state *st, int i)
+static __always_inline bool vma_holds(struct ustack_state *st, __u64 at, __u64 vstart, __u64 vend,
+                                      struct mapping_info *mi)
 {
-	struct vm_area_struct *vma = (struct vm_area_struct *)st->cache_vma[i];
+	struct vm_area_struct *vma = (struct vm_area_struct *)at;
 	if (!vma)
 		return false;
 	if (!st->mm)
 		st->mm = (__u64)BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), mm);
-	if ((__u64)BPF_CORE_READ(vma, vm_mm) != st->mm ||
-	    BPF_CORE_READ(vma, vm_start) != st->cache_vstart[i] ||
-	    BPF_CORE_READ(vma, vm_end) != st->cache_vend[i])
+	if ((__u64)BPF_CORE_READ(vma, vm_mm) != st->mm || BPF_CORE_READ(vma, vm_start) != vstart ||
+	    BPF_CORE_READ(vma, vm_end) != vend)
 		return false;
 	struct file *f = BPF_CORE_READ(vma, vm_file);
-	struct mapping_info *mi = &st->cache_mi[i];
 	if (!f)
 		return mi->inode == 0;
 	return mi->inode != 0 && BPF_CORE_READ(f, f_inode, i_ino) == mi->inode &&
-	       st->cache_vstart[i] - (BPF_CORE_READ(vma, vm_pgoff) << 12) == mi->file_bias;
+	       vstart - (BPF_CORE_READ(vma, vm_pgoff) << 12) == mi->file_bias;
+}
+
+// vma_unchanged is vma_holds for the VMA cache entry i was found in.
+static __always_inline bool vma_unchanged(struct ustack_state *st, int i)
+{
+	return vma_holds(st, st->cache_vma[i], st->cache_vstart[i], st->cache_vend[i],
+	                 &st->cache_mi[i]);
 }
 
 static __always_inline bool cached_anon_code(struct ustack_state *st, __u32 pid, __u64 addr)
@@ -429,6 +484,12 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	}
 	if (mi && st->trust)
 		return cache_mapping(st, pid, mi, NULL);
+	// The VMA a CPU found this entry in before, still as it was: the
+	// entry holds without a look-up, whose unlock is an IPI.
+	if (mi && mi->vma && vma_holds(st, mi->vma, mi->vstart, mi->vend, mi)) {
+		struct vma_info held = {.vma = mi->vma, .start = mi->vstart, .end = mi->vend};
+		return cache_mapping(st, pid, mi, &held);
+	}
 	struct vma_info v = {};
 	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
 	if (err == -16 /* EBUSY: the mm lock is taken, or this stack looked already */) {
@@ -445,8 +506,12 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	}
 	if (err)
 		return NULL;
-	if (mi && mi->inode == v.inode && mi->file_bias == v.file_bias && v.file)
+	if (mi && mi->inode == v.inode && mi->file_bias == v.file_bias && v.file) {
+		mi->vma = v.vma;
+		mi->vstart = v.start;
+		mi->vend = v.end;
 		return cache_mapping(st, pid, mi, &v);
+	}
 	if (!mi && !v.file) {
 		// Anonymous memory (JIT code): frame pointers, or the runtime's
 		// walker.
@@ -477,8 +542,9 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		count(COUNTER_MAPPING_STALE);
 		// No trust in these entries until user space has set them again
 		// (1 matches no fingerprint, and is not 0, which asks for one).
-		struct known_proc stale = {.fp = 1, .gen = st->gen};
-		bpf_map_update_elem(&known_pids, &pid, &stale, BPF_EXIST);
+		struct known_proc *known = bpf_map_lookup_elem(&known_pids, &pid);
+		if (known && known->gen == st->gen)
+			known->fp = 1;
 		__sync_fetch_and_add(&mapping_epoch, 1);
 		// Its file's own table unwinds it meanwhile: user space is asked
 		// at the usual pace, not at once (a process that loads and
@@ -751,7 +817,7 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 			return STEP_DONE;
 		}
 		ra = st->lr;
-	} else if (bpf_probe_read_user(&ra, sizeof(ra), (void *)ra_at)) {
+	} else if (stack_read(st, &ra, sizeof(ra), ra_at)) {
 		s->flags |= SAMPLE_USER_READ_ERR;
 		count(COUNTER_UNWIND_READ_ERR);
 		return STEP_DONE;
@@ -761,13 +827,13 @@ static __always_inline enum step_result step(struct ustack_state *st, struct sam
 		return STEP_DONE; // not a return address: a wrong row or a smashed stack
 	if (ARCH_HAS_LR && (cfa_type == CFA_SP_GO || cfa_type == CFA_GO_CGO)) {
 		// Go saves the caller's x29 right below its return address.
-		if (bpf_probe_read_user(&st->fp, sizeof(st->fp), (void *)(ra_at - 8))) {
+		if (stack_read(st, &st->fp, sizeof(st->fp), ra_at - 8)) {
 			s->flags |= SAMPLE_USER_READ_ERR;
 			count(COUNTER_UNWIND_READ_ERR);
 			return STEP_DONE;
 		}
 	} else if (fp_rule == FP_OFFSET) {
-		if (bpf_probe_read_user(&st->fp, sizeof(st->fp), (void *)(cfa + fp_offset))) {
+		if (stack_read(st, &st->fp, sizeof(st->fp), cfa + fp_offset)) {
 			s->flags |= SAMPLE_USER_READ_ERR;
 			count(COUNTER_UNWIND_READ_ERR);
 			return STEP_DONE;
@@ -1005,6 +1071,7 @@ static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
 	        offcpu ? (void *)&offcpu_unwind_scratch : (void *)&unwind_scratch, &zero);
 	if (!s || !st)
 		return 0;
+	st->row_base = offcpu ? ROW_CACHE : 0;
 	if (vma) {
 		struct frame_loop l = {.s = s, .st = st, .more = true};
 		bpf_loop(MAX_USER_FRAMES, unwind_frame_checked, &l, 0);

@@ -69,12 +69,14 @@ static __always_inline bool perl_load_si(struct ustack_state *st, __u64 si)
 // process tgid: st->perl_si is its innermost stack info, or 0. Only the
 // main thread's stack is walked: PL_curinterp is its interpreter (other
 // threads' interpreters are their own, in thread-local storage).
-static __always_inline void perl_begin(struct ustack_state *st, __u32 tgid, __u32 pid)
+static __always_inline void perl_begin(struct ustack_state *st, __u32 rt, __u32 tgid, __u32 pid)
 {
 	st->perl_active = 0;
 	st->perl_walking = 0;
 	st->perl_run = 0;
 	st->perl_si = 0;
+	if (!HAS_RUNTIME(rt, RUNTIME_PERL))
+		return;
 	struct perl_proc *pp = bpf_map_lookup_elem(&perl_procs, &tgid);
 	if (!pp || pid != tgid)
 		return;

@@ -60,12 +60,14 @@ static __always_inline void php_vm_regs(struct ustack_state *st)
 
 // php_begin readies the PHP walk of the current stack of process tgid:
 // st->php_ex is its innermost PHP frame, or 0.
-static __always_inline void php_begin(struct ustack_state *st, __u32 tgid)
+static __always_inline void php_begin(struct ustack_state *st, __u32 rt, __u32 tgid)
 {
 	st->php_active = 0;
 	st->php_walking = 0;
 	st->php_run = 0;
 	st->php_ex = 0;
+	if (!HAS_RUNTIME(rt, RUNTIME_PHP))
+		return;
 	struct php_proc *pp = bpf_map_lookup_elem(&php_procs, &tgid);
 	if (!pp)
 		return;

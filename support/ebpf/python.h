@@ -51,12 +51,14 @@ static __always_inline __u64 py_thread_state(struct python_proc *pp, __u32 tid, 
 
 // py_begin readies the Python walk of the current thread of process tgid:
 // st->py_frame is its innermost Python frame, or 0.
-static __always_inline void py_begin(struct ustack_state *st, __u32 tgid, __u32 tid)
+static __always_inline void py_begin(struct ustack_state *st, __u32 rt, __u32 tgid, __u32 tid)
 {
 	st->py_active = 0;
 	st->py_walking = 0;
 	st->py_run = 0;
 	st->py_frame = 0;
+	if (!HAS_RUNTIME(rt, RUNTIME_PYTHON))
+		return;
 	struct python_proc *pp = bpf_map_lookup_elem(&python_procs, &tgid);
 	if (!pp)
 		return;

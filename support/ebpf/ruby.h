@@ -36,7 +36,7 @@
 
 // ruby_begin readies the Ruby walk of the current stack of process tgid:
 // st->rb_cfp is the thread's innermost control frame, or 0.
-static __always_inline void ruby_begin(struct ustack_state *st, __u32 tgid)
+static __always_inline void ruby_begin(struct ustack_state *st, __u32 rt, __u32 tgid)
 {
 	st->rb_active = 0;
 	st->rb_walking = 0;
@@ -44,6 +44,8 @@ static __always_inline void ruby_begin(struct ustack_state *st, __u32 tgid)
 	st->rb_any = 0;
 	st->rb_cfp = 0;
 	st->rb_end = 0;
+	if (!HAS_RUNTIME(rt, RUNTIME_RUBY))
+		return;
 	struct ruby_proc *rp = bpf_map_lookup_elem(&ruby_procs, &tgid);
 	if (!rp)
 		return;

@@ -219,6 +219,13 @@ struct mapping_info {
 	__u32 rows;
 	__u32 file;
 	__u32 flags; // enum mapping_info_flags
+	// The VMA a CPU last found this entry to describe, with its range
+	// [vstart, vend) then (0: none yet). Written by the eBPF side, on the
+	// entry itself: every CPU checks it with a few plain reads where it
+	// would otherwise look the VMA up (vma_unchanged).
+	__u64 vma;
+	__u64 vstart;
+	__u64 vend;
 };
 
 // known_proc is what the unwinder knows of a process user space has
@@ -231,7 +238,20 @@ struct known_proc {
 	// Which setting of its entries this is: user space numbers each one.
 	// A CPU's cached mappings of the process are of one generation.
 	__u64 gen;
+	// The runtimes user space found in it, a bit (1 << enum runtime_id)
+	// each: only their maps are looked up at its stacks.
+	__u32 runtimes;
+	__u32 pad;
+	// When a stack last asked user space about the process for a change
+	// of its mappings: a hot copy of notified's entry, which stacks in
+	// between need not look up.
+	__u64 asked;
 };
+
+// RUNTIMES_ALL stands for a process user space has not prepared yet: every
+// runtime's map is looked up, as its walker may have been set first.
+#define RUNTIMES_ALL        0xffffffffU
+#define HAS_RUNTIME(rt, id) (((rt) >> (id)) & 1)
 
 // mapping_flags qualify a mapping_info.
 enum mapping_info_flags {
@@ -464,7 +484,11 @@ enum v8_frame_kind {
 };
 
 // Entries of a CPU's row cache (native.h); a power of two.
-#define ROW_CACHE 256
+#define ROW_CACHE 2048
+
+// How much of a user stack one read copies for the unwinder (native.h,
+// stack_read): a power of two.
+#define STACK_WINDOW 1024
 
 // row_cache_entry is the row one CPU found for offset rel of the table
 // table_id of file (a handle user space never reuses): it covers [row.pc,

@@ -107,6 +107,7 @@ int step_test(struct xdp_md *ctx)
 	st->frames_cfi = 0;
 	st->frames_fp = 0;
 	st->last_table = 0; // a new stack, as begin_unwind makes it
+	st->win_len = 0;
 	struct mapping_info mi;
 	mapping_of(io, &mi);
 	io->result = step(st, s, &mi, io->pc, io->lookup);

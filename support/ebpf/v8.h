@@ -27,9 +27,11 @@
 #include "record.h"
 
 // v8_begin readies the V8 walk of the current stack of process tgid.
-static __always_inline void v8_begin(struct ustack_state *st, __u32 tgid)
+static __always_inline void v8_begin(struct ustack_state *st, __u32 rt, __u32 tgid)
 {
 	st->v8_active = 0;
+	if (!HAS_RUNTIME(rt, RUNTIME_V8))
+		return;
 	struct v8_proc *vp = bpf_map_lookup_elem(&v8_procs, &tgid);
 	if (!vp)
 		return;
