@@ -24,13 +24,18 @@ import (
 const workloadDir = "/w"
 
 // The profiler samples the workloads until each has wantLeaf samples in its
-// leaf after its warm-up, or samplingLimit of guest time passes. Under
-// emulation (TCG) a guest second costs several host seconds. About one C
-// sample in 250 is cut after the leaf under emulation (not understood
-// yet): 500 keeps that from deciding the 99 % by chance.
+// leaf after its warm-up, or samplingLimit of guest time passes, and at
+// least afterTables once every table is loaded (up to samplingMax): under
+// emulation (TCG) a guest second costs several host seconds, and the
+// tables' builds compete with the samples' processing for the guest's
+// CPUs, so they can come late in the run. About one C sample in 250 is cut
+// after the leaf under emulation (not understood yet): 500 keeps that from
+// deciding the 99 % by chance.
 const (
 	wantLeaf      = 500
 	samplingLimit = 150 * time.Second
+	afterTables   = 60 * time.Second
+	samplingMax   = 240 * time.Second
 )
 
 // guestWorkload is one workload the guest runs and what its stacks must be:
@@ -250,7 +255,8 @@ func runSampling() (map[string]samplingResult, *profilerStats) {
 		cmds = append(cmds, cmd)
 		pids[cmd.Process.Pid] = name
 	}
-	deadline := time.Now().Add(samplingLimit)
+	start := time.Now()
+	deadline := start.Add(samplingLimit)
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Second)
 		if tablesAt.IsZero() {
@@ -258,6 +264,12 @@ func runSampling() (map[string]samplingResult, *profilerStats) {
 				continue
 			}
 			tablesAt = time.Now()
+			if d := tablesAt.Add(afterTables); d.After(deadline) {
+				deadline = d
+				if last := start.Add(samplingMax); deadline.After(last) {
+					deadline = last
+				}
+			}
 		}
 		mu.Lock()
 		res := summarize(got, pids, tablesAt)
