@@ -2,6 +2,7 @@ package collector_test
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -181,12 +182,24 @@ func startJava(t *testing.T, j jdk, xargs ...string) javaProc {
 
 // javaMainThread is the TID of the thread that runs a JVM's main method:
 // the java launcher starts it first, before the VM exists and any of the
-// VM's threads, so it has the smallest TID besides the launcher's own.
+// VM's threads, so it is the first TID handed out after the launcher's
+// own. The kernel hands IDs out in a cycle up to pid_max: after a wrap the
+// VM's threads have smaller numbers than the launcher (a CI run saw the
+// JVM 32758 with its VM threads from 303 on), so TIDs are ordered by how
+// far after the launcher's PID they come in that cycle.
 func javaMainThread(t *testing.T, pid int) int64 {
 	t.Helper()
 	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
 	if err != nil {
 		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidMax, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("pid_max: %v", err)
 	}
 	var tids []int64
 	for _, d := range dirs {
@@ -198,7 +211,33 @@ func javaMainThread(t *testing.T, pid int) int64 {
 	if len(tids) == 0 {
 		t.Fatalf("java %d has no thread besides the launcher's", pid)
 	}
-	return slices.Min(tids)
+	return firstAfter(tids, int64(pid), pidMax)
+}
+
+// firstAfter is the TID of tids that the kernel's cyclic allocation, which
+// wraps at pidMax, handed out first after pid.
+func firstAfter(tids []int64, pid, pidMax int64) int64 {
+	after := func(tid int64) int64 { return ((tid-pid)%pidMax + pidMax) % pidMax }
+	return slices.MinFunc(tids, func(a, b int64) int { return cmp.Compare(after(a), after(b)) })
+}
+
+// TestFirstAfter checks the main thread's pick with and without a wrap of
+// the IDs between the launcher and its threads.
+func TestFirstAfter(t *testing.T) {
+	for _, c := range []struct {
+		tids        []int64
+		pid, pidMax int64
+		want        int64
+	}{
+		{[]int64{1001, 1002, 1010}, 1000, 32768, 1001},
+		{[]int64{303, 304, 32759, 32767}, 32758, 32768, 32759},
+		{[]int64{301, 302, 350}, 32767, 32768, 301},
+		{[]int64{4194300, 310}, 4194290, 4194304, 4194300},
+	} {
+		if got := firstAfter(c.tids, c.pid, c.pidMax); got != c.want {
+			t.Errorf("firstAfter(%v, %d, %d) = %d, want %d", c.tids, c.pid, c.pidMax, got, c.want)
+		}
+	}
 }
 
 // jvmLine is one Line of a location.
