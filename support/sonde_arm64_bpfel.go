@@ -551,21 +551,18 @@ type SondeUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheEpoch  uint64
-	CacheNext   uint32
-	CachePad    uint32
-	CachePid    [16]uint32
-	CacheStart  [16]uint64
-	CacheEnd    [16]uint64
-	CacheGen    [16]uint64
-	CacheVma    [16]uint64
-	CacheVstart [16]uint64
-	CacheVend   [16]uint64
-	CacheMi     [16]SondeMappingInfo
-	WinBase     uint64
-	WinLen      uint32
-	WinPad      uint32
-	Win         [1024]uint8
+	CacheEpoch uint64
+	CacheNext  uint32
+	CachePad   uint32
+	CachePid   [16]uint32
+	CacheStart [16]uint64
+	CacheEnd   [16]uint64
+	CacheGen   [16]uint64
+	CacheMi    [16]SondeMappingInfo
+	WinBase    uint64
+	WinLen     uint32
+	WinPad     uint32
+	Win        [1024]uint8
 }
 
 type SondeV8FrameKind uint32

@@ -377,21 +377,18 @@ type testrunArm64UstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheEpoch  uint64
-	CacheNext   uint32
-	CachePad    uint32
-	CachePid    [16]uint32
-	CacheStart  [16]uint64
-	CacheEnd    [16]uint64
-	CacheGen    [16]uint64
-	CacheVma    [16]uint64
-	CacheVstart [16]uint64
-	CacheVend   [16]uint64
-	CacheMi     [16]testrunArm64MappingInfo
-	WinBase     uint64
-	WinLen      uint32
-	WinPad      uint32
-	Win         [1024]uint8
+	CacheEpoch uint64
+	CacheNext  uint32
+	CachePad   uint32
+	CachePid   [16]uint32
+	CacheStart [16]uint64
+	CacheEnd   [16]uint64
+	CacheGen   [16]uint64
+	CacheMi    [16]testrunArm64MappingInfo
+	WinBase    uint64
+	WinLen     uint32
+	WinPad     uint32
+	Win        [1024]uint8
 }
 
 type testrunArm64V8Proc struct {

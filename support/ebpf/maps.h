@@ -188,9 +188,9 @@ struct ustack_state {
 	// The mapping cache (kept across stacks): entry i is mapping
 	// cache_mi[i] of process cache_pid[i] (0: empty) in [cache_start[i],
 	// cache_end[i]), of generation cache_gen[i]; all valid while
-	// cache_epoch is mapping_epoch. cache_vma[i] is the VMA bpf_find_vma
-	// found it in, then [cache_vstart[i], cache_vend[i]) (0: a trusted
-	// entry, not looked at).
+	// cache_epoch is mapping_epoch. cache_mi[i].vma is the VMA it was
+	// found to describe, then [vstart, vend) (0: a trusted entry, not
+	// looked at).
 	__u64 cache_epoch;
 	__u32 cache_next; // the entry replaced next
 	__u32 cache_pad;
@@ -198,9 +198,6 @@ struct ustack_state {
 	__u64 cache_start[MAPPING_CACHE];
 	__u64 cache_end[MAPPING_CACHE];
 	__u64 cache_gen[MAPPING_CACHE];
-	__u64 cache_vma[MAPPING_CACHE];
-	__u64 cache_vstart[MAPPING_CACHE];
-	__u64 cache_vend[MAPPING_CACHE];
 	struct mapping_info cache_mi[MAPPING_CACHE];
 	// A copy of the stack being walked, from win_base for win_len bytes
 	// (0: none): the frames' return addresses and saved frame pointers are

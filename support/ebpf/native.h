@@ -352,22 +352,21 @@ static __always_inline struct mapping_info *use_mapping(struct ustack_state *st,
 	return &st->mi;
 }
 
-// cache_mapping is use_mapping for a trusted entry of the trie (v NULL),
-// or one found to describe the live VMA v, which it also keeps in the
-// CPU's mapping cache.
-static __always_inline struct mapping_info *
-cache_mapping(struct ustack_state *st, __u32 pid, struct mapping_info *mi, struct vma_info *v)
+// cache_mapping is use_mapping for a trusted entry of the trie (checked
+// false), or one whose vma, vstart and vend were found to describe the
+// live VMA (checked true), which it also keeps in the CPU's mapping cache.
+static __always_inline struct mapping_info *cache_mapping(struct ustack_state *st, __u32 pid,
+                                                          struct mapping_info *mi, bool checked)
 {
 	__u32 i = st->cache_next & (MAPPING_CACHE - 1);
 	st->cache_next = i + 1;
 	st->cache_pid[i] = pid;
 	st->cache_gen[i] = st->gen;
-	st->cache_vma[i] = v ? v->vma : 0;
-	st->cache_vstart[i] = v ? v->start : 0;
-	st->cache_vend[i] = v ? v->end : 0;
 	st->cache_start[i] = mi->start;
 	st->cache_end[i] = mi->end;
 	st->cache_mi[i] = *mi;
+	if (!checked)
+		st->cache_mi[i].vma = 0;
 	return use_mapping(st, mi);
 }
 
@@ -400,8 +399,8 @@ static __always_inline bool vma_holds(struct ustack_state *st, __u64 at, __u64 v
 // vma_unchanged is vma_holds for the VMA cache entry i was found in.
 static __always_inline bool vma_unchanged(struct ustack_state *st, int i)
 {
-	return vma_holds(st, st->cache_vma[i], st->cache_vstart[i], st->cache_vend[i],
-	                 &st->cache_mi[i]);
+	struct mapping_info *mi = &st->cache_mi[i];
+	return vma_holds(st, mi->vma, mi->vstart, mi->vend, mi);
 }
 
 static __always_inline bool cached_anon_code(struct ustack_state *st, __u32 pid, __u64 addr)
@@ -483,13 +482,11 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		return use_mapping(st, mi);
 	}
 	if (mi && st->trust)
-		return cache_mapping(st, pid, mi, NULL);
+		return cache_mapping(st, pid, mi, false);
 	// The VMA a CPU found this entry in before, still as it was: the
 	// entry holds without a look-up, whose unlock is an IPI.
-	if (mi && mi->vma && vma_holds(st, mi->vma, mi->vstart, mi->vend, mi)) {
-		struct vma_info held = {.vma = mi->vma, .start = mi->vstart, .end = mi->vend};
-		return cache_mapping(st, pid, mi, &held);
-	}
+	if (mi && mi->vma && vma_holds(st, mi->vma, mi->vstart, mi->vend, mi))
+		return cache_mapping(st, pid, mi, true);
 	struct vma_info v = {};
 	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
 	if (err == -16 /* EBUSY: the mm lock is taken, or this stack looked already */) {
@@ -510,19 +507,26 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		mi->vma = v.vma;
 		mi->vstart = v.start;
 		mi->vend = v.end;
-		return cache_mapping(st, pid, mi, &v);
+		return cache_mapping(st, pid, mi, true);
 	}
 	if (!mi && !v.file) {
 		// Anonymous memory (JIT code): frame pointers, or the runtime's
 		// walker.
-		struct mapping_info anon = {.start = v.start, .end = v.end};
-		return cache_mapping(st, pid, &anon, &v);
+		struct mapping_info anon = {.start = v.start,
+		                            .end = v.end,
+		                            .vma = v.vma,
+		                            .vstart = v.start,
+		                            .vend = v.end};
+		return cache_mapping(st, pid, &anon, true);
 	}
 	// The VMA's range is known: the frames in it go without another look.
 	struct mapping_info *c = &st->mi;
 	__builtin_memset(c, 0, sizeof(*c));
 	c->start = v.start;
 	c->end = v.end;
+	c->vma = v.vma;
+	c->vstart = v.start;
+	c->vend = v.end;
 	st->have_mi = 1;
 	struct file_table *ft = NULL;
 	if (v.file) {
@@ -556,7 +560,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	// just loaded, V8's second mapping of its builtins): the CPU keeps it
 	// until they are set again, checked as any other.
 	notify_unknown(pid, NOTIFY_GAP_NS);
-	return cache_mapping(st, pid, c, &v);
+	return cache_mapping(st, pid, c, true);
 }
 
 // want_snapshot marks the current frame, which is in mapping mi (NULL: not
