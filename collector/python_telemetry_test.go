@@ -18,6 +18,7 @@ import (
 
 	"github.com/sonde-dev/sonde/collector/internal/metadatatest"
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/profiler"
 )
 
 // TestPythonTelemetry profiles a real CPython 3.12 workload and checks the
@@ -85,12 +86,15 @@ func TestPythonTelemetry(t *testing.T) {
 		}
 		<-tick.C
 	}
-	// A collection the profiler's Python counts did not change across.
+	// A collection the profiler's Python counts did not change across:
+	// its figures are compared with the counts it saw, not with counts
+	// read again later, which a resolve in between may have moved.
 	same := false
+	var ps profiler.PythonStats
 	for range 100 {
-		before := r.prof.Stats().Python
+		ps = r.prof.Stats().Python
 		m = collect(t, tt)
-		if r.prof.Stats().Python == before {
+		if r.prof.Stats().Python == ps {
 			same = true
 			break
 		}
@@ -98,7 +102,6 @@ func TestPythonTelemetry(t *testing.T) {
 	if !same {
 		t.Fatal("the python counts moved across 100 collections")
 	}
-	ps := r.prof.Stats().Python
 	for _, name := range []string{
 		"sonde.python.processes", "sonde.python.versions.unknown", "sonde.python.walks", "sonde.python.frames",
 		"sonde.python.frames.unnamed", "sonde.python.errors", "sonde.python.code_cache.size", "sonde.python.code_cache.resets",

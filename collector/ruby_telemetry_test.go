@@ -18,6 +18,7 @@ import (
 
 	"github.com/sonde-dev/sonde/collector/internal/metadatatest"
 	"github.com/sonde-dev/sonde/internal/testutil"
+	"github.com/sonde-dev/sonde/profiler"
 )
 
 // TestRubyTelemetry profiles internal/ruby's burn.rb with the receiver and
@@ -81,12 +82,15 @@ func TestRubyTelemetry(t *testing.T) {
 		}
 		<-tick.C
 	}
-	// A collection the profiler's Ruby counts did not change across.
+	// A collection the profiler's Ruby counts did not change across:
+	// its figures are compared with the counts it saw, not with counts
+	// read again later, which a resolve in between may have moved.
 	same := false
+	var rs profiler.RubyStats
 	for range 100 {
-		before := r.prof.Stats().Ruby
+		rs = r.prof.Stats().Ruby
 		m = collect(t, tt)
-		if r.prof.Stats().Ruby == before {
+		if r.prof.Stats().Ruby == rs {
 			same = true
 			break
 		}
@@ -94,7 +98,6 @@ func TestRubyTelemetry(t *testing.T) {
 	if !same {
 		t.Fatal("the ruby counts moved across 100 collections")
 	}
-	rs := r.prof.Stats().Ruby
 	for _, name := range []string{
 		"sonde.ruby.processes", "sonde.ruby.versions.unknown", "sonde.ruby.walks", "sonde.ruby.frames",
 		"sonde.ruby.errors", "sonde.ruby.iseq_cache.size", "sonde.ruby.iseq_cache.evictions",
