@@ -551,6 +551,7 @@ type SondeUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
+	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32
 	CachePid   [16]uint32
@@ -636,6 +637,7 @@ const (
 	SondeVarFilterPendingNs            = "filter_pending_ns"
 	SondeVarIncludeIdle                = "include_idle"
 	SondeVarIncludeKernelThreads       = "include_kernel_threads"
+	SondeVarMappingEpoch               = "mapping_epoch"
 	SondeVarOffcpuMinNs                = "offcpu_min_ns"
 	SondeVarOffcpuThreshold            = "offcpu_threshold"
 	SondeVarSnapshotAll                = "snapshot_all"
@@ -764,6 +766,7 @@ type SondeVariableSpecs struct {
 	FilterPendingNs        *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle            *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads   *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	MappingEpoch           *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 	SnapshotAll            *ebpf.VariableSpec `ebpf:"snapshot_all"`
@@ -886,6 +889,7 @@ type SondeVariables struct {
 	FilterPendingNs        *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle            *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads   *ebpf.Variable `ebpf:"include_kernel_threads"`
+	MappingEpoch           *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.Variable `ebpf:"offcpu_threshold"`
 	SnapshotAll            *ebpf.Variable `ebpf:"snapshot_all"`

@@ -377,6 +377,7 @@ type testrunUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
+	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32
 	CachePid   [16]uint32
@@ -448,6 +449,7 @@ const (
 	testrunVarFilterPendingNs      = "filter_pending_ns"
 	testrunVarIncludeIdle          = "include_idle"
 	testrunVarIncludeKernelThreads = "include_kernel_threads"
+	testrunVarMappingEpoch         = "mapping_epoch"
 	testrunVarOffcpuMinNs          = "offcpu_min_ns"
 	testrunVarOffcpuThreshold      = "offcpu_threshold"
 	testrunVarSnapshotAll          = "snapshot_all"
@@ -541,6 +543,7 @@ type testrunVariableSpecs struct {
 	FilterPendingNs      *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 	SnapshotAll          *ebpf.VariableSpec `ebpf:"snapshot_all"`
@@ -633,6 +636,7 @@ type testrunVariables struct {
 	FilterPendingNs      *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
+	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`
 	SnapshotAll          *ebpf.Variable `ebpf:"snapshot_all"`

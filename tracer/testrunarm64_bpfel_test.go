@@ -377,6 +377,7 @@ type testrunArm64UstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
+	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32
 	CachePid   [16]uint32
@@ -448,6 +449,7 @@ const (
 	testrunArm64VarFilterPendingNs      = "filter_pending_ns"
 	testrunArm64VarIncludeIdle          = "include_idle"
 	testrunArm64VarIncludeKernelThreads = "include_kernel_threads"
+	testrunArm64VarMappingEpoch         = "mapping_epoch"
 	testrunArm64VarOffcpuMinNs          = "offcpu_min_ns"
 	testrunArm64VarOffcpuThreshold      = "offcpu_threshold"
 	testrunArm64VarSnapshotAll          = "snapshot_all"
@@ -541,6 +543,7 @@ type testrunArm64VariableSpecs struct {
 	FilterPendingNs      *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 	SnapshotAll          *ebpf.VariableSpec `ebpf:"snapshot_all"`
@@ -633,6 +636,7 @@ type testrunArm64Variables struct {
 	FilterPendingNs      *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
+	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`
 	SnapshotAll          *ebpf.Variable `ebpf:"snapshot_all"`
