@@ -26,6 +26,25 @@ import (
 // metric name.
 type collected map[string][]metricdata.DataPoint[int64]
 
+// quietCollect collects until a collection across which counts (the
+// profiler's own, read before and after) did not move, and returns that
+// collection with the counts it saw: its figures are compared with them,
+// not with counts read again later, which a resolve in between may have
+// moved. It fails after 100 collections that all saw the counts move.
+func quietCollect[S comparable](t *testing.T, tt *componenttest.Telemetry, what string, counts func() S) (collected, S) {
+	t.Helper()
+	for n := 1; ; n++ {
+		before := counts()
+		m := collect(t, tt)
+		if counts() == before {
+			return m, before
+		}
+		if n == 100 {
+			t.Fatalf("the %s counts moved across 100 collections", what)
+		}
+	}
+}
+
 func collect(t *testing.T, tt *componenttest.Telemetry) collected {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
