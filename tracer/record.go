@@ -292,9 +292,21 @@ const noticePoll = time.Minute
 
 func (t *Tracer) readFrom(r *ring, rec *Record, poll time.Duration) error {
 	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return ErrClosed
+		}
+		if !r.hasData() {
+			r.mu.Unlock()
+			if poll <= 0 {
+				return ErrEmpty
+			}
+			r.wait(poll)
+			continue
+		}
 		// A deadline already passed: the reader takes what is there and
 		// never blocks.
-		r.mu.Lock()
 		r.reader.SetDeadline(time.Now())
 		err := r.reader.ReadInto(&r.raw)
 		if err == nil {

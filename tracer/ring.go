@@ -28,12 +28,27 @@ type ring struct {
 	// kicked: Kick asked the reader to read now; a wait that begins
 	// after the kick returns at once.
 	kicked atomic.Bool
+	// stopping: flush or close was called. Until then an empty ring buffer
+	// is never handed to the reader (see hasData).
+	stopping atomic.Bool
 	// mu guards raw, which every record read from the ring passes through
 	// before it is decoded into its Record: one buffer for the biggest
 	// record (a sample with a stack snapshot, 20 KiB), not one in each of
 	// the hundreds of Records a reader keeps in flight.
-	mu  sync.Mutex
-	raw ringbuf.Record
+	mu     sync.Mutex
+	raw    ringbuf.Record
+	closed bool // close began: the reader's mapping may be gone; guarded by mu
+}
+
+// hasData reports whether the reader should be asked for a record: the ring
+// buffer holds one, or flush or close was called (the reader then says
+// ErrFlushed or ErrClosed once it is empty). Asked with nothing to read, the
+// reader calls epoll_wait before it can say so, and every system call that
+// finds the runtime's sysmon thread asleep wakes it into 20 µs polling for
+// as long as the process runs: on the node-like host those calls drove most
+// of sysmon's wake-ups. Called with mu held, before close.
+func (r *ring) hasData() bool {
+	return r.reader.AvailableBytes() > 0 || r.stopping.Load()
 }
 
 // newRing opens a reader of m. On error nothing is left open.
@@ -85,6 +100,7 @@ func (r *ring) flush() error {
 	if r == nil {
 		return nil
 	}
+	r.stopping.Store(true)
 	err := r.reader.Flush()
 	// Wake a reader parked in the poller: it reads what is left.
 	_ = r.ready.SetReadDeadline(time.Now())
@@ -97,7 +113,12 @@ func (r *ring) close() error {
 	if r == nil {
 		return nil
 	}
-	return errors.Join(r.ready.Close(), r.reader.Close())
+	r.stopping.Store(true)
+	err := r.ready.Close()
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	return errors.Join(err, r.reader.Close())
 }
 
 // pollable returns a non-blocking duplicate of fd registered with the Go
