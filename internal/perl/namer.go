@@ -43,8 +43,8 @@ type Frame struct {
 // was read from must be unchanged) and against the check word the walker
 // read at the sample, so a sub freed and replaced at the same address is
 // read again or reported stale, never misnamed; one whose memory cannot be
-// read any more (its process exited) is named from the cache where the
-// check word matches. It is safe for concurrent
+// read any more (its process exited), or the program's top-level code once
+// freed, is named from the cache where the check word matches. It is safe for concurrent
 // use; it owns the memory files Add opens and Forget closes them.
 type Namer struct {
 	mu     sync.Mutex
@@ -154,7 +154,15 @@ func (n *Namer) funcLocked(p *namerProc, k entryKey, check uint32) (*Func, error
 		// changed since: the check word the walker read at the sample is
 		// the witness that the cached object is the sample's.
 		same, readable := p.r.same(f, k.addr, k.kind)
-		if same || !readable {
+		// The program's top-level code is freed while the process
+		// still runs (perl_destruct frees the main op tree first), and
+		// its samples may be resolved after that: the check word the
+		// walker read at the sample is the file's name pointer, so
+		// where it is the cached one the sample ran the cached code.
+		// Not so for eval and require, whose file names are built
+		// anew, maybe where an earlier one was.
+		mainFreed := k.kind == KindMain && f.Check == check
+		if same || !readable || mainFreed {
 			if f.Check != check {
 				return nil, fmt.Errorf("perl frame at %#x: %w", k.addr, ErrStale)
 			}

@@ -117,3 +117,47 @@ func TestNamerGone(t *testing.T) {
 		t.Fatal("a CV that is no CV any more was named")
 	}
 }
+
+// TestNamerMainFreed names the program's top-level code from the cache
+// once its statement was freed and its memory reused (perl_destruct frees
+// the main op tree while the process runs), only with the sample's check
+// word; an eval's statement whose memory changed is read again.
+func TestNamerMainFreed(t *testing.T) {
+	n := NewNamer("/proc", 0)
+	img := seedImage()
+	p := &namerProc{in: &Interp{Layout: layouts[36]}, r: NewReader(sliceMem{base: imgBase, b: img}, layouts[36])}
+	name := func(kind uint8, check uint32) (*Func, error) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.funcLocked(p, entryKey{pid: 1, addr: imgCop, kind: kind}, check)
+	}
+	main, err := p.r.Code(imgCop, KindMain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if main.File != "/x.pl" {
+		t.Fatalf("seed statement in %q, want /x.pl", main.File)
+	}
+	for _, kind := range []uint8{KindMain, KindEval} {
+		if _, err := name(kind, main.Check); err != nil {
+			t.Fatalf("kind %d: %v", kind, err)
+		}
+	}
+	// The statement is freed and its bytes reused: its file pointer
+	// now points elsewhere.
+	freed := seedImage()
+	for i := range 8 {
+		freed[imgCop-imgBase+uint64(layouts[36].CopFile)+uint64(i)] ^= 0x5a
+	}
+	p.r = NewReader(sliceMem{base: imgBase, b: freed}, layouts[36])
+	got, err := name(KindMain, main.Check)
+	if err != nil || got.File != "/x.pl" {
+		t.Fatalf("the freed main statement: %+v, %v; want it named from the cache", got, err)
+	}
+	if got, err := name(KindMain, main.Check^1); err == nil {
+		t.Errorf("the freed main statement was named %+v with another check word", got)
+	}
+	if got, err := name(KindEval, main.Check); err == nil {
+		t.Errorf("an eval statement whose memory changed was named %+v from the cache", got)
+	}
+}
