@@ -54,6 +54,14 @@ func (s *sink) waitFor(n int, limit time.Duration) {
 // the test ends; edit, when given, changes the options first.
 func startProfiler(t *testing.T, sps int, edit ...func(*Options)) (*Profiler, *sink) {
 	t.Helper()
+	p, s, _ := runProfiler(t, sps, edit...)
+	return p, s
+}
+
+// runProfiler is startProfiler that also returns stop, which ends Run and
+// returns its error; the test's end calls it if the test did not.
+func runProfiler(t *testing.T, sps int, edit ...func(*Options)) (*Profiler, *sink, func() error) {
+	t.Helper()
 	testutil.RequirePrivileges(t, "the sonde profiler")
 	opts := DefaultOptions()
 	opts.SamplesPerSecond = sps
@@ -70,16 +78,19 @@ func startProfiler(t *testing.T, sps int, edit ...func(*Options)) (*Profiler, *s
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx, s.emit) }()
-	t.Cleanup(func() {
+	stop := sync.OnceValue(func() error {
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 		if err := p.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return p, s
+	return p, s, stop
 }
 
 // pidsOf returns the process.pid of every resource of pd that holds samples.

@@ -58,6 +58,9 @@ func (fh *fileHolds) add(pid int, h *symbolize.Handle) {
 		ph = &pidHold{handles: make(map[elfx.FileID]*symbolize.Handle), gone: -1}
 		fh.byPID[pid] = ph
 	}
+	// The preparer reads only a live process: a pid a sweep found gone
+	// runs again (reused).
+	ph.gone = -1
 	_, dup := ph.handles[h.ID]
 	if !dup {
 		ph.handles[h.ID] = h
@@ -96,11 +99,11 @@ func (fh *fileHolds) release(pid int) {
 }
 
 // tick runs once per reporter interval: it releases the holds of processes
-// found gone without an exit record holdGrace intervals ago, and every
-// holdSweep intervals looks for such processes.
-func (fh *fileHolds) tick() {
+// found gone without an exit record holdGrace intervals ago, and returns
+// their pids; every holdSweep intervals it looks for such processes.
+func (fh *fileHolds) tick() (gone []int) {
 	if fh == nil {
-		return
+		return nil
 	}
 	var done []*pidHold
 	fh.mu.Lock()
@@ -112,6 +115,7 @@ func (fh *fileHolds) tick() {
 		case ph.gone >= 0:
 			if ph.gone++; ph.gone > holdGrace {
 				done = append(done, ph)
+				gone = append(gone, pid)
 				delete(fh.byPID, pid)
 			}
 		case sweep:
@@ -124,6 +128,7 @@ func (fh *fileHolds) tick() {
 	for _, ph := range done {
 		ph.close()
 	}
+	return gone
 }
 
 // close releases every hold.

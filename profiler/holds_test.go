@@ -55,10 +55,28 @@ func TestFileHolds(t *testing.T) {
 	if fh.len() != 3 {
 		t.Fatalf("%d processes hold within the grace, want 3", fh.len())
 	}
-	fh.tick()
+	if gone := fh.tick(); len(gone) != 1 || gone[0] != 300 {
+		t.Fatalf("the tick after the grace released %v, want [300]", gone)
+	}
 	if fh.len() != 2 {
 		t.Fatalf("%d processes hold after the grace, want 2 (100 exited, 200 alive)", fh.len())
 	}
+
+	// A pid found gone that is prepared again (reused) is not released.
+	fh.add(400, open())
+	for range holdSweep {
+		fh.tick() // the sweep finds 400 gone
+	}
+	fh.add(400, open()) // prepared again: it runs
+	for range holdGrace + 1 {
+		if gone := fh.tick(); len(gone) != 0 {
+			t.Fatalf("released %v, want nothing", gone)
+		}
+	}
+	if fh.len() != 3 {
+		t.Fatalf("%d processes hold, want 3: 400, prepared again after a sweep found it gone, released", fh.len())
+	}
+	fh.release(400)
 
 	fh.release(100)
 	fh.release(100) // twice: nothing more

@@ -1,6 +1,7 @@
 package profiler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -255,4 +256,68 @@ func TestRunFlushesLastInterval(t *testing.T) {
 	if read := st.Samples + st.FilteredInUser + st.WarmUp; read != st.Kernel.SamplesSent {
 		t.Errorf("%d samples received, filtered or held back during warm-up; the kernel sent %d", read, st.Kernel.SamplesSent)
 	}
+}
+
+// A process the file holds' sweep found gone without an exit record (lost
+// to a full ring buffer) is forgotten as if the record had come: the reader
+// queues an exit for it, which the preparer and the resolver handle, while
+// the other processes' samples go on. Here the process still runs, asleep,
+// as one that reused a gone process's pid would: it is forgotten, and would
+// be prepared again when its next stack asked for it.
+func TestLostExitForgetsProcess(t *testing.T) {
+	testutil.RequirePrivileges(t, "the sonde profiler")
+	burner := testutil.StartWorkload(t, testutil.BuildWorkload(t, testutil.CChain)).Process.Pid
+	// A shell that runs for a few seconds (it is prepared once sampled),
+	// then waits for its child.
+	sleeper := testutil.StartWorkload(t, testutil.RequireTool(t, "bash"), "-c",
+		"for ((i = 0; i < 3000000; i++)); do :; done; sleep 3600").Process.Pid
+	p, s, stop := runProfiler(t, 99)
+	waitFor(t, "both prepared", 60*time.Second, func() bool { return p.Prepared(burner) && p.Prepared(sleeper) })
+	waitFor(t, "the shell waiting", 60*time.Second, func() bool { return taskState(t, sleeper) == 'S' })
+
+	p.lostExitsFound([]int{sleeper})
+	waitFor(t, "the sleeper forgotten", 30*time.Second, func() bool { return !p.Prepared(sleeper) })
+	if n := p.lostExitsAll.Load(); n != 1 {
+		t.Errorf("%d lost exits counted, want 1", n)
+	}
+	if !p.Prepared(burner) {
+		t.Error("the burner was forgotten with the sleeper")
+	}
+	after := p.Stats().Samples
+	waitFor(t, "100 more samples", 60*time.Second, func() bool { return p.Stats().Samples >= after+100 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	all := s.all()
+	checkAll(t, all)
+	found := false
+	for _, pd := range all {
+		found = found || pidsOf(pd)[int64(burner)]
+	}
+	if !found {
+		t.Errorf("no interval holds a sample of the burner %d", burner)
+	}
+	// The queued exit went through the pipeline as a record does:
+	// nothing is left in flight, and every sample was emitted.
+	if n := p.inflight.Load(); n != 0 {
+		t.Errorf("%d records in flight after Run returned, want 0", n)
+	}
+	st := p.Stats()
+	if st.EmittedSamples != st.Samples-st.IntervalFull {
+		t.Errorf("emitted %d samples of %d received (%d refused by a full interval)", st.EmittedSamples, st.Samples, st.IntervalFull)
+	}
+}
+
+// taskState is the state letter of pid's main thread (proc(5)).
+func taskState(t *testing.T, pid int) byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		t.Fatalf("malformed /proc/%d/stat: %q", pid, b)
+	}
+	return b[i+2]
 }

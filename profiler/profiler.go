@@ -98,10 +98,17 @@ type Profiler struct {
 	wake chan struct{} // the resolver opened an interval, or drained the ring: older ones may be complete
 	// kicked: the reporter asked the reader to read the ring buffer now
 	// and say when it found it empty (batch.drained).
-	kicked      atomic.Bool
-	inflight    atomic.Int64  // records read and not yet resolved
-	samplesRead atomic.Uint64 // sample records read (decoded)
-	lag         atomic.Int64  // the newest sample's age when its interval was emitted
+	kicked atomic.Bool
+	// Processes found gone whose exit record never came (a full ring
+	// buffer): the reader queues an exit for each, as if it had come, so
+	// that nothing keeps what was held for them until their pid is reused.
+	lostExitsMu  sync.Mutex
+	lostExits    []int
+	lostExitsSet atomic.Bool   // lostExits is not empty
+	lostExitsAll atomic.Uint64 // exits queued for processes found gone
+	inflight     atomic.Int64  // records read and not yet resolved
+	samplesRead  atomic.Uint64 // sample records read (decoded)
+	lag          atomic.Int64  // the newest sample's age when its interval was emitted
 	// What shutdown could not deliver: samples left in the ring buffer,
 	// read but left unresolved when Close came, and in intervals never
 	// emitted.
@@ -462,6 +469,10 @@ type queued struct {
 	rec     *tracer.Record
 	proc    *process.Process
 	procErr error
+	// lostExit: rec is an exit the reader queued for a process found gone
+	// (queueLostExits), not one from the ring buffer; it has no capture
+	// time.
+	lostExit bool
 }
 
 // readNotices hands the requests for unwind information to the preparer
@@ -512,6 +523,9 @@ func (p *Profiler) read(records chan<- batch, free *recordPool) {
 		err := p.tracer.TryReadInto(rec)
 		if errors.Is(err, tracer.ErrEmpty) {
 			free.put(rec)
+			if p.lostExitsSet.Load() {
+				b = p.queueLostExits(b, free)
+			}
 			if kicked := p.kicked.Swap(false); len(b.qs) > 0 || kicked {
 				b.drained = before
 				records <- b
@@ -587,6 +601,42 @@ func (p *Profiler) resolve(records <-chan batch, free *recordPool) {
 	}
 }
 
+// queueLostExits appends to b an exit record for each process found gone
+// without one (lostExit), after the records read before, and tells the
+// preparer and the tracer, as read does for an exit from the ring buffer.
+func (p *Profiler) queueLostExits(b batch, free *recordPool) batch {
+	p.lostExitsMu.Lock()
+	pids := p.lostExits
+	p.lostExits = nil
+	p.lostExitsSet.Store(false)
+	p.lostExitsMu.Unlock()
+	for _, pid := range pids {
+		p.tracer.ForgetTask(uint32(pid))
+		p.preparer.enqueue(pid, prepareExit)
+		rec := free.get()
+		rec.SetLostExit(uint32(pid))
+		p.inflight.Add(1)
+		b.qs = append(b.qs, queued{rec: rec, lostExit: true})
+	}
+	return b
+}
+
+// lostExitsFound hands the reader the processes the resolver's sweep found
+// gone without an exit record, and wakes it; logged once per sweep.
+func (p *Profiler) lostExitsFound(pids []int) {
+	if len(pids) == 0 {
+		return
+	}
+	p.lostExitsMu.Lock()
+	p.lostExits = append(p.lostExits, pids...)
+	p.lostExitsSet.Store(true)
+	p.lostExitsMu.Unlock()
+	p.lostExitsAll.Add(uint64(len(pids)))
+	p.log.Info("processes gone without an exit record (a full ring buffer lost it): forgetting them",
+		zap.Int("processes", len(pids)), zap.Uint64("processes_total", p.lostExitsAll.Load()))
+	p.tracer.Kick()
+}
+
 // resolvedDrain records that every record written before t is resolved,
 // and wakes the reporter if that completes the oldest open interval.
 func (p *Profiler) resolvedDrain(t time.Time) {
@@ -655,7 +705,11 @@ func (p *Profiler) resolveOne(q queued, free *recordPool, sample *profile.Sample
 	case tracer.RecordExec:
 		p.resolver.exec(int(rec.PID))
 	case tracer.RecordExit:
-		p.resolver.exit(int(rec.PID), rec.Time)
+		at := rec.Time
+		if q.lostExit {
+			at = time.Now()
+		}
+		p.resolver.exit(int(rec.PID), at)
 	}
 	p.mu.Lock()
 	if captured.After(p.newest) {
@@ -820,7 +874,7 @@ func (p *Profiler) report(ctx context.Context, emit EmitFunc) {
 			// and the resolver may log its first problem again.
 			p.reportLost()
 			p.logBacklog(true)
-			p.resolver.endInterval()
+			p.lostExitsFound(p.resolver.endInterval())
 			for !now.Before(nextLog) {
 				nextLog = nextLog.Add(every)
 			}

@@ -831,10 +831,12 @@ func (r *resolver) logOnce(msg string, fields ...zap.Field) {
 
 // endInterval lets the next interval log its first problem again, and ages
 // the file holds of processes whose exit record never reached the resolver.
-func (r *resolver) endInterval() {
+// It returns the processes found gone without one, whose holds it released.
+func (r *resolver) endInterval() (gone []int) {
 	r.loggedErr.Store(false)
-	r.holds.tick()
+	gone = r.holds.tick()
 	r.dropPages()
+	return gone
 }
 
 // dropPagesEvery is how often the resolver lets go of the file pages its

@@ -263,11 +263,28 @@ func (t *Tracer) TryReadInto(rec *Record) error {
 // eBPF side forgot its walkers (task_events.h), and passes err on.
 func (t *Tracer) noteTask(rec *Record, err error) error {
 	if err == nil && (rec.Type == RecordExec || rec.Type == RecordExit) {
-		t.runtimesMu.Lock()
-		delete(t.runtimes, rec.PID)
-		t.runtimesMu.Unlock()
+		t.ForgetTask(rec.PID)
 	}
 	return err
+}
+
+// SetLostExit makes rec, keeping its buffers, the exit of pid that no
+// record in the ring buffer tells of: no capture time, no comm, no stack.
+func (rec *Record) SetLostExit(pid uint32) {
+	rec.ReleaseSnapshot()
+	rec.Type, rec.PID = RecordExit, pid
+	rec.TID, rec.CPU, rec.Flags, rec.KTime, rec.OffCPU = 0, 0, 0, 0, 0
+	rec.Time, rec.Comm = time.Time{}, ""
+	rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles = nil, nil, nil, nil
+}
+
+// ForgetTask forgets the runtimes of a process that exited without an exit
+// record reaching the reader (the ring buffer was full), as its exit record
+// would have.
+func (t *Tracer) ForgetTask(pid uint32) {
+	t.runtimesMu.Lock()
+	delete(t.runtimes, pid)
+	t.runtimesMu.Unlock()
 }
 
 // Wait parks until the ring buffer may hold records: the eBPF side woke
