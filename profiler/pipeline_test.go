@@ -277,8 +277,8 @@ func TestLostExitForgetsProcess(t *testing.T) {
 
 	p.lostExitsFound([]int{sleeper})
 	waitFor(t, "the sleeper forgotten", 30*time.Second, func() bool { return !p.Prepared(sleeper) })
-	if n := p.lostExitsAll.Load(); n != 1 {
-		t.Errorf("%d lost exits counted, want 1", n)
+	if n := p.Stats().ExitsSwept; n != 1 {
+		t.Errorf("Stats().ExitsSwept = %d, want 1", n)
 	}
 	if !p.Prepared(burner) {
 		t.Error("the burner was forgotten with the sleeper")

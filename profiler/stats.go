@@ -72,6 +72,10 @@ type Stats struct {
 	// taken before the process was prepared (no tables yet: frame
 	// pointers only).
 	WarmUp uint64
+	// ExitsSwept is how many processes a sweep found gone without their
+	// exit record (a full ring buffer dropped it), and forgot as if it
+	// had come.
+	ExitsSwept uint64
 
 	// Intervals were emitted without error, with EmittedProfiles profiles
 	// (one per process and interval) and EmittedSamples samples.
@@ -272,6 +276,7 @@ func (p *Profiler) Stats() Stats {
 	s.RecordsMalformed = p.decodeErrors.Load()
 	s.FilteredInUser = p.filtered.Load()
 	s.WarmUp = p.warmUpHeld.Load()
+	s.ExitsSwept = p.lostExitsAll.Load()
 	s.Intervals = p.intervals.Load()
 	s.EmittedProfiles = p.emitProfiles.Load()
 	s.EmittedSamples = p.emitSamples.Load()
