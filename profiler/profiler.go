@@ -104,7 +104,6 @@ type Profiler struct {
 	// that nothing keeps what was held for them until their pid is reused.
 	lostExitsMu  sync.Mutex
 	lostExits    []int
-	lostExitsSet atomic.Bool   // lostExits is not empty
 	lostExitsAll atomic.Uint64 // exits queued for processes found gone
 	inflight     atomic.Int64  // records read and not yet resolved
 	samplesRead  atomic.Uint64 // sample records read (decoded)
@@ -469,10 +468,6 @@ type queued struct {
 	rec     *tracer.Record
 	proc    *process.Process
 	procErr error
-	// lostExit: rec is an exit the reader queued for a process found gone
-	// (queueLostExits), not one from the ring buffer; it has no capture
-	// time.
-	lostExit bool
 }
 
 // readNotices hands the requests for unwind information to the preparer
@@ -523,9 +518,7 @@ func (p *Profiler) read(records chan<- batch, free *recordPool) {
 		err := p.tracer.TryReadInto(rec)
 		if errors.Is(err, tracer.ErrEmpty) {
 			free.put(rec)
-			if p.lostExitsSet.Load() {
-				b = p.queueLostExits(b, free)
-			}
+			b = p.queueLostExits(b, free)
 			if kicked := p.kicked.Swap(false); len(b.qs) > 0 || kicked {
 				b.drained = before
 				records <- b
@@ -602,13 +595,13 @@ func (p *Profiler) resolve(records <-chan batch, free *recordPool) {
 }
 
 // queueLostExits appends to b an exit record for each process found gone
-// without one (lostExit), after the records read before, and tells the
-// preparer and the tracer, as read does for an exit from the ring buffer.
+// without one (lostExitsFound), after the records read before, and tells
+// the preparer and the tracer, as read does for an exit from the ring
+// buffer. Such a record has no capture time.
 func (p *Profiler) queueLostExits(b batch, free *recordPool) batch {
 	p.lostExitsMu.Lock()
 	pids := p.lostExits
 	p.lostExits = nil
-	p.lostExitsSet.Store(false)
 	p.lostExitsMu.Unlock()
 	for _, pid := range pids {
 		p.tracer.ForgetTask(uint32(pid))
@@ -616,7 +609,7 @@ func (p *Profiler) queueLostExits(b batch, free *recordPool) batch {
 		rec := free.get()
 		rec.SetLostExit(uint32(pid))
 		p.inflight.Add(1)
-		b.qs = append(b.qs, queued{rec: rec, lostExit: true})
+		b.qs = append(b.qs, queued{rec: rec})
 	}
 	return b
 }
@@ -629,7 +622,6 @@ func (p *Profiler) lostExitsFound(pids []int) {
 	}
 	p.lostExitsMu.Lock()
 	p.lostExits = append(p.lostExits, pids...)
-	p.lostExitsSet.Store(true)
 	p.lostExitsMu.Unlock()
 	p.lostExitsAll.Add(uint64(len(pids)))
 	p.log.Info("processes gone without an exit record (a full ring buffer lost it): forgetting them",
@@ -706,7 +698,7 @@ func (p *Profiler) resolveOne(q queued, free *recordPool, sample *profile.Sample
 		p.resolver.exec(int(rec.PID))
 	case tracer.RecordExit:
 		at := rec.Time
-		if q.lostExit {
+		if at.IsZero() { // queued for a process found gone (queueLostExits)
 			at = time.Now()
 		}
 		p.resolver.exit(int(rec.PID), at)

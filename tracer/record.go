@@ -272,9 +272,15 @@ func (t *Tracer) noteTask(rec *Record, err error) error {
 // record in the ring buffer tells of: no capture time, no comm, no stack.
 func (rec *Record) SetLostExit(pid uint32) {
 	rec.ReleaseSnapshot()
-	rec.Type, rec.PID = RecordExit, pid
-	rec.TID, rec.CPU, rec.Flags, rec.KTime, rec.OffCPU = 0, 0, 0, 0, 0
-	rec.Time, rec.Comm = time.Time{}, ""
+	rec.Type, rec.OffCPU, rec.Comm = RecordExit, 0, ""
+	rec.setTask(pid, 0, time.Time{})
+}
+
+// setTask sets the fields of a task record (exec, exit, unknown process)
+// of pid: no thread, CPU, flags or frames.
+func (rec *Record) setTask(pid uint32, ktime uint64, at time.Time) {
+	rec.PID, rec.KTime, rec.Time = pid, ktime, at
+	rec.TID, rec.CPU, rec.Flags = 0, 0, 0
 	rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles = nil, nil, nil, nil
 }
 
@@ -427,12 +433,9 @@ func (rec *Record) decode(b []byte, c clock) error {
 		if len(b) < taskSize {
 			return fmt.Errorf("%w: task record of %d bytes", ErrMalformed, len(b))
 		}
-		rec.PID = le.Uint32(b[taskOffPID:])
-		rec.TID, rec.CPU, rec.Flags = 0, 0, 0
-		rec.KTime = le.Uint64(b[taskOffKtime:])
-		rec.Time = c.wall(rec.KTime)
+		kt := le.Uint64(b[taskOffKtime:])
+		rec.setTask(le.Uint32(b[taskOffPID:]), kt, c.wall(kt))
 		rec.setComm(b[taskOffComm : taskOffComm+commLen])
-		rec.Kernel, rec.User, rec.UserFlags, rec.UserFiles = nil, nil, nil, nil
 	case RecordOffCPUEnd:
 		if len(b) < endSize {
 			return fmt.Errorf("%w: off-CPU end record of %d bytes", ErrMalformed, len(b))

@@ -28,8 +28,8 @@ type ring struct {
 	// kicked: Kick asked the reader to read now; a wait that begins
 	// after the kick returns at once.
 	kicked atomic.Bool
-	// stopping: flush or close was called. Until then an empty ring buffer
-	// is never handed to the reader (see hasData).
+	// stopping: flush was called. Until then an empty ring buffer is never
+	// handed to the reader (see hasData).
 	stopping atomic.Bool
 	// mu guards raw, which every record read from the ring passes through
 	// before it is decoded into its Record: one buffer for the biggest
@@ -41,8 +41,8 @@ type ring struct {
 }
 
 // hasData reports whether the reader should be asked for a record: the ring
-// buffer holds one, or flush or close was called (the reader then says
-// ErrFlushed or ErrClosed once it is empty). Asked with nothing to read, the
+// buffer holds one, or flush was called (the reader then says ErrFlushed
+// once it is empty). Asked with nothing to read, the
 // reader calls epoll_wait before it can say so, and every system call that
 // finds the runtime's sysmon thread asleep wakes it into 20 µs polling for
 // as long as the process runs: on the node-like host those calls drove most
@@ -113,7 +113,6 @@ func (r *ring) close() error {
 	if r == nil {
 		return nil
 	}
-	r.stopping.Store(true)
 	err := r.ready.Close()
 	r.mu.Lock()
 	r.closed = true
