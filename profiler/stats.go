@@ -221,7 +221,7 @@ type StackOutcome uint8
 
 // Stack outcomes, and their number.
 const (
-	StackNone        StackOutcome = iota // no user stack: a kernel thread, or no user registers
+	StackNone        StackOutcome = iota // no user stack: a kernel thread, an exiting task past exit_mm, or no user registers
 	StackComplete                        // an unwind row marked the outermost frame
 	StackEnded                           // the frame-pointer chain or return addresses ran out, unconfirmed by CFI
 	StackTruncated                       // frame limit reached, or a tail call failed mid-walk

@@ -16,10 +16,12 @@
 #include "ruby.h"
 
 // saved_user_regs finds the user-mode registers the current task saved on
-// its last entry into the kernel. Kernel threads have none.
+// its last entry into the kernel. Kernel threads have none, nor has, for
+// unwinding, a task without an address space: one exiting, whose memory
+// the kernel may be unmapping under the walk (current_has_mm).
 static __always_inline int saved_user_regs(struct ustack_state *st)
 {
-	if (current_flags() & PF_KTHREAD)
+	if ((current_flags() & PF_KTHREAD) || !current_has_mm())
 		return -1;
 	struct pt_regs *regs;
 	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs)) {

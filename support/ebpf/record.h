@@ -18,6 +18,18 @@ static __always_inline unsigned int current_flags(void)
 	return BPF_CORE_READ(task, flags);
 }
 
+// current_has_mm says whether the current task still has its user address
+// space. An exiting task lets go of it (exit_mm) before the kernel unmaps
+// it (exit_mmap, often in the same task): from then on its saved user
+// registers point into code and a stack that are going away.
+static __always_inline bool current_has_mm(void)
+{
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_get_current_task_btf))
+		return bpf_get_current_task_btf()->mm != NULL;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(task, mm) != NULL;
+}
+
 // add_cost adds to pid's cost counters.
 static __always_inline void add_cost(__u32 pid, __u64 samples, __u64 filtered, __u64 frames)
 {
