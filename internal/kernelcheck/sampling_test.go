@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -331,7 +330,7 @@ const workloadNice = 19
 // that forked it: the commands are started from a thread of their own,
 // locked to a goroutine and never unlocked, so it ends with the goroutine
 // rather than going back to the runtime at that priority. Each child's
-// nice value is checked in /proc.
+// nice value is checked.
 func startNiced(cmds []*exec.Cmd) []error {
 	errs := make([]error, len(cmds))
 	done := make(chan struct{})
@@ -368,23 +367,11 @@ func startNiced(cmds []*exec.Cmd) []error {
 	return errs
 }
 
-// niceOf returns pid's nice value, field 19 of /proc/pid/stat.
+// niceOf returns pid's nice value. The system call gives 20 - nice, not
+// the nice value the C library's getpriority turns it into.
 func niceOf(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name, which may hold spaces, start
-	// with the state (field 3).
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 17 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
-	}
-	return strconv.Atoi(f[16])
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, pid)
+	return 20 - prio, err
 }
 
 // summarize finds each workload's (pids: name by pid) stacks in got; the
