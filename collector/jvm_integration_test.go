@@ -135,14 +135,28 @@ func checkJava(s jvmSample, b jvmBuild, natives []string) error {
 // jvmTally counts one process's samples for a chain.
 type jvmTally struct {
 	total, whole, partial int
-	tiers                 map[string]int // the leaf's tier in whole samples
-	bad                   []string
+	// pending counts samples neither whole nor their root side with a
+	// frame found by frame pointers: a file on the stack had no unwind
+	// table loaded yet (a library the program loaded just before "ready").
+	pending int
+	tiers   map[string]int // the leaf's tier in whole samples
+	bad     []string
 }
 
 func (tl *jvmTally) fail(s jvmSample, err error) {
 	if len(tl.bad) < 6 {
 		tl.bad = append(tl.bad, err.Error()+": "+jvmFunctions(s))
 	}
+}
+
+// failPending is fail for a sample of count c, counted as pending instead
+// where a frame of it was found by frame pointers.
+func (tl *jvmTally) failPending(s jvmSample, err error, c int) {
+	if slices.Contains(s.ByFP, true) {
+		tl.pending += c
+		return
+	}
+	tl.fail(s, err)
 }
 
 // jvmReport logs the tallies and fails where fewer than minWhole percent of
@@ -152,7 +166,7 @@ func jvmReport(t *testing.T, what string, procs map[int]jvmBuild, got map[int]*j
 	for pid, tl := range got {
 		j := procs[pid].jdk.name
 		share := 100 * float64(tl.whole) / float64(max(tl.total, 1))
-		t.Logf("%s, JDK %s: %d of %d samples whole (%.2f %%), %d partial; leaf tiers %v", what, j, tl.whole, tl.total, share, tl.partial, tl.tiers)
+		t.Logf("%s, JDK %s: %d of %d samples whole (%.2f %%), %d partial, %d pending tables; leaf tiers %v", what, j, tl.whole, tl.total, share, tl.partial, tl.pending, tl.tiers)
 		if tl.total < n || share < minWhole {
 			t.Errorf("%s, JDK %s: %d of %d samples whole (%.2f %%), want at least %.0f %% of at least %d; e.g.\n%s",
 				what, j, tl.whole, tl.total, share, minWhole, n, strings.Join(tl.bad, "\n"))
@@ -322,7 +336,12 @@ func TestJVMInlinedFrames(t *testing.T) {
 // thread's samples after "ready" carry that whole mixed chain, C functions
 // named, Java frames at their lines, the native method's own Java frame
 // between jOuter and the C code; at least 99 % carry it or its root side
-// (a sample in the JNI transition lacks the leaf's frames).
+// (a sample in the JNI transition lacks the leaf's frames). A sample that
+// is neither but has a frame found by frame pointers is left out of that
+// share and counted apart: the program loads libjniburn.so just before
+// "ready", and until its table (or libjvm.so's) is loaded the walk there
+// is a guess, as the V8 addon test allows too. At most 5 % of the samples
+// may be such.
 func TestJVMMixedJNIStacks(t *testing.T) {
 	testutil.RequirePrivileges(t, "the sonde receiver") // before the builds
 	var bs []jvmBuild
@@ -349,7 +368,7 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 		tl := got[p.pid]
 		tl.total += c
 		if err := checkJava(s, b, natives); err != nil {
-			tl.fail(s, err)
+			tl.failPending(s, err, c)
 			return
 		}
 		chain := []jwant{jin(b.method(t, "JniBurn.jInnerBurn"), "JniBurn.jInnerBurn"), jat("JniBurn.jCallback", jvmMark(t, marks, "call-inner")),
@@ -376,12 +395,20 @@ func TestJVMMixedJNIStacks(t *testing.T) {
 				return
 			}
 		}
-		tl.fail(s, matchChain(seq, chain))
+		tl.failPending(s, matchChain(seq, chain), c)
 	})
 	jvmReport(t, "JniBurn", builds, got, n, 95)
 	for pid, tl := range got {
-		if share := 100 * float64(tl.whole+tl.partial) / float64(max(tl.total, 1)); share < 99 {
-			t.Errorf("JniBurn, JDK %s: %.2f %% of %d samples whole or their root side, want at least 99 %%", builds[pid].jdk.name, share, tl.total)
+		// Samples walked before the tables came are judged apart: at
+		// most 5 % of them, or the tables came late (or never).
+		judged := tl.total - tl.pending
+		if share := 100 * float64(tl.whole+tl.partial) / float64(max(judged, 1)); share < 99 {
+			t.Errorf("JniBurn, JDK %s: %.2f %% of %d samples whole or their root side, want at least 99 %%; e.g.\n%s",
+				builds[pid].jdk.name, share, judged, strings.Join(tl.bad, "\n"))
+		}
+		if share := 100 * float64(tl.pending) / float64(max(tl.total, 1)); share > 5 {
+			t.Errorf("JniBurn, JDK %s: %d of %d samples (%.2f %%) not whole with frames found by frame pointers, want at most 5 %%",
+				builds[pid].jdk.name, tl.pending, tl.total, share)
 		}
 	}
 }
