@@ -128,6 +128,10 @@ func (jp *jvmProcs) prepare(proc *process.Process) (found bool) {
 	return true
 }
 
+// starting reports whether pid was found to run a JVM still starting:
+// prepare asked to read it again.
+func (jp *jvmProcs) starting(pid int) bool { return jp.retries.asked(pid) }
+
 func (jp *jvmProcs) forgetImage(pid int) {
 	jp.seen.forget(pid)
 	jp.retries.forget(pid)

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
 
+	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/testutil"
 )
 
@@ -207,4 +209,74 @@ func jburnWhole(st string) bool {
 		rest = rest[i+len(fn):]
 	}
 	return true
+}
+
+// TestJVMStartingWantsTables pauses a JVM at its start
+// (-XX:+PauseAtStartup), with libjvm.so mapped but no interpreter yet:
+// prepare cannot set it up, asks to read it again, and reports it
+// starting, so the preparer has its tables built while it starts, not
+// after (prepareRuntimes). The test's own process is no JVM, and not
+// starting one.
+func TestJVMStartingWantsTables(t *testing.T) {
+	home := "/usr/lib/jvm/java-17-openjdk-amd64"
+	if _, err := os.Stat(filepath.Join(home, "bin", "java")); err != nil {
+		if testutil.InCI() {
+			t.Fatalf("no JDK 17 at %s (CI=true: the test needs it)", home)
+		}
+		t.Skipf("no JDK 17 at %s", home)
+	}
+	dir := t.TempDir()
+	pause := filepath.Join(dir, "paused")
+	cmd := exec.Command(filepath.Join(home, "bin", "java"), "-XX:+UnlockDiagnosticVMOptions",
+		"-XX:+PauseAtStartup", "-XX:PauseAtStartupFile="+pause, "-version")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// The JVM creates the file when it pauses, and waits for it to go.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(pause); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the JVM did not pause in 30 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the file, not waiting out a race
+	}
+
+	retried := make(chan int, 1)
+	jp := newJVMProcs(zap.NewNop(), nil, "/proc", 1<<20)
+	jp.retries.retry = func(pid int) {
+		select {
+		case retried <- pid:
+		default:
+		}
+	}
+	procs := process.NewTable("/proc", nil, process.Options{})
+	proc, err := procs.Get(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jp.prepare(proc) {
+		t.Fatal("a JVM paused before its interpreter exists was set up")
+	}
+	if !jp.starting(proc.PID) {
+		t.Error("the paused JVM is not reported starting")
+	}
+	if pid := <-retried; pid != proc.PID {
+		t.Errorf("retry asked for pid %d, want %d", pid, proc.PID)
+	}
+	self, err := procs.Get(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jp.prepare(self) || jp.starting(self.PID) {
+		t.Error("the test's own process is taken for a JVM")
+	}
+	jp.forgetImage(proc.PID)
+	if jp.starting(proc.PID) {
+		t.Error("a forgotten image is still reported starting")
+	}
 }

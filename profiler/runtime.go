@@ -43,6 +43,14 @@ type langRuntime interface {
 	stats(s *Stats)
 }
 
+// A startingRuntime may know a process runs it before its walker can be
+// set up (a JVM whose interpreter is not generated yet): starting reports
+// whether pid is such a process, whose tables will be needed as soon as
+// it is set up.
+type startingRuntime interface {
+	starting(pid int) bool
+}
+
 // runtimeWalkers says whether the interpreter walkers (CPython, HotSpot,
 // V8) run on this architecture. Their eBPF side reads x86-64 frames and code
 // (the JVM's and CPython's trampolines, the thread pointer): on arm64 no
@@ -227,6 +235,13 @@ func (r *retrier) soon(pid int) {
 	if n < retries {
 		time.AfterFunc(retryDelay, func() { r.retry(pid) })
 	}
+}
+
+// asked reports whether a retry was asked for pid's current image.
+func (r *retrier) asked(pid int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.retried[pid] > 0
 }
 
 // forget lets pid's next image have its own retries.

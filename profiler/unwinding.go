@@ -361,7 +361,7 @@ func (p *preparer) forgetImage(pid int) {
 }
 
 // prepareRuntimes lets every runtime examine proc and reports whether one
-// set its walker up for it.
+// set its walker up for it, or will once the runtime has started.
 func (p *preparer) prepareRuntimes(proc *process.Process) bool {
 	if p.runtimes == nil {
 		return false
@@ -369,6 +369,8 @@ func (p *preparer) prepareRuntimes(proc *process.Process) bool {
 	found := false
 	for _, rt := range p.runtimes.list {
 		if rt.prepare(proc) {
+			found = true
+		} else if sr, ok := rt.(startingRuntime); ok && sr.starting(proc.PID) {
 			found = true
 		}
 	}
@@ -444,7 +446,9 @@ func (p *preparer) handle(w prepareWork) {
 	err = p.loader.Prepare(proc)
 	if err == nil && p.prepareRuntimes(proc) {
 		// A runtime's walker needs the eBPF side's native frames, which
-		// take no snapshots: its tables are built now.
+		// take no snapshots: its tables are built now, already while the
+		// runtime starts (a JVM's libjvm.so takes a few hundred
+		// milliseconds), so that they are there when the walker is.
 		p.loader.WantProcess(proc.PID)
 	}
 	// A process of the start-up scan is held back until all its tables
