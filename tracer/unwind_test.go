@@ -499,35 +499,44 @@ func TestEntryKeepsTheVMAFound(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	<-burn(stop, false)
-	// Map and unmap a page all the time: the address space's sequence
-	// moves, and the entries are not trusted.
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+	// The first stack after SetMappings takes the address space's sequence
+	// as the entries' fingerprint, and any change after it leaves them
+	// untrusted: a page mapped and unmapped at each look is enough.
+	//
+	// The text is held as several prefix blocks of the trie, each with its
+	// own copy of the entry: the VMA is kept on the block a sample's PC was
+	// in, so every block is looked at.
+	var info support.SondeMappingInfo
+	keys := mappingKeys(pid, text.start, text.end)
+	found := func() bool {
+		for _, k := range keys {
+			if err := tr.objs.Mappings.Lookup(k, &info); err != nil {
+				t.Fatal(err)
 			}
-			b, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-			if err == nil {
-				_ = unix.Munmap(b)
+			if info.Vma != 0 {
+				return true
 			}
 		}
-	}()
-	key := support.SondeMappingKey{Prefixlen: 96, Pid: pid, AddrBe: bigEndian64(text.start)}
-	var info support.SondeMappingInfo
+		return false
+	}
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := tr.objs.Mappings.Lookup(key, &info); err != nil {
+	for !found() && time.Now().Before(deadline) {
+		b, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Vma != 0 {
-			break
+		if err := unix.Munmap(b); err != nil {
+			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if info.Vma == 0 {
-		t.Fatalf("no stack kept the VMA of %+v on its entry in 20 s", text)
+		c, err := tr.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Fatalf("no stack kept the VMA of %+v on its entry's %d blocks in 20 s (samples %d, frames by frame pointers %d, VMA check busy %d, stale entries %d)",
+			text, len(keys), c.Samples, c.FramesFP, c.VMACheckBusy, c.StaleMappings)
 	}
 	if info.Vstart != text.start || info.Vend != text.end {
 		t.Errorf("entry keeps VMA %#x-%#x, the executable's text is %#x-%#x", info.Vstart, info.Vend, text.start, text.end)
