@@ -139,6 +139,8 @@ func (jp *jvmProcs) forgetImage(pid int) {
 
 func (jp *jvmProcs) forget(pid int) { jp.namer.Forget(pid) }
 
+func (jp *jvmProcs) close() { jp.namer.Close() }
+
 // frame names a Java frame; one that cannot be named truthfully (its code
 // freed or its method replaced since the sample) stays a jvm frame without
 // a name, counted.

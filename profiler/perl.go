@@ -125,6 +125,8 @@ func (pp *perlProcs) forgetImage(pid int) {
 
 func (pp *perlProcs) forget(pid int) { pp.namer.Forget(pid) }
 
+func (pp *perlProcs) close() { pp.namer.Close() }
+
 // frame names a Perl frame; one that cannot be named truthfully (its sub
 // or statement freed or replaced since the sample) stays a perl frame
 // without a name, counted.

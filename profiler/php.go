@@ -186,6 +186,8 @@ func (pp *phpProcs) fresh(proc *process.Process) *process.Process {
 
 func (pp *phpProcs) forget(pid int) { pp.namer.Forget(pid) }
 
+func (pp *phpProcs) close() { pp.namer.Close() }
+
 // frame names a PHP frame; one that cannot be named truthfully (its
 // function freed or replaced since the sample) stays a php frame without
 // a name, counted.

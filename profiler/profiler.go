@@ -407,6 +407,13 @@ func (p *Profiler) stop() error {
 		p.stopErr = errors.Join(stopErr, p.tracer.Close())
 		p.readers.Wait()
 		p.resolver.close() // the resolver goroutine has ended
+		// Nothing names frames any more: the runtimes let go of the
+		// processes' memory files they kept open to name them.
+		if rts := p.preparer.runtimes; rts != nil {
+			for _, rt := range rts.list {
+				rt.close()
+			}
+		}
 		if read := p.samplesRead.Load(); sent > read {
 			p.unread.Store(sent - read)
 		}

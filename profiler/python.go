@@ -120,6 +120,8 @@ func (pp *pythonProcs) id() uint8 { return tracer.RuntimePython }
 
 func (pp *pythonProcs) forget(pid int) { pp.namer.Forget(pid) }
 
+func (pp *pythonProcs) close() { pp.namer.Close() }
+
 func (pp *pythonProcs) stats(s *Stats) {
 	ns := pp.namer.Stats()
 	s.Python = PythonStats{Processes: pp.found.Load(), Unsupported: pp.unsupported.Load(),

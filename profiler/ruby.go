@@ -142,6 +142,8 @@ func (rp *rubyProcs) forgetImage(pid int) {
 
 func (rp *rubyProcs) forget(pid int) { rp.namer.Forget(pid) }
 
+func (rp *rubyProcs) close() { rp.namer.Close() }
+
 // frame names a Ruby frame; one that cannot be named truthfully (its iseq
 // freed or replaced since the sample) stays a ruby frame without a name,
 // counted.

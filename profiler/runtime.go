@@ -34,6 +34,9 @@ type langRuntime interface {
 	// forget lets go of what naming pid's frames holds: its exit has been
 	// resolved, its samples with it.
 	forget(pid int)
+	// close lets go of what naming every process's frames holds (the
+	// memory files it opened): the profiler has stopped.
+	close()
 	// frame names a frame the walker reported in a sample taken at
 	// captured: its kind, address and second word as the tracer decoded
 	// them (tracer.RuntimeFrame), and whether its PC was interrupted

@@ -132,6 +132,8 @@ func (vp *v8Procs) forgetImage(pid int) {
 
 func (vp *v8Procs) forget(pid int) { vp.namer.Forget(pid) }
 
+func (vp *v8Procs) close() { vp.namer.Close() }
+
 // frame names a V8 frame; one that cannot be named truthfully (its
 // function or code moved or replaced since the sample) stays a v8js frame
 // without a name, counted.

@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sonde-dev/sonde/internal/lru"
+	"maps"
+	"slices"
 	"sync"
 
+	"github.com/sonde-dev/sonde/internal/lru"
 	"github.com/sonde-dev/sonde/internal/python"
 	"github.com/sonde-dev/sonde/internal/symbolize"
 )
@@ -147,6 +149,17 @@ func (n *Namer) addMem(pid int, vm *VM, mem Memory, closer func() error) {
 		_ = old.close()
 	}
 	n.dropPID(pid)
+}
+
+// Close forgets every process, closing the memory files Add opened: the
+// profiler's end. The Namer may be used again.
+func (n *Namer) Close() {
+	n.mu.Lock()
+	pids := slices.Collect(maps.Keys(n.procs))
+	n.mu.Unlock()
+	for _, pid := range pids {
+		n.Forget(pid)
+	}
 }
 
 // Forget closes pid's memory and drops what the cache holds of it.

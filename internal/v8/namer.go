@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -176,6 +178,17 @@ func (n *Namer) addMem(pid int, vm *VM, mem Memory, closer func() error) {
 	n.mu.Unlock()
 	if old != nil && old.close != nil {
 		_ = old.close()
+	}
+}
+
+// Close forgets every process, closing the memory files Add opened: the
+// profiler's end. The Namer may be used again.
+func (n *Namer) Close() {
+	n.mu.Lock()
+	pids := slices.Collect(maps.Keys(n.procs))
+	n.mu.Unlock()
+	for _, pid := range pids {
+		n.Forget(pid)
 	}
 }
 
