@@ -17,18 +17,32 @@ import (
 	"github.com/sonde-dev/sonde/internal/v8"
 )
 
-// memFilesOpen counts this process's file descriptors open on pid's
-// /proc/PID/mem.
-func memFilesOpen(t *testing.T, pid int) int {
+// memFiles lists the /proc/PID/mem files this process has open, one entry
+// per file descriptor.
+func memFiles(t *testing.T) []string {
 	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var open []string
+	for _, fd := range fds {
+		target, _ := os.Readlink("/proc/self/fd/" + fd.Name())
+		if strings.HasPrefix(target, "/proc/") && strings.HasSuffix(target, "/mem") {
+			open = append(open, target)
+		}
+	}
+	return open
+}
+
+// memFilesOpen counts this process's file descriptors open on pid's
+// /proc/PID/mem.
+func memFilesOpen(t *testing.T, pid int) int {
+	t.Helper()
 	want := fmt.Sprintf("/proc/%d/mem", pid)
 	n := 0
-	for _, fd := range fds {
-		if target, _ := os.Readlink("/proc/self/fd/" + fd.Name()); target == want {
+	for _, f := range memFiles(t) {
+		if f == want {
 			n++
 		}
 	}
@@ -91,13 +105,6 @@ func TestCloseLetsGoOfInterpreterMemory(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	if n := memFilesOpen(t, pid); n != 0 {
-		var open []string
-		fds, _ := os.ReadDir("/proc/self/fd")
-		for _, fd := range fds {
-			if target, _ := os.Readlink("/proc/self/fd/" + fd.Name()); strings.HasSuffix(target, "/mem") {
-				open = append(open, fd.Name()+" -> "+target)
-			}
-		}
-		t.Errorf("%d memory files of the python process open after Close: %v", n, open)
+		t.Errorf("%d memory files of the python process open after Close (all open: %v)", n, memFiles(t))
 	}
 }
