@@ -187,6 +187,8 @@ type SondeMappingInfo struct {
 	Vma      uint64
 	Vstart   uint64
 	Vend     uint64
+	Vseq     uint32
+	Pad      uint32
 }
 
 type SondeMappingInfoFlags uint32

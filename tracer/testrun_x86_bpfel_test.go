@@ -82,6 +82,8 @@ type testrunMappingInfo struct {
 	Vma      uint64
 	Vstart   uint64
 	Vend     uint64
+	Vseq     uint32
+	Pad      uint32
 }
 
 type testrunMappingKey struct {

@@ -82,6 +82,8 @@ type testrunArm64MappingInfo struct {
 	Vma      uint64
 	Vstart   uint64
 	Vend     uint64
+	Vseq     uint32
+	Pad      uint32
 }
 
 type testrunArm64MappingKey struct {

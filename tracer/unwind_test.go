@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
@@ -541,6 +542,34 @@ func TestEntryKeepsTheVMAFound(t *testing.T) {
 	if info.Vstart != text.start || info.Vend != text.end {
 		t.Errorf("entry keeps VMA %#x-%#x, the executable's text is %#x-%#x", info.Vstart, info.Vend, text.start, text.end)
 	}
+	// Where VMAs have a write sequence, the entry keeps it, and checks
+	// read the VMA's first cache line alone while it holds: a text mapped
+	// at exec was write-locked as it was linked, so it is never the value
+	// of a VMA no writer has locked.
+	if kernelVMAHasLockSeq(t) && (info.Vseq == 0 || info.Vseq == ^uint32(0)) {
+		t.Errorf("entry keeps VMA sequence %#x, want the text's vm_lock_seq", info.Vseq)
+	}
+	t.Logf("entry keeps VMA %#x %#x-%#x, sequence %#x", info.Vma, info.Vstart, info.Vend, info.Vseq)
+}
+
+// kernelVMAHasLockSeq says whether the kernel's struct vm_area_struct has
+// vm_lock_seq (per-VMA locks: 6.4 on, where the kernel is built with them).
+func kernelVMAHasLockSeq(t *testing.T) bool {
+	t.Helper()
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vma *btf.Struct
+	if err := spec.TypeByName("vm_area_struct", &vma); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range vma.Members {
+		if m.Name == "vm_lock_seq" {
+			return true
+		}
+	}
+	return false
 }
 
 // textMapping is the executable mapping of this test binary.

@@ -327,14 +327,36 @@ struct vma_info {
 	__u64 file_bias; // start - file offset
 	__u64 inode;
 	__u64 dev;
+	__u32 seq; // vm_lock_seq (0: the kernel has none)
 	bool file;
 };
+
+// VMA_SEQ_NONE is vm_lock_seq's value in a VMA no writer has locked since
+// it was set up (UINT_MAX): a VMA freed and set up again for another
+// mapping reads the same, so it proves nothing.
+#define VMA_SEQ_NONE 0xffffffffU
+
+// vma_seq is the VMA's vm_lock_seq, or 0 where the kernel has none (before
+// 6.4, or built without per-VMA locks). Every change of a VMA (its range,
+// file, offset; its removal; a free VMA set up for another mapping) is made
+// under a write lock of the VMA, which sets it to the address space's
+// sequence of that write (mm_lock_seq, which only grows), and a new VMA is
+// write-locked as it is linked. So a VMA whose value read under the mmap
+// lock (bpf_find_vma) is still there, and was not VMA_SEQ_NONE, is as it
+// was then.
+static __always_inline __u32 vma_seq(struct vm_area_struct *vma)
+{
+	if (!bpf_core_field_exists(vma->vm_lock_seq))
+		return 0;
+	return BPF_CORE_READ(vma, vm_lock_seq);
+}
 
 static long read_vma(struct task_struct *task, struct vm_area_struct *vma, struct vma_info *v)
 {
 	v->vma = (__u64)vma;
 	v->start = BPF_CORE_READ(vma, vm_start);
 	v->end = BPF_CORE_READ(vma, vm_end);
+	v->seq = vma_seq(vma);
 	struct file *f = BPF_CORE_READ(vma, vm_file);
 	if (!f)
 		return 0;
@@ -373,15 +395,17 @@ static __always_inline struct mapping_info *cache_mapping(struct ustack_state *s
 }
 
 // vma_holds says whether the VMA at address at, found to span [vstart,
-// vend) for mapping mi, still describes it: the same range of the same
-// process's address space, the same file at the same offset (none for
-// anonymous memory). It reads the
-// VMA without the mm lock, the lock bpf_find_vma takes and must hand to an
-// IPI to let go of: a VMA freed since is read all the same (its memory
-// stays a VMA, or is read as one without a fault), and anything it holds
-// now other than what was found there fails the test.
+// vend) for mapping mi with vm_lock_seq seq, still describes it: the same
+// range of the same process's address space, the same file at the same
+// offset (none for anonymous memory). It reads the VMA without the mm
+// lock, the lock bpf_find_vma takes and must hand to an IPI to let go of:
+// a VMA freed since is read all the same (its memory stays a VMA, or is
+// read as one without a fault), and anything it holds now other than what
+// was found there fails the test. Where its vm_lock_seq is still seq
+// (vma_seq) the VMA's first cache line is all it reads; else its file and
+// offset are compared, two and three cold lines more.
 static __always_inline bool vma_holds(struct ustack_state *st, __u64 at, __u64 vstart, __u64 vend,
-                                      struct mapping_info *mi)
+                                      __u32 seq, struct mapping_info *mi)
 {
 	struct vm_area_struct *vma = (struct vm_area_struct *)at;
 	if (!vma)
@@ -391,6 +415,8 @@ static __always_inline bool vma_holds(struct ustack_state *st, __u64 at, __u64 v
 	if ((__u64)BPF_CORE_READ(vma, vm_mm) != st->mm || BPF_CORE_READ(vma, vm_start) != vstart ||
 	    BPF_CORE_READ(vma, vm_end) != vend)
 		return false;
+	if (seq != 0 && seq != VMA_SEQ_NONE && vma_seq(vma) == seq)
+		return true;
 	struct file *f = BPF_CORE_READ(vma, vm_file);
 	if (!f)
 		return mi->inode == 0;
@@ -401,18 +427,31 @@ static __always_inline bool vma_holds(struct ustack_state *st, __u64 at, __u64 v
 // vma_unchanged is vma_holds for the VMA cache entry i was found in.
 static __always_inline bool vma_unchanged(struct ustack_state *st, int i)
 {
-	struct mapping_info *mi = &st->cache_mi[i];
-	return vma_holds(st, mi->vma, mi->vstart, mi->vend, mi);
+	struct mapping_info *mi = &st->cache_mi[i & (MAPPING_CACHE - 1)];
+	return vma_holds(st, mi->vma, mi->vstart, mi->vend, mi->vseq, mi);
 }
 
-static __always_inline bool cached_anon_code(struct ustack_state *st, __u32 pid, __u64 addr)
+// cache_find returns the CPU's mapping cache entry of pid's current
+// generation covering addr, or -1. The caller checks the one entry found
+// (vma_unchanged), once, outside the loop: the verifier walks that check
+// once, not once for every entry.
+static __always_inline int cache_find(struct ustack_state *st, __u32 pid, __u64 addr)
 {
 	for (int i = 0; i < MAPPING_CACHE; i++) {
 		if (st->cache_pid[i] == pid && st->cache_gen[i] == st->gen &&
 		    addr >= st->cache_start[i] && addr < st->cache_end[i])
-			return st->cache_mi[i].inode == 0 && (st->trust || vma_unchanged(st, i));
+			return i;
 	}
-	return false;
+	return -1;
+}
+
+static __always_inline bool cached_anon_code(struct ustack_state *st, __u32 pid, __u64 addr)
+{
+	int i = cache_find(st, pid, addr);
+	if (i < 0)
+		return false;
+	return st->cache_mi[i & (MAPPING_CACHE - 1)].inode == 0 &&
+	       (st->trust || vma_unchanged(st, i));
 }
 
 // forked_entry returns the entry covering addr of the process the current
@@ -462,12 +501,9 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	// The tail-call build keeps only trusted entries (it cannot look at a
 	// VMA), and looks through them only for a trusted process.
 	if (vma || st->trust) {
-		for (int i = 0; i < MAPPING_CACHE; i++) {
-			if (st->cache_pid[i] == pid && st->cache_gen[i] == st->gen &&
-			    addr >= st->cache_start[i] && addr < st->cache_end[i] &&
-			    (st->trust || (vma && vma_unchanged(st, i))))
-				return use_mapping(st, &st->cache_mi[i]);
-		}
+		int i = cache_find(st, pid, addr);
+		if (i >= 0 && (st->trust || (vma && vma_unchanged(st, i))))
+			return use_mapping(st, &st->cache_mi[i & (MAPPING_CACHE - 1)]);
 	}
 	struct mapping_key key = {.prefixlen = 96, .pid = pid, .addr_be = bpf_cpu_to_be64(addr)};
 	struct mapping_info *mi = bpf_map_lookup_elem(&mappings, &key);
@@ -487,7 +523,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		return cache_mapping(st, pid, mi, false);
 	// The VMA a CPU found this entry in before, still as it was: the
 	// entry holds without a look-up, whose unlock is an IPI.
-	if (mi && mi->vma && vma_holds(st, mi->vma, mi->vstart, mi->vend, mi))
+	if (mi && mi->vma && vma_holds(st, mi->vma, mi->vstart, mi->vend, mi->vseq, mi))
 		return cache_mapping(st, pid, mi, true);
 	struct vma_info v = {};
 	long err = bpf_find_vma(bpf_get_current_task_btf(), addr, read_vma, &v, 0);
@@ -509,6 +545,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		mi->vma = v.vma;
 		mi->vstart = v.start;
 		mi->vend = v.end;
+		mi->vseq = v.seq;
 		return cache_mapping(st, pid, mi, true);
 	}
 	if (!mi && !v.file) {
@@ -518,7 +555,8 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		                            .end = v.end,
 		                            .vma = v.vma,
 		                            .vstart = v.start,
-		                            .vend = v.end};
+		                            .vend = v.end,
+		                            .vseq = v.seq};
 		return cache_mapping(st, pid, &anon, true);
 	}
 	// The VMA's range is known: the frames in it go without another look.
@@ -529,6 +567,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	c->vma = v.vma;
 	c->vstart = v.start;
 	c->vend = v.end;
+	c->vseq = v.seq;
 	st->have_mi = 1;
 	struct file_table *ft = NULL;
 	if (v.file) {

@@ -226,6 +226,12 @@ struct mapping_info {
 	__u64 vma;
 	__u64 vstart;
 	__u64 vend;
+	// The VMA's vm_lock_seq then (kernels with per-VMA locks; 0: not
+	// known): the kernel writes it at every change of the VMA, at its
+	// reuse for another, so while it holds, the VMA's first cache line
+	// says the VMA is unchanged, without the reads of its file.
+	__u32 vseq;
+	__u32 pad;
 };
 
 // known_proc is what the unwinder knows of a process user space has
