@@ -642,6 +642,7 @@ const (
 	SondeVarMappingEpoch               = "mapping_epoch"
 	SondeVarOffcpuMinNs                = "offcpu_min_ns"
 	SondeVarOffcpuThreshold            = "offcpu_threshold"
+	SondeVarRowCacheStride             = "row_cache_stride"
 	SondeVarSnapshotAll                = "snapshot_all"
 	SondeVarUnusedCfaType              = "unused_cfa_type"
 	SondeVarUnusedCounter              = "unused_counter"
@@ -771,6 +772,7 @@ type SondeVariableSpecs struct {
 	MappingEpoch           *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
+	RowCacheStride         *ebpf.VariableSpec `ebpf:"row_cache_stride"`
 	SnapshotAll            *ebpf.VariableSpec `ebpf:"snapshot_all"`
 	UnusedCfaType          *ebpf.VariableSpec `ebpf:"unused_cfa_type"`
 	UnusedCounter          *ebpf.VariableSpec `ebpf:"unused_counter"`
@@ -894,6 +896,7 @@ type SondeVariables struct {
 	MappingEpoch           *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.Variable `ebpf:"offcpu_threshold"`
+	RowCacheStride         *ebpf.Variable `ebpf:"row_cache_stride"`
 	SnapshotAll            *ebpf.Variable `ebpf:"snapshot_all"`
 	UnusedCfaType          *ebpf.Variable `ebpf:"unused_cfa_type"`
 	UnusedCounter          *ebpf.Variable `ebpf:"unused_counter"`

@@ -454,6 +454,7 @@ const (
 	testrunVarMappingEpoch         = "mapping_epoch"
 	testrunVarOffcpuMinNs          = "offcpu_min_ns"
 	testrunVarOffcpuThreshold      = "offcpu_threshold"
+	testrunVarRowCacheStride       = "row_cache_stride"
 	testrunVarSnapshotAll          = "snapshot_all"
 	testrunVarUnusedTestrunIo      = "unused_testrun_io"
 	testrunVarWakeupBytes          = "wakeup_bytes"
@@ -548,6 +549,7 @@ type testrunVariableSpecs struct {
 	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
+	RowCacheStride       *ebpf.VariableSpec `ebpf:"row_cache_stride"`
 	SnapshotAll          *ebpf.VariableSpec `ebpf:"snapshot_all"`
 	UnusedTestrunIo      *ebpf.VariableSpec `ebpf:"unused_testrun_io"`
 	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -641,6 +643,7 @@ type testrunVariables struct {
 	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`
+	RowCacheStride       *ebpf.Variable `ebpf:"row_cache_stride"`
 	SnapshotAll          *ebpf.Variable `ebpf:"snapshot_all"`
 	UnusedTestrunIo      *ebpf.Variable `ebpf:"unused_testrun_io"`
 	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`

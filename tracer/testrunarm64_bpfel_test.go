@@ -454,6 +454,7 @@ const (
 	testrunArm64VarMappingEpoch         = "mapping_epoch"
 	testrunArm64VarOffcpuMinNs          = "offcpu_min_ns"
 	testrunArm64VarOffcpuThreshold      = "offcpu_threshold"
+	testrunArm64VarRowCacheStride       = "row_cache_stride"
 	testrunArm64VarSnapshotAll          = "snapshot_all"
 	testrunArm64VarUnusedTestrunIo      = "unused_testrun_io"
 	testrunArm64VarWakeupBytes          = "wakeup_bytes"
@@ -548,6 +549,7 @@ type testrunArm64VariableSpecs struct {
 	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
+	RowCacheStride       *ebpf.VariableSpec `ebpf:"row_cache_stride"`
 	SnapshotAll          *ebpf.VariableSpec `ebpf:"snapshot_all"`
 	UnusedTestrunIo      *ebpf.VariableSpec `ebpf:"unused_testrun_io"`
 	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -641,6 +643,7 @@ type testrunArm64Variables struct {
 	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`
+	RowCacheStride       *ebpf.Variable `ebpf:"row_cache_stride"`
 	SnapshotAll          *ebpf.Variable `ebpf:"snapshot_all"`
 	UnusedTestrunIo      *ebpf.Variable `ebpf:"unused_testrun_io"`
 	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`

@@ -219,13 +219,21 @@ func New(opts Options) (_ *Tracer, err error) {
 		spec.Programs[support.SondeProgUnwindUser] = spec.Programs[support.SondeProgUnwindUserUnchecked]
 		spec.Programs[support.SondeProgOffCpuUnwindUser] = spec.Programs[support.SondeProgOffCpuUnwindUserUnchecked]
 	}
+	// The row cache holds each possible CPU's entries: the object's size
+	// is one CPU's, both unwinders'; the off-CPU one's half only where it
+	// is on.
+	possible, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("possible CPUs: %w", err)
+	}
+	rowStride := spec.Maps[support.SondeMapRowCache].MaxEntries
 	if !offCPU {
 		// Every map is created (the generated struct names them all); the
 		// one sized for off-CPU work takes no memory when it is off.
 		spec.Maps[support.SondeMapOffcpuStarts].MaxEntries = 1
-		// The off-CPU unwinder's row cache is the second half.
-		spec.Maps[support.SondeMapRowCache].MaxEntries /= 2
+		rowStride /= 2
 	}
+	spec.Maps[support.SondeMapRowCache].MaxEntries = rowStride * uint32(possible)
 	if opts.MaxMappingPrefixes > 0 {
 		spec.Maps[support.SondeMapMappings].MaxEntries = uint32(opts.MaxMappingPrefixes)
 	}
@@ -250,6 +258,9 @@ func New(opts Options) (_ *Tracer, err error) {
 	}
 	if err := vars.CountCosts.Set(opts.CountCosts); err != nil {
 		return nil, fmt.Errorf("set count_costs: %w", err)
+	}
+	if err := vars.RowCacheStride.Set(rowStride); err != nil {
+		return nil, fmt.Errorf("set row_cache_stride: %w", err)
 	}
 	if err := vars.SnapshotAll.Set(opts.SnapshotAll); err != nil {
 		return nil, fmt.Errorf("set snapshot_all: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -598,4 +599,107 @@ func ownText(t *testing.T) textMapping {
 	}
 	t.Fatalf("no executable mapping of %s in /proc/self/maps", exe)
 	return textMapping{}
+}
+
+// Each CPU's unwinders keep their rows in their own part of the row cache,
+// a plain array of every possible CPU's entries one after another (the
+// off-CPU unwinder's half only where it is on): a stack sampled on the
+// last online CPU leaves the rows it found in that CPU's part.
+func TestRowCacheOfEachCPU(t *testing.T) {
+	spec, err := support.LoadSonde()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perCPU := spec.Maps[support.SondeMapRowCache].MaxEntries / 2 // ROW_CACHE: one unwinder's
+	possible, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := newTracer(t, Options{SamplesPerSecond: 19, OffCPUThreshold: 1})
+	if got, want := off.objs.RowCache.MaxEntries(), 2*perCPU*uint32(possible); got != want {
+		t.Errorf("row cache with off-CPU on holds %d entries, want %d (%d CPUs)", got, want, possible)
+	}
+	if err := off.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	tr := newTracer(t, Options{SamplesPerSecond: 499})
+	if got, want := tr.objs.RowCache.MaxEntries(), perCPU*uint32(possible); got != want {
+		t.Fatalf("row cache holds %d entries, want %d (%d CPUs)", got, want, possible)
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := cpus[len(cpus)-1]
+	// One row for the whole text, as a table of Go code built with frame
+	// pointers has after each prologue.
+	const table, file = 9, 77
+	row, ok := MakeRow(0, CFAFP, 16, FPOffset, -16)
+	if !ok {
+		t.Fatal("MakeRow refused the frame-pointer rule")
+	}
+	if err := tr.LoadTable(table, []Row{row}, nil); err != nil {
+		t.Fatal(err)
+	}
+	text := ownText(t)
+	pid := uint32(os.Getpid())
+	m := Mapping{Start: text.start, End: text.end, Bias: text.start, FileBias: text.start - text.offset,
+		Inode: text.inode, Table: table, Rows: 1, File: file}
+	if err := tr.SetMappings(pid, nil, []Mapping{m}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.ForgetProcess(pid, []Mapping{m}) })
+
+	stop := make(chan struct{})
+	defer close(stop)
+	pinned := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var set unix.CPUSet
+		set.Set(cpu)
+		pinned <- unix.SchedSetaffinity(0, &set)
+		for x := 0; ; x++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for i := range 100000 {
+				x += i
+			}
+		}
+	}()
+	if err := <-pinned; err != nil {
+		t.Fatal(err)
+	}
+	first := uint32(cpu) * perCPU
+	var e support.SondeRowCacheEntry
+	found := func() bool {
+		for i := first; i < first+perCPU; i++ {
+			if err := tr.objs.RowCache.Lookup(i, &e); err != nil {
+				t.Fatal(err)
+			}
+			if e.File == file && e.TableId == table {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !found() {
+		if time.Now().After(deadline) {
+			c, err := tr.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Fatalf("no row of table %d in CPU %d's part of the row cache (entries %d..%d) in 20 s (samples %d, frames by CFI %d, by frame pointers %d)",
+				table, cpu, first, first+perCPU-1, c.Samples, c.FramesCFI, c.FramesFP)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e.Row != row {
+		t.Errorf("CPU %d cached row %+v, the table's is %+v", cpu, e.Row, row)
+	}
 }

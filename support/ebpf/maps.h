@@ -102,7 +102,7 @@ struct ustack_state {
 	__u32 adjust;   // the current pc is a return address: look up pc - 1
 	__u32 have_mi;  // mi holds the last mapping used (checked live): frames in it skip the trie
 	__u32 trust;    // the process's mappings did not change since its entries were set
-	__u32 row_base; // this unwinder's first entry in row_cache
+	__u32 row_base; // this unwinder's first entry in row_cache: its CPU's, and its half
 	__u32 runtimes; // the process's runtimes (struct known_proc), RUNTIMES_ALL if not known
 	__u64 gen;      // the generation of the process's entries (struct known_proc)
 	__u64 mm;       // the process's struct mm_struct, once a cached VMA needed it
@@ -215,19 +215,26 @@ struct {
 	__type(value, struct ustack_state);
 } unwind_scratch SEC(".maps");
 
-// The CPU's row caches (kept across stacks), direct-mapped by file and
+// The CPUs' row caches (kept across stacks), direct-mapped by file and
 // offset: a return address seen before costs no search. A map of their
 // own, as they outgrow a per-CPU value: a compile's deep stacks return to
-// thousands of places, and each miss is a search of cold memory. The
-// on-CPU unwinder's is the first ROW_CACHE entries, the off-CPU one's the
-// next (ustack_state.row_base): a sample can interrupt an off-CPU unwind
-// on its CPU halfway through an entry.
+// thousands of places, and each miss is a search of cold memory. A plain
+// array, row_cache_stride entries a CPU, CPU after CPU (the loader sizes
+// it by the possible CPUs): a look is one cache line, where a per-CPU
+// array's is two, its pointer to the entry and the entry, each cold at the
+// sampling rate. A CPU's on-CPU unwinder's entries are its first
+// ROW_CACHE, the off-CPU one's the next (ustack_state.row_base): a sample
+// can interrupt an off-CPU unwind on its CPU halfway through an entry.
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2 * ROW_CACHE);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * ROW_CACHE); // resized by the loader
 	__type(key, __u32);
 	__type(value, struct row_cache_entry);
 } row_cache SEC(".maps");
+
+// row_cache_stride is the row cache's entries per CPU: ROW_CACHE, or twice
+// that with off-CPU profiling on. Set by the loader.
+volatile const __u32 row_cache_stride = 2 * ROW_CACHE;
 
 // Executable mappings of every prepared process: (pid, address) -> how to
 // unwind there. Filled by user space.

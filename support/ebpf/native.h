@@ -1116,7 +1116,7 @@ static __always_inline int unwind_run(void *ctx, bool vma, bool offcpu)
 	        offcpu ? (void *)&offcpu_unwind_scratch : (void *)&unwind_scratch, &zero);
 	if (!s || !st)
 		return 0;
-	st->row_base = offcpu ? ROW_CACHE : 0;
+	st->row_base = bpf_get_smp_processor_id() * row_cache_stride + (offcpu ? ROW_CACHE : 0);
 	if (vma) {
 		struct frame_loop l = {.s = s, .st = st, .more = true};
 		bpf_loop(MAX_USER_FRAMES, unwind_frame_checked, &l, 0);
