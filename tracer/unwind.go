@@ -344,12 +344,14 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 		}
 	}
 	was := make(map[support.SondeMappingKey]Mapping, 2*len(old))
+	changed := false // an entry was written or deleted
 	for _, m := range old {
 		for _, k := range mappingKeys(pid, m.Start, m.End) {
 			if _, kept := next[k]; kept {
 				was[k] = m
 				continue
 			}
+			changed = true
 			if err := t.objs.Mappings.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				errs = append(errs, err)
 			}
@@ -360,6 +362,7 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 			if prev, ok := was[k]; ok && prev == m {
 				continue
 			}
+			changed = true
 			if err := t.objs.Mappings.Put(k, next[k]); err != nil {
 				errs = append(errs, fmt.Errorf("pid %d mapping %#x-%#x: %w", pid, m.Start, m.End, err))
 				break
@@ -371,12 +374,21 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 	// its request for them is forgotten, so the first stack that meets
 	// one of those libraries asks again at once, not a second later.
 	var known support.SondeKnownProc
-	first := errors.Is(t.objs.KnownPids.Lookup(pid, &known), ebpf.ErrKeyNotExist)
+	lerr := t.objs.KnownPids.Lookup(pid, &known)
+	first := errors.Is(lerr, ebpf.ErrKeyNotExist)
 	// Fingerprint 0: the eBPF side takes the fingerprint of pid's address
 	// space at its next stack, and trusts these entries while it holds. A
-	// new generation: what the CPUs cached of the old entries goes unused.
+	// new generation where an entry changed: what the CPUs cached of the
+	// old entries goes unused. Where none did (a process whose heap moves
+	// is read again every second, and its code mostly stays), the CPUs'
+	// copies are still the entries, and keep serving: a stack whose
+	// mapping was copied need not look in the trie, nor at the VMA anew.
+	gen := known.Gen
+	if lerr != nil || changed || gen == 0 {
+		gen = t.mappingGen.Add(1)
+	}
 	t.runtimesMu.Lock()
-	err := t.objs.KnownPids.Put(pid, support.SondeKnownProc{Gen: t.mappingGen.Add(1), Runtimes: t.runtimes[pid]})
+	err := t.objs.KnownPids.Put(pid, support.SondeKnownProc{Gen: gen, Runtimes: t.runtimes[pid]})
 	t.runtimesMu.Unlock()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("pid %d: mark prepared: %w", pid, err))

@@ -168,6 +168,61 @@ func TestSetMappingsReplaces(t *testing.T) {
 	}
 }
 
+// A process's entries are of one generation, and what a CPU cached of
+// them is used only under it: setting entries that differ moves it, and
+// setting the same ones again (a process read anew whose code did not
+// move) keeps it, while the fingerprint is taken anew either way.
+func TestSetMappingsGeneration(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 1})
+	const pid = 4243
+	known := func() support.SondeKnownProc {
+		t.Helper()
+		var k support.SondeKnownProc
+		if err := tr.objs.KnownPids.Lookup(uint32(pid), &k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	a := []Mapping{{Start: 0x400000, End: 0x500000, Bias: 0x400000, Table: 3, Rows: 10}}
+	b := []Mapping{{Start: 0x400000, End: 0x500000, Bias: 0x400000, Table: 4, Rows: 12}}
+	if err := tr.SetMappings(pid, nil, a); err != nil {
+		t.Fatal(err)
+	}
+	gen := known().Gen
+	if gen == 0 {
+		t.Fatal("first entries of generation 0")
+	}
+	// As the eBPF side leaves it after a stack: a fingerprint taken.
+	k := known()
+	k.Fp = 12345
+	if err := tr.objs.KnownPids.Put(uint32(pid), k); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SetMappings(pid, a, a); err != nil {
+		t.Fatal(err)
+	}
+	if k := known(); k.Gen != gen || k.Fp != 0 {
+		t.Errorf("the same entries again: generation %d, fingerprint %d; want %d, 0", k.Gen, k.Fp, gen)
+	}
+	for _, step := range []struct {
+		name     string
+		old, new []Mapping
+	}{
+		{"a table changed", a, b},
+		{"a mapping dropped", b, nil},
+		{"a mapping added", nil, a},
+	} {
+		if err := tr.SetMappings(pid, step.old, step.new); err != nil {
+			t.Fatal(err)
+		}
+		if got := known().Gen; got == gen {
+			t.Errorf("%s: generation stays %d", step.name, gen)
+		} else {
+			gen = got
+		}
+	}
+}
+
 func TestLoadTable(t *testing.T) {
 	tr := newTracer(t, Options{SamplesPerSecond: 1})
 	var rows []Row
