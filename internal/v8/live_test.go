@@ -481,12 +481,18 @@ func TestLiveWorker(t *testing.T) {
 			}
 			leaf, whole := 0, 0
 			var bad []liveSample
+			// Snapshots 3 ms apart: taken back to back they all fell, now
+			// and then, in one pause of the worker's JavaScript (a tier-up
+			// or a collection just after it started), 26 of 40 in one run.
+			tick := time.NewTicker(3 * time.Millisecond)
+			defer tick.Stop()
 			for _, e := range tids {
 				tid, err := strconv.Atoi(e.Name())
 				if err != nil {
 					continue
 				}
 				for range 40 {
+					<-tick.C
 					frames, stop, pc, err := snapshot(tid, &vm.Kernel, mem)
 					if err != nil {
 						break // the thread exited
