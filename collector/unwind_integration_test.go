@@ -28,13 +28,19 @@ import (
 // more often on a busy machine (preemption, hand-offs of a locked thread).
 // Such a stack ends at runtime.mcall or runtime.morestack, the system
 // stack's true bottom: it is whole, but not the workload's chain, so it is
-// reported apart and left out of the share.
+// reported apart and left out of the share. So is the Go runtime starting
+// up on the main thread before main.main runs (runtime.rt0_go's
+// schedinit; runtime.main before it calls main.main): no chain of the
+// workload's can be on that stack yet.
 func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, match func([]frame) bool) (complete, total int, bad []flatSample) {
 	t.Helper()
-	scheduler := 0
+	scheduler, startup := 0, 0
 	defer func() {
 		if scheduler > 0 {
 			t.Logf("%d samples of pid %d were the Go scheduler on the system stack, whole down to runtime.mcall or runtime.morestack; not counted", scheduler, pid)
+		}
+		if startup > 0 {
+			t.Logf("%d samples of pid %d were the Go runtime starting up, before main.main; not counted", startup, pid)
 		}
 	}()
 	deadline := time.Now().Add(120 * time.Second)
@@ -54,6 +60,10 @@ func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, ma
 					scheduler += s.Count
 					continue
 				}
+				if user := userNames(s.Frames); !ok && goStartingUp(user) {
+					startup += s.Count
+					continue
+				}
 				total += s.Count
 				if ok {
 					complete += s.Count
@@ -70,6 +80,20 @@ func completeShare(t *testing.T, sink *consumertest.ProfilesSink, pid, n int, ma
 			pid, total, n, threadCPU(pid, pid))
 	}
 	return complete, total, bad
+}
+
+// goStartingUp says whether user, a stack's user function names leaf
+// first, is the Go runtime's start-up before main.main: it ends at
+// runtime.rt0_go (schedinit and what it calls), or runs in runtime.main
+// with no main.main above it.
+func goStartingUp(user []string) bool {
+	if len(user) == 0 {
+		return false
+	}
+	if user[len(user)-1] == "runtime.rt0_go" {
+		return true
+	}
+	return slices.Contains(user, "runtime.main") && !slices.Contains(user, "main.main")
 }
 
 // threadCPU is the CPU time thread tid of pid has run, from its stat file
