@@ -351,7 +351,7 @@ type SondeRowCacheEntry struct {
 	File    uint32
 	TableId uint32
 	Rel     uint32
-	Pad     uint32
+	Older   uint32
 	Next    uint64
 	Row     SondeUnwindRow
 }

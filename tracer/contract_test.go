@@ -74,4 +74,12 @@ func TestTableLimitsMatchSpec(t *testing.T) {
 	if want := uint32(unix.BPF_F_INNER_MAP | unix.BPF_F_MMAPABLE); tables.InnerMap != nil && tables.InnerMap.Flags != want {
 		t.Errorf("tables' inner map flags %#x, want %#x (inner, mmapable)", tables.InnerMap.Flags, want)
 	}
+	// A set of the row cache is its two ways, one 64-byte cache line: a
+	// mappable array's values start on a page, a plain one's after its
+	// header, where every other set would straddle two lines.
+	rows := spec.Maps[support.SondeMapRowCache]
+	if rows.Flags != unix.BPF_F_MMAPABLE || rows.ValueSize != 32 {
+		t.Errorf("row cache: flags %#x, entries of %d bytes; want %#x (mmapable) and 32 (two a cache line)",
+			rows.Flags, rows.ValueSize, unix.BPF_F_MMAPABLE)
+	}
 }

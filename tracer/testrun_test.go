@@ -31,6 +31,7 @@ type testrunIO = testrunTestrunIo
 // testrun is the loaded test object.
 type testrun struct {
 	FindRowTest  *ebpf.Program `ebpf:"find_row_test"`
+	RowCacheTest *ebpf.Program `ebpf:"row_cache_test"`
 	StepTest     *ebpf.Program `ebpf:"step_test"`
 	SnapshotTest *ebpf.Program `ebpf:"snapshot_test"`
 	Tables       *ebpf.Map     `ebpf:"tables"`
@@ -65,7 +66,7 @@ func newTestrun(tb testing.TB) *testrun {
 		tb.Fatalf("load test programs: %v", err)
 	}
 	tb.Cleanup(func() {
-		for _, c := range []io.Closer{tr.FindRowTest, tr.StepTest, tr.SnapshotTest, tr.Tables, tr.Counters} {
+		for _, c := range []io.Closer{tr.FindRowTest, tr.RowCacheTest, tr.StepTest, tr.SnapshotTest, tr.Tables, tr.Counters} {
 			testutil.Close(tb, c)
 		}
 	})
@@ -125,6 +126,82 @@ func oracle(rows []Row, rel uint64) (Row, uint64, bool) {
 		next = uint64(rows[i].Pc)
 	}
 	return rows[i-1], next, true
+}
+
+// rowCacheSet is the set of the row cache that offset rel of file's
+// table falls in (native.h's cached_row): the test's oracle of which
+// offsets share one.
+func rowCacheSet(file uint32, rel uint32) uint32 {
+	const sets = 2048 / 2 // ROW_CACHE / ROW_CACHE_WAYS
+	return (rel ^ rel>>11 ^ file*0x9e3779b1) & (sets - 1)
+}
+
+// The row cache keeps both of two offsets that share a set, and a third
+// one replaces the one used less recently. A look that finds its row in
+// the cache returns the row cached, not the table's: so after the table
+// is loaded again with other rows, a hit is told from a search.
+func TestRowCacheTwoWays(t *testing.T) {
+	tr := newTestrun(t)
+	const bias, table, file = 0x7f0012340000, 5, 77
+	old := []Row{mustRow(t, 0, CFASP, 8, FPSame, 0)}
+	renewed := []Row{mustRow(t, 0, CFASP, 16, FPSame, 0)}
+	if err := loadTable(tr.Tables, table, old, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Three offsets of one set.
+	a := uint32(0x1230)
+	var same []uint32
+	for rel := a + 1; len(same) < 2; rel++ {
+		if rowCacheSet(file, rel) == rowCacheSet(file, a) {
+			same = append(same, rel)
+		}
+	}
+	b, c := same[0], same[1]
+	// look returns the CFA offset of the row found for rel: 8 from the
+	// first table (cached before it was replaced), 16 from the second.
+	look := func(name string, rel uint32) uint16 {
+		t.Helper()
+		out := tr.run(t, tr.RowCacheTest, testrunIO{Lookup: bias + uint64(rel), Bias: bias, TableId: table, Rows: 1, File: file})
+		if out.Found == 0 {
+			t.Fatalf("%s (%#x): no row found", name, rel)
+		}
+		if out.Next != 1<<32 {
+			t.Errorf("%s (%#x): the row covers up to %#x, want the end of the table", name, rel, out.Next)
+		}
+		return out.Row.CfaOffset
+	}
+	look("a", a)
+	look("b", b)
+	if err := loadTable(tr.Tables, table, renewed, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := look("a", a); got != 8 {
+		t.Errorf("a after b, which shares its set: CFA offset %d, want the cached 8 (a was replaced)", got)
+	}
+	if got := look("b", b); got != 8 {
+		t.Errorf("b: CFA offset %d, want the cached 8", got)
+	}
+	// a is now the way used less recently: c replaces it, and b stays.
+	if got := look("c", c); got != 16 {
+		t.Errorf("c, never looked up: CFA offset %d, want the table's 16", got)
+	}
+	if got := look("b", b); got != 8 {
+		t.Errorf("b after c: CFA offset %d, want the cached 8 (c replaced b, the way used more recently)", got)
+	}
+	if got := look("a", a); got != 16 {
+		t.Errorf("a after c: CFA offset %d, want the table's 16 (c should have replaced a)", got)
+	}
+	// A mapping without a file handle is searched every time, and what
+	// it finds replaces nothing: b's row is still the one cached.
+	for range 2 {
+		out := tr.run(t, tr.RowCacheTest, testrunIO{Lookup: bias + uint64(b), Bias: bias, TableId: table, Rows: 1})
+		if out.Found == 0 || out.Row.CfaOffset != 16 {
+			t.Errorf("b of a mapping without a file: found %d, CFA offset %d, want the table's 16", out.Found, out.Row.CfaOffset)
+		}
+	}
+	if got := look("b", b); got != 8 {
+		t.Errorf("b after two looks without a file: CFA offset %d, want the cached 8", got)
+	}
 }
 
 func TestRowSearchTestRun(t *testing.T) {

@@ -174,7 +174,7 @@ type testrunRowCacheEntry struct {
 	File    uint32
 	TableId uint32
 	Rel     uint32
-	Pad     uint32
+	Older   uint32
 	Next    uint64
 	Row     struct {
 		_         structs.HostLayout
@@ -281,6 +281,8 @@ type testrunTestrunIo struct {
 	Snap2In    uint64
 	Snap2First uint64
 	Lr         uint64
+	File       uint32
+	FilePad    uint32
 }
 
 type testrunUstackState struct {
@@ -445,6 +447,7 @@ const (
 	testrunMapUnwinders            = "unwinders"
 	testrunMapV8Procs              = "v8_procs"
 	testrunProgFindRowTest         = "find_row_test"
+	testrunProgRowCacheTest        = "row_cache_test"
 	testrunProgSnapshotTest        = "snapshot_test"
 	testrunProgStepTest            = "step_test"
 	testrunVarCountCosts           = "count_costs"
@@ -503,6 +506,7 @@ type testrunSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type testrunProgramSpecs struct {
 	FindRowTest  *ebpf.ProgramSpec `ebpf:"find_row_test"`
+	RowCacheTest *ebpf.ProgramSpec `ebpf:"row_cache_test"`
 	SnapshotTest *ebpf.ProgramSpec `ebpf:"snapshot_test"`
 	StepTest     *ebpf.ProgramSpec `ebpf:"step_test"`
 }
@@ -654,6 +658,7 @@ type testrunVariables struct {
 // It can be passed to loadTestrunObjects or ebpf.CollectionSpec.LoadAndAssign.
 type testrunPrograms struct {
 	FindRowTest  *ebpf.Program `ebpf:"find_row_test"`
+	RowCacheTest *ebpf.Program `ebpf:"row_cache_test"`
 	SnapshotTest *ebpf.Program `ebpf:"snapshot_test"`
 	StepTest     *ebpf.Program `ebpf:"step_test"`
 }
@@ -661,6 +666,7 @@ type testrunPrograms struct {
 func (p *testrunPrograms) Close() error {
 	return _TestrunClose(
 		p.FindRowTest,
+		p.RowCacheTest,
 		p.SnapshotTest,
 		p.StepTest,
 	)

@@ -174,7 +174,7 @@ type testrunArm64RowCacheEntry struct {
 	File    uint32
 	TableId uint32
 	Rel     uint32
-	Pad     uint32
+	Older   uint32
 	Next    uint64
 	Row     struct {
 		_         structs.HostLayout
@@ -281,6 +281,8 @@ type testrunArm64TestrunIo struct {
 	Snap2In    uint64
 	Snap2First uint64
 	Lr         uint64
+	File       uint32
+	FilePad    uint32
 }
 
 type testrunArm64UstackState struct {
@@ -445,6 +447,7 @@ const (
 	testrunArm64MapUnwinders            = "unwinders"
 	testrunArm64MapV8Procs              = "v8_procs"
 	testrunArm64ProgFindRowTest         = "find_row_test"
+	testrunArm64ProgRowCacheTest        = "row_cache_test"
 	testrunArm64ProgSnapshotTest        = "snapshot_test"
 	testrunArm64ProgStepTest            = "step_test"
 	testrunArm64VarCountCosts           = "count_costs"
@@ -503,6 +506,7 @@ type testrunArm64Specs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type testrunArm64ProgramSpecs struct {
 	FindRowTest  *ebpf.ProgramSpec `ebpf:"find_row_test"`
+	RowCacheTest *ebpf.ProgramSpec `ebpf:"row_cache_test"`
 	SnapshotTest *ebpf.ProgramSpec `ebpf:"snapshot_test"`
 	StepTest     *ebpf.ProgramSpec `ebpf:"step_test"`
 }
@@ -654,6 +658,7 @@ type testrunArm64Variables struct {
 // It can be passed to loadTestrunArm64Objects or ebpf.CollectionSpec.LoadAndAssign.
 type testrunArm64Programs struct {
 	FindRowTest  *ebpf.Program `ebpf:"find_row_test"`
+	RowCacheTest *ebpf.Program `ebpf:"row_cache_test"`
 	SnapshotTest *ebpf.Program `ebpf:"snapshot_test"`
 	StepTest     *ebpf.Program `ebpf:"step_test"`
 }
@@ -661,6 +666,7 @@ type testrunArm64Programs struct {
 func (p *testrunArm64Programs) Close() error {
 	return _TestrunArm64Close(
 		p.FindRowTest,
+		p.RowCacheTest,
 		p.SnapshotTest,
 		p.StepTest,
 	)

@@ -215,18 +215,22 @@ struct {
 	__type(value, struct ustack_state);
 } unwind_scratch SEC(".maps");
 
-// The CPUs' row caches (kept across stacks), direct-mapped by file and
-// offset: a return address seen before costs no search. A map of their
-// own, as they outgrow a per-CPU value: a compile's deep stacks return to
+// The CPUs' row caches (kept across stacks), two-way by file and offset:
+// a return address seen before costs no search. A map of their own, as
+// they outgrow a per-CPU value: a compile's deep stacks return to
 // thousands of places, and each miss is a search of cold memory. A plain
 // array, row_cache_stride entries a CPU, CPU after CPU (the loader sizes
 // it by the possible CPUs): a look is one cache line, where a per-CPU
 // array's is two, its pointer to the entry and the entry, each cold at the
-// sampling rate. A CPU's on-CPU unwinder's entries are its first
-// ROW_CACHE, the off-CPU one's the next (ustack_state.row_base): a sample
-// can interrupt an off-CPU unwind on its CPU halfway through an entry.
+// sampling rate. That line holds both ways of the set because the array is
+// mappable: its values then start on a page, where a plain array's follow
+// its header (at byte 312 on 6.18), which put every other entry across two
+// lines. A CPU's on-CPU unwinder's entries are its first ROW_CACHE, the
+// off-CPU one's the next (ustack_state.row_base): a sample can interrupt an
+// off-CPU unwind on its CPU halfway through an entry.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 2 * ROW_CACHE); // resized by the loader
 	__type(key, __u32);
 	__type(value, struct row_cache_entry);

@@ -217,30 +217,60 @@ static __always_inline struct unwind_row *table_row(struct mapping_info *mi, __u
 	return find_row(rows, mi->rows, (__u32)rel, next);
 }
 
+// row_cached says whether the cache entry c holds the row of offset rel
+// of mapping mi's table.
+static __always_inline bool row_cached(struct row_cache_entry *c, struct mapping_info *mi,
+                                       __u64 rel)
+{
+	return c->file == mi->file && c->table_id == mi->table_id && c->rel == rel;
+}
+
 // cached_row returns the row of mapping mi's table covering lookup, from
 // the CPU's row cache or else found by table_row and cached, and makes it
-// the stack's last row. NULL: none.
+// the stack's last row. NULL: none. Either way of the set may hold it; a
+// miss replaces the way used less recently, so two return addresses that
+// share a set (a loop calling two functions) both stay. A mapping without
+// a file handle, or an offset past 4 GiB, is searched and not cached.
 static __always_inline struct unwind_row *cached_row(struct ustack_state *st,
                                                      struct mapping_info *mi, __u64 lookup)
 {
 	__u64 rel = lookup - mi->bias;
-	__u32 i = st->row_base +
-	          (((__u32)rel ^ ((__u32)rel >> 11) ^ (mi->file * 0x9e3779b1)) & (ROW_CACHE - 1));
-	struct row_cache_entry *c = bpf_map_lookup_elem(&row_cache, &i);
-	if (!c)
+	__u32 set = ((__u32)rel ^ ((__u32)rel >> 11) ^ (mi->file * 0x9e3779b1)) &
+	            (ROW_CACHE / ROW_CACHE_WAYS - 1);
+	__u32 i = st->row_base + set * ROW_CACHE_WAYS;
+	struct row_cache_entry *first = bpf_map_lookup_elem(&row_cache, &i);
+	i++;
+	struct row_cache_entry *second = bpf_map_lookup_elem(&row_cache, &i);
+	if (!first || !second)
 		return NULL;
-	if (c->file != mi->file || c->table_id != mi->table_id || c->rel != rel || mi->file == 0 ||
-	    rel > 0xffffffffULL) {
+	bool cacheable = mi->file != 0 && rel <= 0xffffffffULL;
+	struct row_cache_entry *c;
+	if (cacheable && row_cached(first, mi, rel)) {
+		c = first;
+		first->older = 1;
+	} else if (cacheable && row_cached(second, mi, rel)) {
+		c = second;
+		first->older = 0;
+	} else {
 		__u64 next;
 		struct unwind_row *row = table_row(mi, lookup, &next);
 		if (!row)
 			return NULL;
+		if (!cacheable) {
+			st->last_table = mi->table_id;
+			st->last_row = *row;
+			st->last_next = next;
+			return &st->last_row;
+		}
+		__u32 way = first->older;
+		c = way ? second : first;
 		c->file = 0;
 		c->table_id = mi->table_id;
 		c->rel = rel;
 		c->next = next;
 		c->row = *row;
 		c->file = mi->file;
+		first->older = !way;
 	}
 	st->last_table = c->table_id;
 	st->last_row = c->row;

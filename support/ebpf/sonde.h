@@ -489,8 +489,10 @@ enum v8_frame_kind {
 	V8_FRAME_STUB = 4,        // (pc, frame type)
 };
 
-// Entries of a CPU's row cache (native.h); a power of two.
-#define ROW_CACHE 2048
+// Entries of a CPU's row cache (native.h); a power of two. They go in
+// sets of ROW_CACHE_WAYS, one 64-byte cache line a set.
+#define ROW_CACHE      2048
+#define ROW_CACHE_WAYS 2
 
 // How much of a user stack one read copies for the unwinder (native.h,
 // stack_read): a power of two.
@@ -498,12 +500,13 @@ enum v8_frame_kind {
 
 // row_cache_entry is the row one CPU found for offset rel of the table
 // table_id of file (a handle user space never reuses): it covers [row.pc,
-// next) of the table. file 0: empty.
+// next) of the table. file 0: empty. older, in a set's first entry only,
+// is the way a miss replaces: the one used less recently.
 struct row_cache_entry {
 	__u32 file;
 	__u32 table_id;
 	__u32 rel;
-	__u32 pad;
+	__u32 older;
 	__u64 next;
 	struct unwind_row row;
 };

@@ -45,6 +45,8 @@ struct testrun_io {
 	__u64 snap2_in;    // in: where a second region starts (0: none)
 	__u64 snap2_first; // out: the first word of the second region copied
 	__u64 lr;          // step_test, in: aarch64's link register (0: not known)
+	__u32 file;        // row_cache_test, in: the mapping's file handle
+	__u32 file_pad;
 };
 
 const struct testrun_io *unused_testrun_io __attribute__((unused));
@@ -81,6 +83,33 @@ int find_row_test(struct xdp_md *ctx)
 	io->found = row != NULL;
 	if (row)
 		io->row = *row;
+	return XDP_PASS;
+}
+
+// row_cache_test looks up the row covering io->lookup of the mapping of
+// file io->file through the CPU's row cache (the first CPU's), as step does
+// where the stack's last row does not cover it: found, row and next as
+// find_row_test's.
+SEC("xdp")
+int row_cache_test(struct xdp_md *ctx)
+{
+	struct testrun_io *io = io_of(ctx);
+	if (!io)
+		return XDP_ABORTED;
+	__u32 zero = 0;
+	struct ustack_state *st = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!st)
+		return XDP_ABORTED;
+	st->row_base = 0;
+	struct mapping_info mi;
+	mapping_of(io, &mi);
+	mi.file = io->file;
+	struct unwind_row *row = cached_row(st, &mi, io->lookup);
+	io->found = row != NULL;
+	if (row) {
+		io->row = *row;
+		io->next = st->last_next;
+	}
 	return XDP_PASS;
 }
 
