@@ -195,6 +195,7 @@ type SondeMappingInfoFlags uint32
 
 const (
 	SondeMappingInfoFlagsMAPPING_NO_TABLE SondeMappingInfoFlags = 1
+	SondeMappingInfoFlagsMAPPING_UNSET    SondeMappingInfoFlags = 2
 )
 
 type SondeMappingKey struct {

@@ -1,11 +1,14 @@
 package tracer
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/sonde-dev/sonde/internal/process"
 	"github.com/sonde-dev/sonde/internal/testutil"
 	"github.com/sonde-dev/sonde/support"
 )
@@ -756,5 +760,133 @@ func TestRowCacheOfEachCPU(t *testing.T) {
 	}
 	if e.Row != row {
 		t.Errorf("CPU %d cached row %+v, the table's is %+v", cpu, e.Row, row)
+	}
+}
+
+// The pace notify_unknown allows per process (record.h): NOTIFY_GAP_NS, and
+// NOTIFY_STALE_GAP_NS for a stale entry or a V8 process's second mapping of
+// its builtins.
+const (
+	notifyGap      = time.Second
+	notifyStaleGap = 50 * time.Millisecond
+)
+
+// A V8 process maps its builtins a second time as it starts, after the
+// exec that had user space read it. Until user space has an entry for that
+// mapping, frames there in a stack that has had its one look at a VMA
+// cannot be placed, and are taken for compiled code: it is asked for at a
+// stale entry's pace, not once a second. Every stack that finds it in a
+// CPU's mapping cache asks too, so a first sighting within the gap (after
+// which the CPU keeps it) does not leave it unasked for.
+//
+// remap maps the page of its own text that holds a loop again and runs the
+// loop there; the test gives it entries for every other file mapping, tells
+// the kernel it runs a V8 whose builtins are that text, and marks it as
+// asked about just now.
+func TestV8SecondMappingAskedForSoon(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 499})
+	if !tr.CheckedMappings() {
+		t.Skip("the kernel has no bpf_find_vma: no V8 walker")
+	}
+	cmd := exec.Command(testutil.BuildC(t, "remap", []string{"-O2"}, "testdata/remap.c"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.StartCmd(t, cmd)
+	sc := bufio.NewScanner(stdout)
+	var copyAt uint64
+	if !sc.Scan() {
+		t.Fatalf("remap said nothing: %v", sc.Err())
+	}
+	if _, err := fmt.Sscanf(sc.Text(), "%x", &copyAt); err != nil {
+		t.Fatalf("remap said %q: %v", sc.Text(), err)
+	}
+	if !sc.Scan() || sc.Text() != "ready" {
+		t.Fatalf("remap said %q, want ready", sc.Text())
+	}
+	pid := uint32(cmd.Process.Pid)
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := process.ParseMaps(f)
+	_ = f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var second, text process.Mapping
+	var entries []Mapping
+	for _, m := range maps {
+		if m.Start == copyAt {
+			second = m
+		} else if m.Inode != 0 {
+			entries = append(entries, Mapping{Start: m.Start, End: m.End, FileBias: m.Start - m.Offset, Inode: m.Inode, NoTable: true})
+		}
+	}
+	for _, m := range maps {
+		if m.Start != copyAt && m.Inode == second.Inode && strings.Contains(m.Perms, "x") {
+			text = m
+		}
+	}
+	if second.Inode == 0 || text.Inode == 0 || second.Offset < text.Offset || second.Offset >= text.Offset+(text.End-text.Start) {
+		t.Fatalf("remap's second mapping %+v is not of its text %+v", second, text)
+	}
+	if err := tr.SetMappings(pid, nil, entries); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.ForgetProcess(pid, entries) })
+	v8 := V8Proc{Nbuiltins: 1, BuiltinInode: text.Inode, BuiltinOffStart: text.Offset, BuiltinOffEnd: text.Offset + (text.End - text.Start)}
+	v8.BuiltinStart[0], v8.BuiltinEnd[0] = text.Start, text.End
+	if err := tr.SetV8(pid, v8); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.ForgetV8(pid) })
+
+	notices := make(chan Record, 64)
+	go func() {
+		for {
+			var rec Record
+			if err := tr.ReadNotice(&rec); err != nil {
+				return // closed at the end of the test
+			}
+			if rec.PID == pid {
+				notices <- rec
+			}
+		}
+	}()
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		t.Fatal(err)
+	}
+	asked := uint64(now.Nano())
+	if err := tr.objs.Notified.Put(pid, asked); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(stdin, "run\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case rec := <-notices:
+			if rec.KTime < asked {
+				continue // asked about before the mark (a new process)
+			}
+			after := time.Duration(rec.KTime - asked)
+			t.Logf("asked about remap's second mapping %v after the last time", after)
+			if after < notifyStaleGap || after >= notifyGap {
+				t.Errorf("asked about remap %v after the last time, want within [%v, %v)", after, notifyStaleGap, notifyGap)
+			}
+			return
+		case <-deadline:
+			c, _ := tr.Counters()
+			t.Fatalf("no notice for remap in 10 s of running in its second mapping (samples %d, unknown sent %d, V8 samples %d)",
+				c.Samples, c.UnknownSent, c.V8Samples)
+		}
 	}
 }

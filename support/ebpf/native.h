@@ -514,6 +514,19 @@ static __always_inline struct mapping_info *forked_entry(__u64 addr)
 	return bpf_map_lookup_elem(&mappings, &key);
 }
 
+// notify_mapped_since asks user space for the entries of pid, which maps
+// mi since they were set. V8 maps its builtins a second time as it starts,
+// just after the exec that had user space read the process: until user
+// space knows that mapping, its frames in a stack that has had its one look
+// at a VMA are taken for compiled code, and cannot be named. It is asked
+// for as soon as a stale entry is, not once a second.
+static __always_inline void notify_mapped_since(struct ustack_state *st, __u32 pid,
+                                                struct mapping_info *mi)
+{
+	bool v8_copy = st->v8_active && mi->inode != 0 && mi->inode == st->v8.builtin_inode;
+	notify_unknown(pid, v8_copy ? NOTIFY_STALE_GAP_NS : NOTIFY_GAP_NS);
+}
+
 // find_mapping returns the mapping of pid covering addr: the one cached in
 // st when addr is in it, else the process's entry in the trie. Where the
 // kernel lets us look at the live VMA (vma true: bpf_find_vma, 5.17+), the
@@ -532,8 +545,12 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	// VMA), and looks through them only for a trusted process.
 	if (vma || st->trust) {
 		int i = cache_find(st, pid, addr);
-		if (i >= 0 && (st->trust || (vma && vma_unchanged(st, i))))
-			return use_mapping(st, &st->cache_mi[i & (MAPPING_CACHE - 1)]);
+		if (i >= 0 && (st->trust || (vma && vma_unchanged(st, i)))) {
+			struct mapping_info *c = use_mapping(st, &st->cache_mi[i & (MAPPING_CACHE - 1)]);
+			if (c->flags & MAPPING_UNSET)
+				notify_mapped_since(st, pid, c);
+			return c;
+		}
 	}
 	struct mapping_key key = {.prefixlen = 96, .pid = pid, .addr_be = bpf_cpu_to_be64(addr)};
 	struct mapping_info *mi = bpf_map_lookup_elem(&mappings, &key);
@@ -630,7 +647,8 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	// A file mapped since user space set the process's entries (a library
 	// just loaded, V8's second mapping of its builtins): the CPU keeps it
 	// until they are set again, checked as any other.
-	notify_unknown(pid, NOTIFY_GAP_NS);
+	c->flags = MAPPING_UNSET;
+	notify_mapped_since(st, pid, c);
 	return cache_mapping(st, pid, c, true);
 }
 

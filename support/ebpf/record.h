@@ -159,7 +159,8 @@ static __always_inline void send_offcpu_start(struct sample_record *s)
 // new or maps code we have no entry for (JIT code never has one) is asked
 // about once a second; one whose mapping was replaced under an entry
 // (dlclose, then dlopen at the same place) sooner, as its entries are wrong,
-// unless the new file's own table unwinds it meanwhile.
+// unless the new file's own table unwinds it meanwhile; so is a V8 process
+// that maps its builtins again (native.h, find_mapping).
 #define NOTIFY_GAP_NS       1000000000ULL
 #define NOTIFY_STALE_GAP_NS 50000000ULL
 // A runtime's process (which takes no snapshots) meeting a file whose

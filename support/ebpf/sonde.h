@@ -264,6 +264,11 @@ enum mapping_info_flags {
 	// The file will never have a table (no CFI, or its table cannot be
 	// built): a stack that meets it takes no snapshot.
 	MAPPING_NO_TABLE = 1 << 0,
+	// Not user space's entry: a file mapped since the process's entries
+	// were set, which a CPU keeps in its mapping cache meanwhile. Each
+	// stack that uses it asks user space for the entries again (at the
+	// pace notify_unknown allows).
+	MAPPING_UNSET = 1 << 1,
 };
 
 // file_key names a mapped file as the kernel knows it: the device of its
