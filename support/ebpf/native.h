@@ -546,7 +546,8 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 	if (vma || st->trust) {
 		int i = cache_find(st, pid, addr);
 		if (i >= 0 && (st->trust || (vma && vma_unchanged(st, i)))) {
-			struct mapping_info *c = use_mapping(st, &st->cache_mi[i & (MAPPING_CACHE - 1)]);
+			struct mapping_info *c =
+			        use_mapping(st, &st->cache_mi[i & (MAPPING_CACHE - 1)]);
 			if (c->flags & MAPPING_UNSET)
 				notify_mapped_since(st, pid, c);
 			return c;
