@@ -225,6 +225,17 @@ static __always_inline bool row_cached(struct row_cache_entry *c, struct mapping
 	return c->file == mi->file && c->table_id == mi->table_id && c->rel == rel;
 }
 
+// keep_row makes row, of table table_id and covering offsets up to next,
+// the stack's last row, and returns the stack's copy of it.
+static __always_inline struct unwind_row *keep_row(struct ustack_state *st, __u32 table_id,
+                                                   struct unwind_row *row, __u64 next)
+{
+	st->last_table = table_id;
+	st->last_row = *row;
+	st->last_next = next;
+	return &st->last_row;
+}
+
 // cached_row returns the row of mapping mi's table covering lookup, from
 // the CPU's row cache or else found by table_row and cached, and makes it
 // the stack's last row. NULL: none. Either way of the set may hold it; a
@@ -256,12 +267,8 @@ static __always_inline struct unwind_row *cached_row(struct ustack_state *st,
 		struct unwind_row *row = table_row(mi, lookup, &next);
 		if (!row)
 			return NULL;
-		if (!cacheable) {
-			st->last_table = mi->table_id;
-			st->last_row = *row;
-			st->last_next = next;
-			return &st->last_row;
-		}
+		if (!cacheable)
+			return keep_row(st, mi->table_id, row, next);
 		__u32 way = first->older;
 		c = way ? second : first;
 		c->file = 0;
@@ -272,10 +279,7 @@ static __always_inline struct unwind_row *cached_row(struct ustack_state *st,
 		c->file = mi->file;
 		first->older = !way;
 	}
-	st->last_table = c->table_id;
-	st->last_row = c->row;
-	st->last_next = c->next;
-	return &st->last_row;
+	return keep_row(st, c->table_id, &c->row, c->next);
 }
 
 // stack_read copies size bytes (8 or 16) of the user stack at addr into
