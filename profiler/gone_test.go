@@ -12,7 +12,7 @@ import (
 
 // Short-lived processes exit before or while the profiler prepares them:
 // each costs at most a count. The profiler keeps delivering intervals, and
-// the unwinder's per-process maps (known_pids, mappings) keep nothing for
+// the unwinder's per-process maps (known_slots, known_pids, mappings) keep nothing for
 // any of them once their exits are handled.
 func TestShortLivedProcessesGone(t *testing.T) {
 	p, sink := startProfiler(t, 499)
@@ -91,7 +91,7 @@ func TestShortLivedProcessesGone(t *testing.T) {
 	t.Logf("%d short-lived processes: %d sampled, %d never prepared (gone within execGrace), %d times a process (of any on the host) was found gone while being prepared; %d still have entries in the unwinder's maps",
 		n, len(sampled), p.Stats().Preparer.ExecsSkipped, p.Stats().Preparer.Gone, len(leaked))
 	if len(leaked) > 0 {
-		t.Errorf("entries (known_pids and mapping blocks) left for exited pids: %v", leaked)
+		t.Errorf("entries (known slots, known_pids and mapping blocks) left for exited pids: %v", leaked)
 	}
 	// Most of them exit within execGrace of their exec, many unsampled:
 	// those are never prepared.

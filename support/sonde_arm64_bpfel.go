@@ -158,7 +158,7 @@ type SondeKnownProc struct {
 	Fp       uint64
 	Gen      uint64
 	Runtimes uint32
-	Pad      uint32
+	Pid      uint32
 	Asked    uint64
 }
 
@@ -608,6 +608,7 @@ const (
 	SondeMapFileTables                 = "file_tables"
 	SondeMapJvmProcs                   = "jvm_procs"
 	SondeMapKnownPids                  = "known_pids"
+	SondeMapKnownSlots                 = "known_slots"
 	SondeMapMappings                   = "mappings"
 	SondeMapNotices                    = "notices"
 	SondeMapNotified                   = "notified"
@@ -640,6 +641,7 @@ const (
 	SondeVarFilterPendingNs            = "filter_pending_ns"
 	SondeVarIncludeIdle                = "include_idle"
 	SondeVarIncludeKernelThreads       = "include_kernel_threads"
+	SondeVarKnownSlotMask              = "known_slot_mask"
 	SondeVarMappingEpoch               = "mapping_epoch"
 	SondeVarOffcpuMinNs                = "offcpu_min_ns"
 	SondeVarOffcpuThreshold            = "offcpu_threshold"
@@ -740,6 +742,7 @@ type SondeMapSpecs struct {
 	FileTables          *ebpf.MapSpec `ebpf:"file_tables"`
 	JvmProcs            *ebpf.MapSpec `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
+	KnownSlots          *ebpf.MapSpec `ebpf:"known_slots"`
 	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
 	Notices             *ebpf.MapSpec `ebpf:"notices"`
 	Notified            *ebpf.MapSpec `ebpf:"notified"`
@@ -770,6 +773,7 @@ type SondeVariableSpecs struct {
 	FilterPendingNs        *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle            *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads   *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	KnownSlotMask          *ebpf.VariableSpec `ebpf:"known_slot_mask"`
 	MappingEpoch           *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
@@ -834,6 +838,7 @@ type SondeMaps struct {
 	FileTables          *ebpf.Map `ebpf:"file_tables"`
 	JvmProcs            *ebpf.Map `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.Map `ebpf:"known_pids"`
+	KnownSlots          *ebpf.Map `ebpf:"known_slots"`
 	Mappings            *ebpf.Map `ebpf:"mappings"`
 	Notices             *ebpf.Map `ebpf:"notices"`
 	Notified            *ebpf.Map `ebpf:"notified"`
@@ -863,6 +868,7 @@ func (m *SondeMaps) Close() error {
 		m.FileTables,
 		m.JvmProcs,
 		m.KnownPids,
+		m.KnownSlots,
 		m.Mappings,
 		m.Notices,
 		m.Notified,
@@ -894,6 +900,7 @@ type SondeVariables struct {
 	FilterPendingNs        *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle            *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads   *ebpf.Variable `ebpf:"include_kernel_threads"`
+	KnownSlotMask          *ebpf.Variable `ebpf:"known_slot_mask"`
 	MappingEpoch           *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.Variable `ebpf:"offcpu_threshold"`

@@ -64,7 +64,7 @@ type testrunArm64KnownProc struct {
 	Fp       uint64
 	Gen      uint64
 	Runtimes uint32
-	Pad      uint32
+	Pid      uint32
 	Asked    uint64
 }
 
@@ -426,6 +426,7 @@ const (
 	testrunArm64MapFileTables           = "file_tables"
 	testrunArm64MapJvmProcs             = "jvm_procs"
 	testrunArm64MapKnownPids            = "known_pids"
+	testrunArm64MapKnownSlots           = "known_slots"
 	testrunArm64MapMappings             = "mappings"
 	testrunArm64MapNotices              = "notices"
 	testrunArm64MapNotified             = "notified"
@@ -454,6 +455,7 @@ const (
 	testrunArm64VarFilterPendingNs      = "filter_pending_ns"
 	testrunArm64VarIncludeIdle          = "include_idle"
 	testrunArm64VarIncludeKernelThreads = "include_kernel_threads"
+	testrunArm64VarKnownSlotMask        = "known_slot_mask"
 	testrunArm64VarMappingEpoch         = "mapping_epoch"
 	testrunArm64VarOffcpuMinNs          = "offcpu_min_ns"
 	testrunArm64VarOffcpuThreshold      = "offcpu_threshold"
@@ -520,6 +522,7 @@ type testrunArm64MapSpecs struct {
 	FileTables          *ebpf.MapSpec `ebpf:"file_tables"`
 	JvmProcs            *ebpf.MapSpec `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.MapSpec `ebpf:"known_pids"`
+	KnownSlots          *ebpf.MapSpec `ebpf:"known_slots"`
 	Mappings            *ebpf.MapSpec `ebpf:"mappings"`
 	Notices             *ebpf.MapSpec `ebpf:"notices"`
 	Notified            *ebpf.MapSpec `ebpf:"notified"`
@@ -550,6 +553,7 @@ type testrunArm64VariableSpecs struct {
 	FilterPendingNs      *ebpf.VariableSpec `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
+	KnownSlotMask        *ebpf.VariableSpec `ebpf:"known_slot_mask"`
 	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
@@ -584,6 +588,7 @@ type testrunArm64Maps struct {
 	FileTables          *ebpf.Map `ebpf:"file_tables"`
 	JvmProcs            *ebpf.Map `ebpf:"jvm_procs"`
 	KnownPids           *ebpf.Map `ebpf:"known_pids"`
+	KnownSlots          *ebpf.Map `ebpf:"known_slots"`
 	Mappings            *ebpf.Map `ebpf:"mappings"`
 	Notices             *ebpf.Map `ebpf:"notices"`
 	Notified            *ebpf.Map `ebpf:"notified"`
@@ -613,6 +618,7 @@ func (m *testrunArm64Maps) Close() error {
 		m.FileTables,
 		m.JvmProcs,
 		m.KnownPids,
+		m.KnownSlots,
 		m.Mappings,
 		m.Notices,
 		m.Notified,
@@ -644,6 +650,7 @@ type testrunArm64Variables struct {
 	FilterPendingNs      *ebpf.Variable `ebpf:"filter_pending_ns"`
 	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
+	KnownSlotMask        *ebpf.Variable `ebpf:"known_slot_mask"`
 	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`

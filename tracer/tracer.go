@@ -166,6 +166,9 @@ type Tracer struct {
 	// the entry's writes: SetMappings and the Set/Forget of a runtime.
 	runtimesMu sync.Mutex
 	runtimes   map[uint32]uint32
+	// knownMask is known_slots' entries less one: pid's slot is
+	// pid & knownMask.
+	knownMask uint32
 
 	closeOnce sync.Once
 	closeErr  error
@@ -208,6 +211,8 @@ func New(opts Options) (_ *Tracer, err error) {
 		spec.Maps[support.SondeMapKnownPids].MaxEntries = uint32(opts.MaxProcesses)
 		spec.Maps[support.SondeMapPidFilter].MaxEntries = uint32(opts.MaxProcesses)
 	}
+	knownSlots := knownSlotsFor(spec.Maps[support.SondeMapKnownPids].MaxEntries, pidMax())
+	spec.Maps[support.SondeMapKnownSlots].MaxEntries = knownSlots
 	// Where the kernel can look up a task's VMAs and has bpf_loop (both
 	// 5.17+), the unwinder checks every mapping entry it uses against the
 	// live mapping and walks the whole stack in one bpf_loop; elsewhere the
@@ -262,6 +267,9 @@ func New(opts Options) (_ *Tracer, err error) {
 	if err := vars.RowCacheStride.Set(rowStride); err != nil {
 		return nil, fmt.Errorf("set row_cache_stride: %w", err)
 	}
+	if err := vars.KnownSlotMask.Set(knownSlots - 1); err != nil {
+		return nil, fmt.Errorf("set known_slot_mask: %w", err)
+	}
 	if err := vars.SnapshotAll.Set(opts.SnapshotAll); err != nil {
 		return nil, fmt.Errorf("set snapshot_all: %w", err)
 	}
@@ -273,7 +281,7 @@ func New(opts Options) (_ *Tracer, err error) {
 	}
 
 	t := &Tracer{clock: newClock(), poll: opts.PollInterval, checked: checked, filtering: opts.FilterPending > 0,
-		runtimes: map[uint32]uint32{}}
+		runtimes: map[uint32]uint32{}, knownMask: knownSlots - 1}
 	defer func() {
 		if err != nil {
 			_ = t.Close() // err, which made New fail, is the one to report

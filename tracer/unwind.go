@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -373,8 +376,7 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 	// are often set while its dynamic loader still maps its libraries:
 	// its request for them is forgotten, so the first stack that meets
 	// one of those libraries asks again at once, not a second later.
-	var known support.SondeKnownProc
-	lerr := t.objs.KnownPids.Lookup(pid, &known)
+	known, lerr := t.knownEntry(pid)
 	first := errors.Is(lerr, ebpf.ErrKeyNotExist)
 	// Fingerprint 0: the eBPF side takes the fingerprint of pid's address
 	// space at its next stack, and trusts these entries while it holds. A
@@ -388,7 +390,7 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 		gen = t.mappingGen.Add(1)
 	}
 	t.runtimesMu.Lock()
-	err := t.objs.KnownPids.Put(pid, support.SondeKnownProc{Gen: gen, Runtimes: t.runtimes[pid]})
+	err := t.putKnown(pid, support.SondeKnownProc{Gen: gen, Runtimes: t.runtimes[pid]}, false)
 	t.runtimesMu.Unlock()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("pid %d: mark prepared: %w", pid, err))
@@ -404,6 +406,103 @@ func (t *Tracer) SetMappings(pid uint32, old, mappings []Mapping) error {
 // ForgetProcess removes pid's mappings (old) and its prepared mark.
 func (t *Tracer) ForgetProcess(pid uint32, old []Mapping) error {
 	err := t.SetMappings(pid, old, nil)
+	t.runtimesMu.Lock()
+	defer t.runtimesMu.Unlock()
+	return errors.Join(err, t.deleteKnown(pid))
+}
+
+// maxKnownSlots bounds known_slots: 2 MiB of kernel memory. Beyond it
+// (a host that runs more processes than that at once, under a pid_max
+// above it), pids that share a slot go to known_pids.
+const maxKnownSlots = 1 << 16
+
+// knownSlotsFor sizes known_slots: a power of two of at least
+// min(maxProcesses, pidMax, maxKnownSlots) slots, so that where pid_max
+// is that small no two pids share one. pidMax 0: not known.
+func knownSlotsFor(maxProcesses, pidMax uint32) uint32 {
+	n := min(max(maxProcesses, 1), maxKnownSlots)
+	if pidMax > 0 {
+		n = min(n, pidMax)
+	}
+	return 1 << bits.Len32(n-1)
+}
+
+// pidMax reads the kernel's pid_max: every pid is below it. 0 where it
+// cannot be read.
+func pidMax() uint32 {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
+}
+
+// knownEntry reads pid's entry of the prepared processes: from its slot in
+// known_slots where the slot is pid's, else from known_pids. The error
+// matches ebpf.ErrKeyNotExist where pid has none.
+func (t *Tracer) knownEntry(pid uint32) (support.SondeKnownProc, error) {
+	var k support.SondeKnownProc
+	if err := t.objs.KnownSlots.Lookup(pid&t.knownMask, &k); err != nil {
+		return k, fmt.Errorf("pid %d: known slot: %w", pid, err)
+	}
+	if k.Pid == pid && pid != 0 {
+		return k, nil
+	}
+	k = support.SondeKnownProc{}
+	return k, t.objs.KnownPids.Lookup(pid, &k)
+}
+
+// putKnown writes pid's entry of the prepared processes: in its slot where
+// the slot is free or pid's, else (another live process holds it) in
+// known_pids. With existing, only an entry pid has is written: one the
+// eBPF side dropped (at an exec or exit) stays dropped, but for a slot
+// dropped between the look and the write. Called with runtimesMu held,
+// which orders the writes.
+func (t *Tracer) putKnown(pid uint32, k support.SondeKnownProc, existing bool) error {
+	slot := pid & t.knownMask
+	var cur support.SondeKnownProc
+	if err := t.objs.KnownSlots.Lookup(slot, &cur); err != nil {
+		return fmt.Errorf("pid %d: known slot: %w", pid, err)
+	}
+	k.Pid = pid
+	if cur.Pid != pid && (existing || cur.Pid != 0) {
+		flags := ebpf.UpdateAny
+		if existing {
+			flags = ebpf.UpdateExist
+		}
+		err := t.objs.KnownPids.Update(pid, k, flags)
+		if existing && errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil // dropped since
+		}
+		return err
+	}
+	if err := t.objs.KnownSlots.Put(slot, k); err != nil {
+		return fmt.Errorf("pid %d: known slot: %w", pid, err)
+	}
+	// A pid set while another held its slot has an entry in known_pids:
+	// the slot, looked in first, replaces it.
+	if err := t.objs.KnownPids.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("pid %d: known entry: %w", pid, err)
+	}
+	return nil
+}
+
+// deleteKnown drops pid's entry of the prepared processes, wherever it is.
+// Called with runtimesMu held.
+func (t *Tracer) deleteKnown(pid uint32) error {
+	slot := pid & t.knownMask
+	var cur support.SondeKnownProc
+	err := t.objs.KnownSlots.Lookup(slot, &cur)
+	if err == nil && cur.Pid == pid && pid != 0 {
+		err = t.objs.KnownSlots.Put(slot, support.SondeKnownProc{})
+	}
+	if err != nil {
+		err = fmt.Errorf("pid %d: known slot: %w", pid, err)
+	}
 	if derr := t.objs.KnownPids.Delete(pid); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 		err = errors.Join(err, derr)
 	}
@@ -411,8 +510,9 @@ func (t *Tracer) ForgetProcess(pid uint32, old []Mapping) error {
 }
 
 // ProcessEntries counts, by pid, the entries the unwinder's per-process
-// maps hold: one for a prepared pid (known_pids) and one per block of its
-// mappings. It walks both maps, for tests and diagnostics.
+// maps hold: one for a prepared pid (its slot in known_slots, or
+// known_pids) and one per block of its mappings. It walks the three maps,
+// for tests and diagnostics.
 func (t *Tracer) ProcessEntries() (map[uint32]int, error) {
 	n := map[uint32]int{}
 	var pid uint32
@@ -422,6 +522,16 @@ func (t *Tracer) ProcessEntries() (map[uint32]int, error) {
 	}
 	if err := keys.Err(); err != nil {
 		return nil, fmt.Errorf("known pids: %w", err)
+	}
+	var slot uint32
+	slots := t.objs.KnownSlots.Iterate()
+	for v := (support.SondeKnownProc{}); slots.Next(&slot, &v); {
+		if v.Pid != 0 {
+			n[v.Pid]++
+		}
+	}
+	if err := slots.Err(); err != nil {
+		return nil, fmt.Errorf("known slots: %w", err)
 	}
 	var k support.SondeMappingKey
 	var info support.SondeMappingInfo
@@ -555,7 +665,7 @@ func (t *Tracer) DeleteFileTable(key FileKey) error {
 }
 
 // markRuntime records whether pid runs runtime id, in the tracer and in
-// pid's known_pids entry if it has one (SetMappings writes it otherwise).
+// pid's known entry if it has one (SetMappings writes it otherwise).
 // A stack looks in the maps of its process's runtimes only: a bit left
 // unset here would leave that runtime's frames native.
 func (t *Tracer) markRuntime(pid uint32, id support.SondeRuntimeId, on bool) error {
@@ -570,8 +680,8 @@ func (t *Tracer) markRuntime(pid uint32, id support.SondeRuntimeId, on bool) err
 	} else {
 		t.runtimes[pid] = bits
 	}
-	var known support.SondeKnownProc
-	if err := t.objs.KnownPids.Lookup(pid, &known); err != nil {
+	known, err := t.knownEntry(pid)
+	if err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
 		}
@@ -584,8 +694,7 @@ func (t *Tracer) markRuntime(pid uint32, id support.SondeRuntimeId, on bool) err
 	// since it was read: then the next stack finds it stale and asks for
 	// the entries again, which costs a refresh, not a wrong stack.
 	known.Runtimes = bits
-	if err := t.objs.KnownPids.Update(pid, known, ebpf.UpdateExist); err != nil &&
-		!errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := t.putKnown(pid, known, true); err != nil {
 		return fmt.Errorf("pid %d: runtimes: %w", pid, err)
 	}
 	return nil

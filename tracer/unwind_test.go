@@ -181,8 +181,8 @@ func TestSetMappingsGeneration(t *testing.T) {
 	const pid = 4243
 	known := func() support.SondeKnownProc {
 		t.Helper()
-		var k support.SondeKnownProc
-		if err := tr.objs.KnownPids.Lookup(uint32(pid), &k); err != nil {
+		k, err := tr.knownEntry(pid)
+		if err != nil {
 			t.Fatal(err)
 		}
 		return k
@@ -199,7 +199,7 @@ func TestSetMappingsGeneration(t *testing.T) {
 	// As the eBPF side leaves it after a stack: a fingerprint taken.
 	k := known()
 	k.Fp = 12345
-	if err := tr.objs.KnownPids.Put(uint32(pid), k); err != nil {
+	if err := tr.putKnown(pid, k, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.SetMappings(pid, a, a); err != nil {
@@ -487,7 +487,7 @@ func TestPageIndex(t *testing.T) {
 	}
 }
 
-// A process's known_pids entry carries the runtimes whose walkers are set,
+// A process's known entry carries the runtimes whose walkers are set,
 // so that its stacks look in those runtimes' maps only: kept when its
 // mappings are set again or it is forgotten and prepared again, cleared by
 // Forget and by exec and exit, whose walkers the eBPF side drops.
@@ -497,8 +497,8 @@ func TestKnownEntryCarriesRuntimes(t *testing.T) {
 	ms := []Mapping{{Start: 0x400000, End: 0x401234, Bias: 0x400000, Table: 3, Rows: 10}}
 	runtimes := func() (uint32, bool) {
 		t.Helper()
-		var k support.SondeKnownProc
-		if err := tr.objs.KnownPids.Lookup(uint32(pid), &k); err != nil {
+		k, err := tr.knownEntry(pid)
+		if err != nil {
 			if errors.Is(err, ebpf.ErrKeyNotExist) {
 				return 0, false
 			}
@@ -521,7 +521,7 @@ func TestKnownEntryCarriesRuntimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok := runtimes(); ok {
-		t.Fatal("SetPython made a known_pids entry")
+		t.Fatal("SetPython made a known entry")
 	}
 	step("SetMappings", func() error { return tr.SetMappings(pid, nil, ms) }, py)
 	step("SetRuby", func() error { return tr.SetRuby(pid, RubyProc{}) }, py|rb)
@@ -616,20 +616,158 @@ func TestEntryKeepsTheVMAFound(t *testing.T) {
 // vm_lock_seq (per-VMA locks: 6.4 on, where the kernel is built with them).
 func kernelVMAHasLockSeq(t *testing.T) bool {
 	t.Helper()
+	return kernelMember(t, "vm_area_struct", "vm_lock_seq") != nil
+}
+
+// kernelMMHasLockSeq says whether the kernel's struct mm_struct has the
+// sequence the eBPF side takes a process's fingerprint from
+// (mm_fingerprint: a seqcount_t mm_lock_seq, 6.13 on).
+func kernelMMHasLockSeq(t *testing.T) bool {
+	t.Helper()
+	m := kernelMember(t, "mm_struct", "mm_lock_seq")
+	if m == nil {
+		return false
+	}
+	_, ok := btf.UnderlyingType(m.Type).(*btf.Struct)
+	return ok
+}
+
+// kernelMember returns member name of the kernel's struct strct, or nil;
+// members of its anonymous structs and unions are its own.
+func kernelMember(t *testing.T, strct, name string) *btf.Member {
+	t.Helper()
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var vma *btf.Struct
-	if err := spec.TypeByName("vm_area_struct", &vma); err != nil {
+	var s *btf.Struct
+	if err := spec.TypeByName(strct, &s); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range vma.Members {
-		if m.Name == "vm_lock_seq" {
-			return true
+	var find func(ms []btf.Member) *btf.Member
+	find = func(ms []btf.Member) *btf.Member {
+		for i := range ms {
+			m := &ms[i]
+			if m.Name == name {
+				return m
+			}
+			if m.Name != "" {
+				continue
+			}
+			var found *btf.Member
+			switch u := btf.UnderlyingType(m.Type).(type) {
+			case *btf.Struct:
+				found = find(u.Members)
+			case *btf.Union:
+				found = find(u.Members)
+			}
+			if found != nil {
+				return found
+			}
+		}
+		return nil
+	}
+	return find(s.Members)
+}
+
+func TestKnownSlotsFor(t *testing.T) {
+	for _, tc := range []struct{ maxProcesses, pidMax, want uint32 }{
+		{65536, 32768, 32768},     // every pid its own slot
+		{65536, 4194304, 65536},   // bounded
+		{4 << 20, 4 << 20, 65536}, // bounded
+		{1000, 4194304, 1024},     // a power of two
+		{65536, 0, 65536},         // pid_max not known
+		{3, 5, 4},
+		{1, 0, 1},
+		{0, 0, 1},
+	} {
+		if got := knownSlotsFor(tc.maxProcesses, tc.pidMax); got != tc.want {
+			t.Errorf("knownSlotsFor(%d, %d) = %d, want %d", tc.maxProcesses, tc.pidMax, got, tc.want)
 		}
 	}
-	return false
+}
+
+// A process whose slot in known_slots another one holds has its entry in
+// known_pids, where the eBPF side finds it: its first stack takes the
+// fingerprint there, and the other's slot is left as it was. Once the slot
+// is free, setting its entries again moves the entry there, and known_pids
+// keeps none.
+func TestKnownEntryInSharedSlot(t *testing.T) {
+	tr := newTracer(t, Options{SamplesPerSecond: 499})
+	if !kernelMMHasLockSeq(t) {
+		t.Skip("the kernel's mm_struct has no mm_lock_seq sequence: stacks take no fingerprint to find the entry by")
+	}
+	ch := records(t, tr)
+	pid := uint32(os.Getpid())
+	other := pid + tr.knownMask + 1 // the same slot
+	text := ownText(t)
+	mine := []Mapping{{Start: text.start, End: text.end, FileBias: text.start - text.offset, Inode: text.inode, NoTable: true}}
+	theirs := []Mapping{{Start: 0x400000, End: 0x401000, Bias: 0x400000, Table: 3, Rows: 10}}
+	if err := tr.SetMappings(other, nil, theirs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.ForgetProcess(other, theirs) })
+	if err := tr.SetMappings(pid, nil, mine); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.ForgetProcess(pid, mine) })
+	inSlot := func() (support.SondeKnownProc, error) {
+		var k support.SondeKnownProc
+		err := tr.objs.KnownSlots.Lookup(pid&tr.knownMask, &k)
+		return k, err
+	}
+	inHash := func() (support.SondeKnownProc, error) {
+		var k support.SondeKnownProc
+		err := tr.objs.KnownPids.Lookup(pid, &k)
+		return k, err
+	}
+	if k, err := inSlot(); err != nil || k.Pid != other {
+		t.Fatalf("slot holds pid %d (%v), want the first one set, %d", k.Pid, err, other)
+	}
+	if _, err := inHash(); err != nil {
+		t.Fatalf("no known_pids entry for the pid whose slot is taken: %v", err)
+	}
+	entries, err := tr.ProcessEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + len(mappingKeys(pid, text.start, text.end)); entries[pid] != want {
+		t.Errorf("%d entries for the pid, want %d", entries[pid], want)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	tid := <-burn(stop, false)
+	fingerprinted := func(where string, read func() (support.SondeKnownProc, error)) {
+		t.Helper()
+		waitFor(t, ch, 10*time.Second, "stack taking its fingerprint in "+where, func(r Record) bool {
+			if r.Type != RecordSample || int(r.TID) != tid {
+				return false
+			}
+			k, err := read()
+			if err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			return k.Fp != 0
+		})
+	}
+	fingerprinted("known_pids", inHash)
+	if k, err := inSlot(); err != nil || k.Pid != other || k.Fp != 0 {
+		t.Errorf("the other pid's slot: %+v (%v), want its own, without a fingerprint", k, err)
+	}
+
+	if err := tr.ForgetProcess(other, theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SetMappings(pid, mine, mine); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := inSlot(); err != nil || k.Pid != pid || k.Fp != 0 {
+		t.Fatalf("slot after the other pid left: %+v (%v), want the pid's, without a fingerprint yet", k, err)
+	}
+	if _, err := inHash(); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("known_pids still holds the pid (%v)", err)
+	}
+	fingerprinted("its slot", inSlot)
 }
 
 // textMapping is the executable mapping of this test binary.

@@ -75,7 +75,7 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 {
 	// One look-up says which runtimes' maps to look in: each is a cold
 	// cache line at 19 Hz, and most processes run none.
-	struct known_proc *known = bpf_map_lookup_elem(&known_pids, &tgid);
+	struct known_proc *known = known_entry(tgid);
 	__u32 rt = known ? known->runtimes : RUNTIMES_ALL;
 	st->runtimes = rt;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -639,7 +639,7 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		count(COUNTER_MAPPING_STALE);
 		// No trust in these entries until user space has set them again
 		// (1 matches no fingerprint, and is not 0, which asks for one).
-		struct known_proc *known = bpf_map_lookup_elem(&known_pids, &pid);
+		struct known_proc *known = known_entry(pid);
 		if (known && known->gen == st->gen)
 			known->fp = 1;
 		__sync_fetch_and_add(&mapping_epoch, 1);

@@ -247,7 +247,9 @@ struct known_proc {
 	// The runtimes user space found in it, a bit (1 << enum runtime_id)
 	// each: only their maps are looked up at its stacks.
 	__u32 runtimes;
-	__u32 pad;
+	// The process this is the entry of: a slot of known_slots is pid's
+	// only while it says so (0: a free slot).
+	__u32 pid;
 	// When a stack last asked user space about the process for a change
 	// of its mappings: a hot copy of notified's entry, which stacks in
 	// between need not look up.

@@ -29,7 +29,7 @@ static __always_inline void task_event(__u32 type, struct task_struct *task)
 static __always_inline void forget_task(struct task_struct *task)
 {
 	__u32 tgid = BPF_CORE_READ(task, tgid);
-	bpf_map_delete_elem(&known_pids, &tgid);
+	forget_known(tgid);
 	bpf_map_delete_elem(&pid_filter, &tgid);
 	bpf_map_delete_elem(&python_procs, &tgid);
 	bpf_map_delete_elem(&jvm_procs, &tgid);
