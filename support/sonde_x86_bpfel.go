@@ -360,7 +360,7 @@ type SondeRowCacheEntry struct {
 type SondeRowPage uint32
 
 const (
-	SondeRowPageROW_PAGE_SHIFT SondeRowPage = 12
+	SondeRowPageROW_PAGE_SHIFT SondeRowPage = 10
 	SondeRowPageROW_PAGE_NONE  SondeRowPage = 4294967295
 )
 

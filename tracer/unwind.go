@@ -126,8 +126,9 @@ const (
 
 // TableEntries is how many array entries a table of rows takes: its rows,
 // then its page index, two entries per row slot. The index covers every
-// 4 KiB page from the first row's to the last's; a table sparser than a
-// row per page gets none (the eBPF side then searches all its rows).
+// page (1 << rowPageShift bytes) from the first row's to the last's; a
+// table sparser than a row per page gets none (the eBPF side then searches
+// all its rows).
 func TableEntries(rows []Row) int {
 	return len(rows) + (indexPages(rows)+1)/2
 }

@@ -450,7 +450,7 @@ func TestFilterNeedsFilters(t *testing.T) {
 	}
 }
 
-// A table's page index names, for each 4 KiB page from the first row's to
+// A table's page index names, for each page from the first row's to
 // the last's, the row that covers the page's first byte; an odd count
 // leaves the last slot's high half as no entry. A table sparser than a row
 // per page gets none.
@@ -463,7 +463,8 @@ func TestPageIndex(t *testing.T) {
 		}
 		return uint32(s.CfaOffset) | uint32(uint8(s.FpOffset8))<<16 | uint32(s.Rule)<<24
 	}
-	rows := []Row{row(0x10), row(0x800), row(0x1000), row(0x1004), row(0x2ffc), row(0x3001)}
+	const pg = 1 << rowPageShift
+	rows := []Row{row(0x10), row(pg / 2), row(pg), row(pg + 4), row(3*pg - 4), row(3*pg + 1)}
 	slots := pageIndex(rows)
 	if len(slots) != 2 || TableEntries(rows) != len(rows)+2 {
 		t.Fatalf("%d index slots (%d entries in all) for 4 pages, want 2 (%d)", len(slots), TableEntries(rows), len(rows)+2)
@@ -479,7 +480,7 @@ func TestPageIndex(t *testing.T) {
 	if len(odd) != 2 || entry(odd, 3) != rowPageNone {
 		t.Errorf("3 pages: %d slots, last entry %#x; want 2 slots and no entry after page 2", len(odd), entry(odd, 3))
 	}
-	if sparse := []Row{row(0), row(0x100000)}; pageIndex(sparse) != nil || TableEntries(sparse) != 2 {
+	if sparse := []Row{row(0), row(256 * pg)}; pageIndex(sparse) != nil || TableEntries(sparse) != 2 {
 		t.Errorf("a table of 2 rows over 257 pages got an index")
 	}
 	if pageIndex(nil) != nil {

@@ -156,7 +156,7 @@ static __always_inline __u32 page_entry(void *rows, __u32 nrows, __u32 p)
 }
 
 // find_row returns the row of the inner table covering rel, or NULL. The
-// page index narrows the search to the rows of rel's 4 KiB page: two
+// page index narrows the search to the rows of rel's page (1 KiB): two
 // lookups and a few steps, not a search of the whole table, whose steps
 // would each touch a distant cache line.
 static __always_inline struct unwind_row *find_row(void *rows, __u32 nrows, __u32 rel, __u64 *next)
