@@ -554,7 +554,6 @@ type SondeUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32
 	CachePid   [16]uint32
@@ -642,7 +641,6 @@ const (
 	SondeVarIncludeIdle                = "include_idle"
 	SondeVarIncludeKernelThreads       = "include_kernel_threads"
 	SondeVarKnownSlotMask              = "known_slot_mask"
-	SondeVarMappingEpoch               = "mapping_epoch"
 	SondeVarOffcpuMinNs                = "offcpu_min_ns"
 	SondeVarOffcpuThreshold            = "offcpu_threshold"
 	SondeVarRowCacheStride             = "row_cache_stride"
@@ -774,7 +772,6 @@ type SondeVariableSpecs struct {
 	IncludeIdle            *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads   *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
 	KnownSlotMask          *ebpf.VariableSpec `ebpf:"known_slot_mask"`
-	MappingEpoch           *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 	RowCacheStride         *ebpf.VariableSpec `ebpf:"row_cache_stride"`
@@ -901,7 +898,6 @@ type SondeVariables struct {
 	IncludeIdle            *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads   *ebpf.Variable `ebpf:"include_kernel_threads"`
 	KnownSlotMask          *ebpf.Variable `ebpf:"known_slot_mask"`
-	MappingEpoch           *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs            *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold        *ebpf.Variable `ebpf:"offcpu_threshold"`
 	RowCacheStride         *ebpf.Variable `ebpf:"row_cache_stride"`

@@ -381,7 +381,6 @@ type testrunUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheEpoch uint64
 	CacheNext  uint32
 	CachePad   uint32
 	CachePid   [16]uint32
@@ -456,7 +455,6 @@ const (
 	testrunVarIncludeIdle          = "include_idle"
 	testrunVarIncludeKernelThreads = "include_kernel_threads"
 	testrunVarKnownSlotMask        = "known_slot_mask"
-	testrunVarMappingEpoch         = "mapping_epoch"
 	testrunVarOffcpuMinNs          = "offcpu_min_ns"
 	testrunVarOffcpuThreshold      = "offcpu_threshold"
 	testrunVarRowCacheStride       = "row_cache_stride"
@@ -554,7 +552,6 @@ type testrunVariableSpecs struct {
 	IncludeIdle          *ebpf.VariableSpec `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.VariableSpec `ebpf:"include_kernel_threads"`
 	KnownSlotMask        *ebpf.VariableSpec `ebpf:"known_slot_mask"`
-	MappingEpoch         *ebpf.VariableSpec `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 	RowCacheStride       *ebpf.VariableSpec `ebpf:"row_cache_stride"`
@@ -651,7 +648,6 @@ type testrunVariables struct {
 	IncludeIdle          *ebpf.Variable `ebpf:"include_idle"`
 	IncludeKernelThreads *ebpf.Variable `ebpf:"include_kernel_threads"`
 	KnownSlotMask        *ebpf.Variable `ebpf:"known_slot_mask"`
-	MappingEpoch         *ebpf.Variable `ebpf:"mapping_epoch"`
 	OffcpuMinNs          *ebpf.Variable `ebpf:"offcpu_min_ns"`
 	OffcpuThreshold      *ebpf.Variable `ebpf:"offcpu_threshold"`
 	RowCacheStride       *ebpf.Variable `ebpf:"row_cache_stride"`

@@ -79,13 +79,10 @@ volatile const __u64 wakeup_bytes = 0;
 // process's fingerprint holds (struct ustack_state.trust) its entries
 // serve as they are. After its address space changed, an entry found by
 // bpf_find_vma serves while the VMA it was found in still describes it:
-// a few plain reads of the VMA (vma_unchanged) in place of the look. The
-// whole cache is dropped when mapping_epoch moves.
+// a few plain reads of the VMA (vma_unchanged) in place of the look. So
+// an entry found stale needs no dropping: its process is no longer trusted
+// (struct known_proc.fp), and the VMA it was cached with no longer holds.
 #define MAPPING_CACHE 16
-
-// mapping_epoch moves when an entry was found stale. Every CPU's mapping
-// cache is then dropped.
-__u64 mapping_epoch = 0;
 
 // Per-CPU state of the user-stack unwinder between its tail calls.
 struct ustack_state {
@@ -187,11 +184,9 @@ struct ustack_state {
 	struct jvm_blob_entry jvm_blobs[JVM_BLOB_CACHE];
 	// The mapping cache (kept across stacks): entry i is mapping
 	// cache_mi[i] of process cache_pid[i] (0: empty) in [cache_start[i],
-	// cache_end[i]), of generation cache_gen[i]; all valid while
-	// cache_epoch is mapping_epoch. cache_mi[i].vma is the VMA it was
-	// found to describe, then [vstart, vend) (0: a trusted entry, not
-	// looked at).
-	__u64 cache_epoch;
+	// cache_end[i]), of generation cache_gen[i]. cache_mi[i].vma is the
+	// VMA it was found to describe, then [vstart, vend) (0: a trusted
+	// entry, not looked at).
 	__u32 cache_next; // the entry replaced next
 	__u32 cache_pad;
 	__u32 cache_pid[MAPPING_CACHE];

@@ -104,12 +104,6 @@ static __always_inline void begin_unwind(struct ustack_state *st, __u32 tgid)
 		st->snap_fp = st->fp;
 		st->snap_lr = st->lr_valid ? st->lr : 0;
 	}
-	__u64 epoch = mapping_epoch;
-	if (st->cache_epoch != epoch) {
-		for (int i = 0; i < MAPPING_CACHE; i++)
-			st->cache_pid[i] = 0;
-		st->cache_epoch = epoch;
-	}
 	st->gen = 0;
 	st->mm = 0;
 	if (!known) {
@@ -642,7 +636,6 @@ static __always_inline struct mapping_info *find_mapping(struct ustack_state *st
 		struct known_proc *known = known_entry(pid);
 		if (known && known->gen == st->gen)
 			known->fp = 1;
-		__sync_fetch_and_add(&mapping_epoch, 1);
 		// Its file's own table unwinds it meanwhile: user space is asked
 		// at the usual pace, not at once (a process that loads and
 		// unloads libraries all the time would be read again each time).
