@@ -499,48 +499,55 @@ type SondeUstackState struct {
 	LastNext     uint64
 	LastRow      SondeUnwindRow
 	PyFrame      uint64
+	PhpEx        uint64
+	PerlSi       uint64
+	RbCfp        uint64
+	RbEnd        uint64
 	PyActive     uint32
 	PyWalking    uint32
 	PyRun        uint32
-	PyPad        uint32
-	Py           SondePythonProc
 	JvmActive    uint32
-	JvmPad       uint32
-	Jvm          SondeJvmProc
-	JvmSlots     [16]uint64
 	V8Active     uint32
-	V8Pad        uint32
-	V8           SondeV8Proc
-	V8Slots      [8]uint64
-	PhpEx        uint64
-	PhpR14       uint64
-	PhpR15       uint64
 	PhpActive    uint32
 	PhpWalking   uint32
 	PhpRun       uint32
-	PhpPad       uint32
-	Php          SondePhpProc
-	PhpExSlots   [7]uint64
-	PhpFnSlots   [14]uint64
-	PerlSi       uint64
-	PerlCxstack  uint64
-	PerlCop      uint64
-	PerlCxix     int32
-	PerlSiType   uint32
 	PerlActive   uint32
 	PerlWalking  uint32
 	PerlRun      uint32
-	PerlPad      uint32
-	Perl         SondePerlProc
-	PerlCxSlots  [13]uint64
-	PerlCopSlots [7]uint64
-	PerlSiSlots  [6]uint64
-	RbCfp        uint64
-	RbEnd        uint64
 	RbActive     uint32
 	RbWalking    uint32
 	RbRun        uint32
 	RbAny        uint32
+	WalkersPad   uint32
+	CacheNext    uint32
+	CachePad     uint32
+	CachePid     [16]uint32
+	CacheStart   [16]uint64
+	CacheEnd     [16]uint64
+	CacheGen     [16]uint64
+	CacheMi      [16]SondeMappingInfo
+	WinBase      uint64
+	WinLen       uint32
+	WinPad       uint32
+	Win          [1024]uint8
+	Py           SondePythonProc
+	Jvm          SondeJvmProc
+	JvmSlots     [16]uint64
+	V8           SondeV8Proc
+	V8Slots      [8]uint64
+	PhpR14       uint64
+	PhpR15       uint64
+	Php          SondePhpProc
+	PhpExSlots   [7]uint64
+	PhpFnSlots   [14]uint64
+	PerlCxstack  uint64
+	PerlCop      uint64
+	PerlCxix     int32
+	PerlSiType   uint32
+	Perl         SondePerlProc
+	PerlCxSlots  [13]uint64
+	PerlCopSlots [7]uint64
+	PerlSiSlots  [6]uint64
 	Rb           SondeRubyProc
 	RbCfpSlots   [8]uint64
 	JvmBlobs     [128]struct {
@@ -554,17 +561,6 @@ type SondeUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheNext  uint32
-	CachePad   uint32
-	CachePid   [16]uint32
-	CacheStart [16]uint64
-	CacheEnd   [16]uint64
-	CacheGen   [16]uint64
-	CacheMi    [16]SondeMappingInfo
-	WinBase    uint64
-	WinLen     uint32
-	WinPad     uint32
-	Win        [1024]uint8
 }
 
 type SondeV8FrameKind uint32

@@ -326,48 +326,55 @@ type testrunUstackState struct {
 		Rule      uint8
 	}
 	PyFrame      uint64
+	PhpEx        uint64
+	PerlSi       uint64
+	RbCfp        uint64
+	RbEnd        uint64
 	PyActive     uint32
 	PyWalking    uint32
 	PyRun        uint32
-	PyPad        uint32
-	Py           testrunPythonProc
 	JvmActive    uint32
-	JvmPad       uint32
-	Jvm          testrunJvmProc
-	JvmSlots     [16]uint64
 	V8Active     uint32
-	V8Pad        uint32
-	V8           testrunV8Proc
-	V8Slots      [8]uint64
-	PhpEx        uint64
-	PhpR14       uint64
-	PhpR15       uint64
 	PhpActive    uint32
 	PhpWalking   uint32
 	PhpRun       uint32
-	PhpPad       uint32
-	Php          testrunPhpProc
-	PhpExSlots   [7]uint64
-	PhpFnSlots   [14]uint64
-	PerlSi       uint64
-	PerlCxstack  uint64
-	PerlCop      uint64
-	PerlCxix     int32
-	PerlSiType   uint32
 	PerlActive   uint32
 	PerlWalking  uint32
 	PerlRun      uint32
-	PerlPad      uint32
-	Perl         testrunPerlProc
-	PerlCxSlots  [13]uint64
-	PerlCopSlots [7]uint64
-	PerlSiSlots  [6]uint64
-	RbCfp        uint64
-	RbEnd        uint64
 	RbActive     uint32
 	RbWalking    uint32
 	RbRun        uint32
 	RbAny        uint32
+	WalkersPad   uint32
+	CacheNext    uint32
+	CachePad     uint32
+	CachePid     [16]uint32
+	CacheStart   [16]uint64
+	CacheEnd     [16]uint64
+	CacheGen     [16]uint64
+	CacheMi      [16]testrunMappingInfo
+	WinBase      uint64
+	WinLen       uint32
+	WinPad       uint32
+	Win          [1024]uint8
+	Py           testrunPythonProc
+	Jvm          testrunJvmProc
+	JvmSlots     [16]uint64
+	V8           testrunV8Proc
+	V8Slots      [8]uint64
+	PhpR14       uint64
+	PhpR15       uint64
+	Php          testrunPhpProc
+	PhpExSlots   [7]uint64
+	PhpFnSlots   [14]uint64
+	PerlCxstack  uint64
+	PerlCop      uint64
+	PerlCxix     int32
+	PerlSiType   uint32
+	Perl         testrunPerlProc
+	PerlCxSlots  [13]uint64
+	PerlCopSlots [7]uint64
+	PerlSiSlots  [6]uint64
 	Rb           testrunRubyProc
 	RbCfpSlots   [8]uint64
 	JvmBlobs     [128]struct {
@@ -381,17 +388,6 @@ type testrunUstackState struct {
 		Leaf       uint8
 		Pad        [3]uint8
 	}
-	CacheNext  uint32
-	CachePad   uint32
-	CachePid   [16]uint32
-	CacheStart [16]uint64
-	CacheEnd   [16]uint64
-	CacheGen   [16]uint64
-	CacheMi    [16]testrunMappingInfo
-	WinBase    uint64
-	WinLen     uint32
-	WinPad     uint32
-	Win        [1024]uint8
 }
 
 type testrunV8Proc struct {
