@@ -91,14 +91,17 @@ func walkHeaps(t *testing.T, vm *VM, mem Memory) []liveBlob {
 }
 
 // waitCompiled walks the code heaps until an nmethod of function at tier
-// (not an OSR one) appears.
+// (not an OSR one) appears, built. The JIT marks a code heap block used
+// when it allocates it, before it copies the nmethod's PcDescs in: one
+// seen that early has no PcDesc with a scope yet, and is waited on as one
+// not there (a sample's PC is never in it: its code has not run).
 func waitCompiled(t *testing.T, vm *VM, mem Memory, function, tier string) (liveBlob, []liveBlob) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		blobs := walkHeaps(t, vm, mem)
 		for _, b := range blobs {
-			if b.nm != nil && b.method == function && b.nm.tier == tier && !b.osr {
+			if b.nm != nil && b.method == function && b.nm.tier == tier && !b.osr && hasScope(b.nm) {
 				return b, blobs
 			}
 		}
@@ -107,6 +110,16 @@ func waitCompiled(t *testing.T, vm *VM, mem Memory, function, tier string) (live
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// hasScope says whether any PcDesc of nm has a scope.
+func hasScope(nm *nmethodInfo) bool {
+	for _, d := range nm.pcs {
+		if d.scope != 0 && d.pc >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // TestNamerLive names the frames of a live JVM of each installed JDK: its
